@@ -1,0 +1,1 @@
+"""Execution backends: `cupy` (GPU) and `cpu` (CUDA C emulated on the host), chosen by `get_device`."""

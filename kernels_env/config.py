@@ -1,0 +1,64 @@
+"""EnvConfig: every knob of scoring (DESIGN 3.3, 3.5). Part of the cache key."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+BACKENDS = ("auto", "cupy", "cpu")
+SIZE_SETS = ("eval", "small")
+
+
+@dataclass(frozen=True)
+class StageLimits:
+    """Wall-clock limits per stage, seconds."""
+    parse: float = 2.0
+    compile: float = 30.0
+    correctness: float = 30.0  # all trials together
+    timing: float = 60.0
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    backend: str = "auto"  # auto | cupy | cpu
+    arch: str | None = None  # e.g. "sm_90"; None: from the device, else "sm_90"
+    sizes: str = "eval"  # which size set of the task: eval | small
+    correctness_trials: int = 5
+    timing: bool = True
+    warmup_runs: int = 10
+    timed_runs: int = 100
+    flush_l2: bool = True
+    suspicious_speedup: float = 10.0
+    seed: int = 0
+    limits: StageLimits = field(default_factory=StageLimits)
+    max_log_chars: int = 4000
+    cpu_compiler: str = "c++"  # the cpu backend's host compiler
+    cpu_opt_level: str = "-O1"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"EnvConfig.backend={self.backend!r}; expected one of {BACKENDS}")
+        if self.sizes not in SIZE_SETS:
+            raise ValueError(f"EnvConfig.sizes={self.sizes!r}; expected one of {SIZE_SETS}")
+        if self.correctness_trials < 1:
+            raise ValueError(f"EnvConfig.correctness_trials={self.correctness_trials}; expected >= 1")
+        if self.timed_runs < 1 or self.warmup_runs < 0:
+            raise ValueError(
+                f"EnvConfig timed_runs={self.timed_runs}, warmup_runs={self.warmup_runs}; "
+                "expected timed_runs >= 1 and warmup_runs >= 0")
+        if isinstance(self.limits, dict):  # allow from_dict / YAML
+            object.__setattr__(self, "limits", StageLimits(**self.limits))
+
+    def replace(self, **changes: Any) -> "EnvConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EnvConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown EnvConfig keys {sorted(unknown)}; expected some of {sorted(known)}")
+        return cls(**d)

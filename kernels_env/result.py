@@ -1,0 +1,96 @@
+"""The Result of scoring one submission, JSON-serialisable (it crosses process boundaries)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernels_env.status import Status
+
+
+@dataclass
+class KernelResources:
+    """Per-kernel resource usage reported by the compiler (ptxas)."""
+    registers: int | None = None
+    spill_stores_bytes: int | None = None
+    spill_loads_bytes: int | None = None
+    shared_bytes: int | None = None
+    stack_frame_bytes: int | None = None
+
+
+@dataclass
+class Mismatch:
+    """Why an output was judged wrong (DESIGN 3.3 step 3)."""
+    reason: str  # "mismatch" | "nan_or_inf" | "unwritten" | "input_modified" | "shape"
+    buffer: str
+    trial: int
+    distribution: str
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    frac_mismatched: float | None = None
+    first_bad_index: list[int] | None = None
+    expected: float | None = None
+    got: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+
+@dataclass
+class Timing:
+    """Timings in milliseconds. `speedup` is None when the device's timings are not comparable (cpu)."""
+    device: str  # "cuda" | "cpu"
+    comparable: bool
+    runs: int
+    kernel_median_ms: float
+    kernel_mean_ms: float
+    ref_median_ms: float | None = None
+    ref_mean_ms: float | None = None
+    speedup: float | None = None
+    suspicious: bool = False  # speedup > config.suspicious_speedup: re-verified on new inputs
+    reverified: bool = False
+
+
+@dataclass
+class Result:
+    status: Status
+    message: str = ""  # one line a human (and the feedback renderer) can use
+    task: str = ""
+    backend: str = ""
+    details: str = ""  # bounded, cleaned log: compiler errors, runtime error text, parse error context
+    resources: dict[str, KernelResources] = field(default_factory=dict)
+    mismatch: Mismatch | None = None
+    timing: Timing | None = None
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # parse/compile/correctness/timing
+    trials: int = 0
+    cached: bool = False
+    key: str = ""  # content hash used by the cache
+
+    def __post_init__(self) -> None:
+        self.status = Status.parse(self.status)
+
+    @property
+    def correct(self) -> bool:
+        return self.status is Status.CORRECT
+
+    @property
+    def speedup(self) -> float | None:
+        return self.timing.speedup if self.timing is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["status"] = self.status.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Result":
+        d = dict(d)
+        d["resources"] = {k: KernelResources(**v) for k, v in (d.get("resources") or {}).items()}
+        if d.get("mismatch") is not None:
+            d["mismatch"] = Mismatch(**d["mismatch"])
+        if d.get("timing") is not None:
+            d["timing"] = Timing(**d["timing"])
+        return cls(**d)
+
+    @classmethod
+    def env_error(cls, message: str, task: str = "", details: str = "") -> "Result":
+        return cls(status=Status.ENV_ERROR, message=message, task=task, details=details)

@@ -1,0 +1,103 @@
+"""The task data model (DESIGN 3.1): data plus a reference written against the array API.
+
+A task's reference is `reference(xp, **arrays) -> array | tuple[array, ...]` where `xp` is numpy or
+cupy, `arrays` holds every input buffer by name plus every scalar by name (as a Python number), and
+the return value gives the outputs in the order of `Task.outputs`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+DTYPES = ("float32", "float16", "int32", "int64")
+DISTRIBUTIONS = ("uniform", "normal", "heavy_tailed", "positive", "randint", "indices")
+DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "int32": (0.0, 0.0),
+                     "int64": (0.0, 0.0)}
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A device buffer: `shape` is a tuple of size names or ints, e.g. ("N", "M")."""
+    name: str
+    dtype: str
+    shape: tuple[str | int, ...]
+    # Distributions the correctness trials rotate through (inputs only). "randint"/"indices" use
+    # `low`/`high` (high exclusive; "indices" takes high from a size name).
+    distributions: tuple[str, ...] = ("uniform", "normal", "heavy_tailed")
+    low: float | str = -1.0
+    high: float | str = 1.0
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"buffer {self.name!r}: dtype {self.dtype!r} not in {DTYPES}")
+        bad = [d for d in self.distributions if d not in DISTRIBUTIONS]
+        if bad:
+            raise ValueError(f"buffer {self.name!r}: unknown distributions {bad}; expected {DISTRIBUTIONS}")
+
+    def resolve_shape(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        out = []
+        for d in self.shape:
+            if isinstance(d, int):
+                out.append(d)
+            elif d in sizes:
+                out.append(int(sizes[d]))
+            else:
+                raise KeyError(f"buffer {self.name!r}: shape names size {d!r}, not among {sorted(sizes)}")
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar kernel argument with a fixed value (e.g. eps, alpha); passed to the reference too."""
+    name: str
+    dtype: str  # "float32" | "int32" | "int64"
+    value: float | int
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    level: int  # 1 single op, 2 fusion, 3 block
+    description: str  # prose for the prompt
+    sizes: dict[str, dict[str, int]]  # {"eval": {...}, "small": {...}}
+    inputs: tuple[Buffer, ...]
+    outputs: tuple[Buffer, ...]
+    reference: Callable[..., Any]
+    solution: str  # known-good submission: markdown with a ```cuda and a ```launch block
+    scalars: tuple[Scalar, ...] = ()
+    tolerance: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype -> (atol, rtol)
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.level not in (1, 2, 3):
+            raise ValueError(f"task {self.name!r}: level {self.level} not in (1, 2, 3)")
+        for key in ("eval", "small"):
+            if key not in self.sizes:
+                raise ValueError(f"task {self.name!r}: sizes needs an {key!r} set, has {sorted(self.sizes)}")
+        names = [b.name for b in self.inputs + self.outputs] + [s.name for s in self.scalars]
+        if len(set(names)) != len(names):
+            raise ValueError(f"task {self.name!r}: duplicate buffer/scalar names in {names}")
+
+    def size_set(self, which: str) -> dict[str, int]:
+        try:
+            return dict(self.sizes[which])
+        except KeyError:
+            raise KeyError(f"task {self.name!r}: no size set {which!r}; has {sorted(self.sizes)}") from None
+
+    def tol(self, dtype: str) -> tuple[float, float]:
+        return self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype])
+
+    @property
+    def buffers(self) -> tuple[Buffer, ...]:
+        return self.inputs + self.outputs
+
+    def signature_text(self, which: str = "eval") -> str:
+        """Human-readable buffer/size signature for prompts."""
+        sizes = self.size_set(which)
+        lines = ["sizes: " + ", ".join(f"{k}={v}" for k, v in sizes.items())]
+        for kind, bufs in (("input", self.inputs), ("output", self.outputs)):
+            for b in bufs:
+                lines.append(f"{kind} {b.dtype} {b.name}[{', '.join(str(d) for d in b.shape)}]")
+        for s in self.scalars:
+            lines.append(f"scalar {s.dtype} {s.name} = {s.value}")
+        return "\n".join(lines)

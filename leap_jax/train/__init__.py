@@ -1,0 +1,1 @@
+"""leap_jax.train"""

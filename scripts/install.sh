@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install LEAP-JAX into the active Python environment.
+#   bash scripts/install.sh        # runtime: kernel environment + trainer
+#   bash scripts/install.sh test   # plus test tools and the parity references (torch CPU, transformers)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pip install -q -e ".[env,train]"
+if [ "${1:-}" = "test" ]; then
+  python -m pip install -q -e ".[dev]"
+fi
