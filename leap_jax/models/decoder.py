@@ -1,0 +1,194 @@
+"""The Llama/Qwen2-family decoder as pure functions over a plain dict pytree of parameters.
+
+Design choice: pure JAX, not Flax NNX modules. The parameter layout is fixed by
+`leap_jax.models.config` (a nested dict, layers stacked on a leading axis) because the HF
+import/export code and the trainer address tensors by those names, and the layer stack runs under
+`lax.scan` so compile time does not grow with depth. An NNX module tree would have to be split into
+(graphdef, state) and re-flattened into that stacked dict at every API boundary, adding a second
+naming scheme for no gain; the functions below are already pure, jittable, differentiable and
+vmappable, and optax consumes the dict directly. The same code runs on jax 0.10.x and 0.11.x
+(only long-stable `jax.lax` / `jax.numpy` APIs are used).
+
+API:
+  init(config, rng) -> params
+  forward(params, config, tokens, positions, *, segment_ids=None, cache=None, cache_index=None,
+          return_hidden=False) -> (logits [B,L,V] fp32 | hidden [B,L,D], cache | None)
+  init_cache(config, batch, max_len, dtype=bf16) -> KVCache
+  logits_from_hidden(params, config, hidden) -> fp32 logits
+
+Masking: `segment_ids` [B, L] int, 0 = padding; a token attends to earlier (or equal) slots of the
+same non-zero segment, so padded and packed batches both work. `positions` [B, L] are the RoPE
+positions (give real positions for left-padded rows).
+
+KV cache: k, v [num_layers, B, max_len, KV, head_dim] plus `seg` [B, max_len] (segment id of each
+slot, 0 = empty). A forward with a cache writes its L new tokens at slots
+cache_index .. cache_index+L-1 (cache_index scalar or per row [B]) and attends over the cached
+slots at or before each query's slot with the same segment id. Slots beyond a query's slot are
+never read, so a reused (donated) cache needs no clearing beyond what is rewritten.
+Indices are not bounds-checked under jit: cache_index + L must be <= max_len.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from leap_jax.models.config import ModelConfig
+from leap_jax.models.layers import apply_rope, attention, dense, rms_norm, rope_cos_sin, swiglu
+
+Params = dict[str, Any]
+
+
+class KVCache(NamedTuple):
+    """Preallocated key/value cache (a pytree; donate it to jitted steps)."""
+    k: jax.Array    # [num_layers, B, max_len, KV, head_dim]
+    v: jax.Array    # [num_layers, B, max_len, KV, head_dim]
+    seg: jax.Array  # [B, max_len] int32 segment id per slot, 0 = empty / padding
+
+
+def _dtype(name: str) -> jnp.dtype:
+    return jnp.dtype(name)
+
+
+def init(config: ModelConfig, rng: jax.Array, std: float = 0.02) -> Params:
+    """Random parameters in the fixed layout: N(0, std) matrices, unit norms, zero biases."""
+    c = config
+    pd = _dtype(c.param_dtype)
+    nl, d, i, v = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
+    keys = iter(jax.random.split(rng, 9))
+
+    def normal(shape):
+        return (std * jax.random.normal(next(keys), shape, jnp.float32)).astype(pd)
+
+    layers = {
+        "attn_norm": jnp.ones((nl, d), pd),
+        "wq": normal((nl, d, c.q_dim)),
+        "wk": normal((nl, d, c.kv_dim)),
+        "wv": normal((nl, d, c.kv_dim)),
+        "wo": normal((nl, c.q_dim, d)),
+        "mlp_norm": jnp.ones((nl, d), pd),
+        "w_gate": normal((nl, d, i)),
+        "w_up": normal((nl, d, i)),
+        "w_down": normal((nl, i, d)),
+    }
+    if c.qkv_bias:
+        layers["bq"] = jnp.zeros((nl, c.q_dim), pd)
+        layers["bk"] = jnp.zeros((nl, c.kv_dim), pd)
+        layers["bv"] = jnp.zeros((nl, c.kv_dim), pd)
+    params: Params = {"embed": normal((v, d)), "layers": layers, "final_norm": jnp.ones((d,), pd)}
+    if not c.tie_word_embeddings:
+        params["lm_head"] = normal((d, v))
+    return params
+
+
+def init_cache(config: ModelConfig, batch: int, max_len: int,
+               dtype: jnp.dtype = jnp.bfloat16) -> KVCache:
+    """An empty cache for `batch` rows of `max_len` slots."""
+    if batch < 1 or max_len < 1:
+        raise ValueError(f"init_cache: batch={batch}, max_len={max_len}; expected positive ints")
+    shape = (config.num_layers, batch, max_len, config.num_kv_heads, config.head_dim)
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype),
+                   jnp.zeros((batch, max_len), jnp.int32))
+
+
+def logits_from_hidden(params: Params, config: ModelConfig, hidden: jax.Array) -> jax.Array:
+    """fp32 logits [..., V] from final-normed hidden states [..., D] (tied or separate head)."""
+    if config.tie_word_embeddings:
+        w = params["embed"].astype(hidden.dtype)
+        return jnp.einsum("...d,vd->...v", hidden, w, preferred_element_type=jnp.float32)
+    w = params["lm_head"].astype(hidden.dtype)
+    return jnp.einsum("...d,dv->...v", hidden, w, preferred_element_type=jnp.float32)
+
+
+def _write_rows(buf: jax.Array, new: jax.Array, index: jax.Array, lead: tuple) -> jax.Array:
+    """Write `new` [B, T, ...] into `buf` [*lead, B, S, ...] at slot index (scalar or [B])."""
+    n_lead = len(lead)
+    trail = (0,) * (buf.ndim - n_lead - 2)
+    new = new.astype(buf.dtype)
+    if index.ndim == 0:
+        new = new.reshape((1,) * n_lead + new.shape)
+        return jax.lax.dynamic_update_slice(buf, new, (*lead, 0, index, *trail))
+
+    def one(b_buf, b_new, b_idx):  # b_buf [*lead, S, ...], b_new [T, ...]
+        b_new = b_new.reshape((1,) * n_lead + b_new.shape)
+        return jax.lax.dynamic_update_slice(b_buf, b_new, (*lead, b_idx, *trail))
+
+    return jax.vmap(one, in_axes=(n_lead, 0, 0), out_axes=n_lead)(buf, new, index)
+
+
+def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: jax.Array, *,
+            segment_ids: jax.Array | None = None, cache: KVCache | None = None,
+            cache_index: jax.Array | int | None = None, return_hidden: bool = False,
+            unroll: int | bool = 1) -> tuple[jax.Array, KVCache | None]:
+    """Run the decoder on tokens [B, L] at RoPE positions [B, L].
+
+    Returns (fp32 logits [B, L, V], or final-normed hidden [B, L, D] in the compute dtype when
+    `return_hidden`) and the updated cache (None without one). `unroll` is passed to the layer scan.
+    """
+    c = config
+    if tokens.ndim != 2 or positions.shape != tokens.shape:
+        raise ValueError(f"forward: tokens {tokens.shape} and positions {positions.shape} must both "
+                         f"be [B, L] with the same shape")
+    if segment_ids is not None and segment_ids.shape != tokens.shape:
+        raise ValueError(f"forward: segment_ids {segment_ids.shape} must match tokens {tokens.shape}")
+    if cache is not None and cache_index is None:
+        raise ValueError("forward: a cache needs cache_index (slot of the first new token)")
+    dtype = _dtype(c.dtype)
+    b, t = tokens.shape
+    h, kvh, hd = c.num_heads, c.num_kv_heads, c.head_dim
+    seg = (jnp.ones((b, t), jnp.int32) if segment_ids is None
+           else segment_ids.astype(jnp.int32))
+
+    x = jnp.take(params["embed"], tokens, axis=0).astype(dtype)
+    cos, sin = rope_cos_sin(positions, hd, c.rope_theta, dtype)
+
+    if cache is None:
+        slot = jnp.arange(t)
+        causal = slot[None, :, None] >= slot[None, None, :]
+        mask = causal & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0)
+        new_seg, idx = None, None
+    else:
+        if cache.k.shape[1] != b:
+            raise ValueError(f"forward: cache batch {cache.k.shape[1]} != tokens batch {b}")
+        idx = jnp.asarray(cache_index, jnp.int32)
+        if idx.ndim not in (0, 1) or (idx.ndim == 1 and idx.shape[0] != b):
+            raise ValueError(f"forward: cache_index shape {idx.shape}; expected () or ({b},)")
+        new_seg = _write_rows(cache.seg, seg, idx, ())
+        qslot = jnp.broadcast_to(idx, (b,))[:, None] + jnp.arange(t)[None, :]  # [B, T]
+        kslot = jnp.arange(cache.seg.shape[1])
+        mask = ((kslot[None, None, :] <= qslot[:, :, None])
+                & (new_seg[:, None, :] == seg[:, :, None]) & (new_seg[:, None, :] != 0))
+
+    def block(carry, xs):
+        x, kc, vc = carry
+        lp, layer = xs
+        hn = rms_norm(x, lp["attn_norm"], c.rms_norm_eps)
+        q = dense(hn, lp["wq"], lp.get("bq")).reshape(b, t, h, hd)
+        k = dense(hn, lp["wk"], lp.get("bk")).reshape(b, t, kvh, hd)
+        v = dense(hn, lp["wv"], lp.get("bv")).reshape(b, t, kvh, hd)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        if kc is not None:
+            kc = _write_rows(kc, k, idx, (layer,))
+            vc = _write_rows(vc, v, idx, (layer,))
+            k = jax.lax.dynamic_index_in_dim(kc, layer, 0, keepdims=False)
+            v = jax.lax.dynamic_index_in_dim(vc, layer, 0, keepdims=False)
+        a = attention(q, k, v, mask)
+        x = x + dense(a.reshape(b, t, h * hd), lp["wo"])
+        hn = rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
+        x = x + swiglu(hn, lp["w_gate"], lp["w_up"], lp["w_down"])
+        return (x, kc, vc), None
+
+    if c.remat:
+        block = jax.checkpoint(block, prevent_cse=False)
+    kc0 = None if cache is None else cache.k
+    vc0 = None if cache is None else cache.v
+    xs = (params["layers"], jnp.arange(c.num_layers, dtype=jnp.int32))
+    (x, kc, vc), _ = jax.lax.scan(block, (x, kc0, vc0), xs, unroll=unroll)
+
+    hidden = rms_norm(x, params["final_norm"], c.rms_norm_eps)
+    new_cache = None if cache is None else KVCache(kc, vc, new_seg)
+    if return_hidden:
+        return hidden, new_cache
+    return logits_from_hidden(params, c, hidden), new_cache

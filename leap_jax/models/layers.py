@@ -1,0 +1,77 @@
+"""Stateless building blocks of the Llama/Qwen2 decoder: RMSNorm, RoPE, masked GQA attention, SwiGLU.
+
+Each function follows HF transformers' numerics so an fp32 model matches `Qwen2ForCausalLM` /
+`LlamaForCausalLM` to float rounding:
+  * RMSNorm normalises in fp32 (x * rsqrt(mean(x^2) + eps)), casts back, then scales by the weight;
+  * RoPE uses the "rotate_half" convention (first / second half of head_dim), inv_freq =
+    theta^(-2i/d), angles computed in fp32 and cast to the activation dtype;
+  * attention scales q.k by 1/sqrt(head_dim), softmax in fp32, probabilities cast back;
+  * the MLP is down(silu(gate(x)) * up(x)).
+Matmuls use `preferred_element_type=float32` (fp32 accumulation for bf16 operands).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# Finite "minus infinity" for masked scores: a fully masked row (padding queries) gives a uniform
+# distribution instead of NaN, and its output is ignored by every caller.
+MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
+    """x @ w (+ b) with fp32 accumulation, result in x's dtype."""
+    y = jnp.einsum("...d,de->...e", x, w.astype(x.dtype), preferred_element_type=jnp.float32)
+    if b is not None:
+        y = y + b.astype(jnp.float32)
+    return y.astype(x.dtype)
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """HF RMSNorm: normalise in fp32, cast to x's dtype, multiply by the weight (in x's dtype)."""
+    x32 = x.astype(jnp.float32)
+    var = jnp.mean(x32 * x32, axis=-1, keepdims=True)
+    return (x32 * jax.lax.rsqrt(var + eps)).astype(x.dtype) * weight.astype(x.dtype)
+
+
+def rope_cos_sin(positions: jax.Array, head_dim: int, theta: float,
+                 dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
+    """cos/sin tables [B, L, head_dim] for integer positions [B, L] (angles in fp32)."""
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, L, hd/2]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate x [B, L, heads, hd] by cos/sin [B, L, hd] (rotate_half, not interleaved)."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, :, None, :] + rotated * sin[:, :, None, :]
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Grouped-query attention.
+
+    q [B, T, H, hd]; k, v [B, S, KV, hd]; mask [B, T, S] bool (True = may attend).
+    Returns [B, T, H, hd] in q's dtype. Scores and softmax in fp32; no KV head repetition in memory
+    (queries are grouped as [B, T, KV, H/KV, hd] instead).
+    """
+    b, t, h, hd = q.shape
+    kv = k.shape[2]
+    qg = q.reshape(b, t, kv, h // kv, hd)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(q.dtype),
+                        preferred_element_type=jnp.float32)
+    scores = scores * (1.0 / float(hd) ** 0.5)
+    scores = jnp.where(mask[:, None, None, :, :], scores, MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(q.dtype),
+                     preferred_element_type=jnp.float32)
+    return out.astype(q.dtype).reshape(b, t, h, hd)
+
+
+def swiglu(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array) -> jax.Array:
+    """down(silu(gate(x)) * up(x))."""
+    g = dense(x, w_gate)
+    u = dense(x, w_up)
+    return dense(jax.nn.silu(g) * u, w_down)

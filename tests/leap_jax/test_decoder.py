@@ -1,0 +1,246 @@
+"""Decoder tests against an independent NumPy implementation written from the formulas."""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from leap_jax.models import decoder
+from leap_jax.models.config import ModelConfig
+
+CFG = ModelConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                  num_kv_heads=2, rope_theta=500.0, rms_norm_eps=1e-5, qkv_bias=True,
+                  tie_word_embeddings=False, dtype="float32", param_dtype="float32")
+CFG_TIED = CFG.replace(tie_word_embeddings=True, qkv_bias=False, num_kv_heads=1)
+
+
+def random_params(cfg: ModelConfig, seed: int = 0):
+    """init() plus random norm weights and biases, so every parameter matters."""
+    params = decoder.init(cfg, jax.random.PRNGKey(seed), std=0.1)
+    rng = np.random.default_rng(seed)
+    lay = dict(params["layers"])
+    for name in ("attn_norm", "mlp_norm"):
+        lay[name] = jnp.asarray(1.0 + 0.2 * rng.standard_normal(lay[name].shape), jnp.float32)
+    for name in ("bq", "bk", "bv"):
+        if name in lay:
+            lay[name] = jnp.asarray(0.1 * rng.standard_normal(lay[name].shape), jnp.float32)
+    out = dict(params, layers=lay)
+    out["final_norm"] = jnp.asarray(1.0 + 0.2 * rng.standard_normal(cfg.hidden_size), jnp.float32)
+    return out
+
+
+# ---------------------------------------------------------------- NumPy reference (fp32/fp64)
+def np_reference(params, cfg: ModelConfig, tokens, positions, seg=None):
+    """Plain loops over layers/heads; attention mask: causal within equal non-zero segments."""
+    p = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), params)
+    tokens = np.asarray(tokens)
+    b, t = tokens.shape
+    seg = np.ones((b, t), np.int64) if seg is None else np.asarray(seg)
+    hd, h, kvh = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
+
+    def norm(x, w):
+        return x / np.sqrt(np.mean(x ** 2, -1, keepdims=True) + cfg.rms_norm_eps) * w
+
+    inv = np.array([cfg.rope_theta ** (-2.0 * i / hd) for i in range(hd // 2)])
+    ang = np.asarray(positions, np.float64)[..., None] * inv  # [B, T, hd/2]
+    cos, sin = np.cos(ang), np.sin(ang)
+
+    def rope(x):  # x [B, T, heads, hd]; pairs (i, i + hd/2)
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+        c, s = cos[:, :, None, :], sin[:, :, None, :]
+        return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+
+    x = p["embed"][tokens]
+    allowed = np.zeros((b, t, t), bool)
+    for bi in range(b):
+        for i in range(t):
+            for j in range(i + 1):
+                allowed[bi, i, j] = seg[bi, i] == seg[bi, j] and seg[bi, j] != 0
+    for li in range(cfg.num_layers):
+        L = {k: v[li] for k, v in p["layers"].items()}
+        hn = norm(x, L["attn_norm"])
+        q = hn @ L["wq"] + L.get("bq", 0.0)
+        k = hn @ L["wk"] + L.get("bk", 0.0)
+        v = hn @ L["wv"] + L.get("bv", 0.0)
+        q, k, v = q.reshape(b, t, h, hd), k.reshape(b, t, kvh, hd), v.reshape(b, t, kvh, hd)
+        q, k = rope(q), rope(k)
+        out = np.zeros_like(q)
+        for bi in range(b):
+            for hi in range(h):
+                kv = hi // (h // kvh)
+                s = q[bi, :, hi] @ k[bi, :, kv].T / np.sqrt(hd)
+                s = np.where(allowed[bi], s, -np.inf)
+                m = s.max(-1, keepdims=True)
+                m = np.where(np.isfinite(m), m, 0.0)
+                e = np.exp(s - m)
+                w = e / np.maximum(e.sum(-1, keepdims=True), 1e-300)
+                out[bi, :, hi] = w @ v[bi, :, kv]
+        x = x + out.reshape(b, t, h * hd) @ L["wo"]
+        hn = norm(x, L["mlp_norm"])
+        g = hn @ L["w_gate"]
+        x = x + ((g / (1 + np.exp(-g))) * (hn @ L["w_up"])) @ L["w_down"]
+    hn = norm(x, p["final_norm"])
+    head = p["embed"].T if cfg.tie_word_embeddings else p["lm_head"]
+    return hn @ head
+
+
+@functools.lru_cache(maxsize=None)
+def jitted_forward(cfg: ModelConfig):
+    return jax.jit(lambda p, tok, pos, seg: decoder.forward(p, cfg, tok, pos, segment_ids=seg)[0])
+
+
+@pytest.fixture(scope="module")
+def params():
+    return random_params(CFG)
+
+
+def test_init_layout_and_dtypes():
+    p = decoder.init(CFG.replace(param_dtype="bfloat16"), jax.random.PRNGKey(1))
+    L = p["layers"]
+    assert L["wq"].shape == (2, 32, 32) and L["wk"].shape == (2, 32, 16)
+    assert L["bq"].shape == (2, 32) and L["w_down"].shape == (2, 64, 32)
+    assert p["lm_head"].shape == (32, 97) and p["embed"].shape == (97, 32)
+    assert all(a.dtype == jnp.bfloat16 for a in jax.tree_util.tree_leaves(p))
+    n = sum(a.size for a in jax.tree_util.tree_leaves(p))
+    assert n == CFG.num_params()
+    pt = decoder.init(CFG_TIED, jax.random.PRNGKey(1))
+    assert "lm_head" not in pt and "bq" not in pt["layers"]
+    assert sum(a.size for a in jax.tree_util.tree_leaves(pt)) == CFG_TIED.num_params()
+
+
+def test_forward_shapes_dtype_bf16():
+    cfg = CFG.replace(dtype="bfloat16", param_dtype="bfloat16")
+    p = decoder.init(cfg, jax.random.PRNGKey(0))
+    tok = jnp.arange(10, dtype=jnp.int32).reshape(2, 5)
+    pos = jnp.tile(jnp.arange(5), (2, 1))
+    logits, cache = decoder.forward(p, cfg, tok, pos)
+    assert logits.shape == (2, 5, 97) and logits.dtype == jnp.float32 and cache is None
+    hid, _ = decoder.forward(p, cfg, tok, pos, return_hidden=True)
+    assert hid.shape == (2, 5, 32) and hid.dtype == jnp.bfloat16
+    assert bool(jnp.all(jnp.isfinite(logits)))
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_TIED], ids=["qwen2-bias", "llama-tied-mqa"])
+def test_matches_numpy_reference(cfg):
+    p = random_params(cfg, seed=3)
+    rng = np.random.default_rng(0)
+    tok = rng.integers(0, 97, (2, 7)).astype(np.int32)
+    pos = np.tile(np.arange(7), (2, 1)).astype(np.int32) + np.array([[0], [5]])
+    got = np.asarray(jitted_forward(cfg)(p, tok, pos, None))
+    want = np_reference(p, cfg, tok, pos)
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+
+
+def test_packed_segments_match_reference(params):
+    rng = np.random.default_rng(1)
+    tok = rng.integers(0, 97, (2, 8)).astype(np.int32)
+    seg = np.array([[1, 1, 1, 2, 2, 2, 2, 0], [1, 1, 1, 1, 1, 1, 1, 1]], np.int32)
+    pos = np.array([[0, 1, 2, 0, 1, 2, 3, 0], list(range(8))], np.int32)
+    got = np.asarray(jitted_forward(CFG)(params, tok, pos, seg))
+    want = np_reference(params, CFG, tok, pos, seg)
+    real = seg != 0
+    np.testing.assert_allclose(got[real], want[real], atol=2e-5, rtol=1e-5)
+    # Second packed segment equals the same tokens run alone.
+    alone = np.asarray(jitted_forward(CFG)(params, tok[:1, 3:7], pos[:1, 3:7], None))
+    np.testing.assert_allclose(got[0, 3:7], alone[0], atol=1e-5)
+
+
+def test_causal_later_tokens_do_not_change_earlier_logits(params):
+    f = jitted_forward(CFG)
+    tok = np.random.default_rng(2).integers(0, 97, (1, 8)).astype(np.int32)
+    pos = np.arange(8, dtype=np.int32)[None]
+    a = np.asarray(f(params, tok, pos, None))
+    tok2 = tok.copy()
+    tok2[0, 5:] = (tok2[0, 5:] + 1) % 97
+    b = np.asarray(f(params, tok2, pos, None))
+    np.testing.assert_array_equal(a[0, :5], b[0, :5])
+    assert np.abs(a[0, 5:] - b[0, 5:]).max() > 1e-4
+
+
+def test_left_padded_row_equals_unpadded(params):
+    f = jitted_forward(CFG)
+    tok = np.random.default_rng(3).integers(1, 97, (1, 5)).astype(np.int32)
+    pos = np.arange(5, dtype=np.int32)[None]
+    ref = np.asarray(f(params, tok, pos, None))
+    padded = np.concatenate([np.zeros((1, 3), np.int32), tok], 1)
+    ppos = np.concatenate([np.zeros((1, 3), np.int32), pos], 1)
+    pseg = np.array([[0, 0, 0, 1, 1, 1, 1, 1]], np.int32)
+    out = np.asarray(f(params, padded, ppos, pseg))
+    np.testing.assert_allclose(out[0, 3:], ref[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("per_row", [False, True], ids=["scalar-index", "per-row-index"])
+def test_kv_cache_incremental_equals_full(params, per_row):
+    rng = np.random.default_rng(4)
+    tok = rng.integers(0, 97, (2, 9)).astype(np.int32)
+    pos = np.tile(np.arange(9, dtype=np.int32), (2, 1))
+    full = np.asarray(jitted_forward(CFG)(params, tok, pos, None))
+
+    step = jax.jit(lambda p, c, t, ps, i: decoder.forward(p, CFG, t, ps, cache=c, cache_index=i),
+                   donate_argnums=(1,))
+    cache = decoder.init_cache(CFG, 2, 12, dtype=jnp.float32)
+    # Prefill 4 tokens, then chunks of 1, 3, 1.
+    outs, start = [], 0
+    for n in (4, 1, 3, 1):
+        idx = np.full((2,), start, np.int32) if per_row else np.int32(start)
+        lg, cache = step(params, cache, tok[:, start:start + n], pos[:, start:start + n], idx)
+        outs.append(np.asarray(lg))
+        start += n
+    np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)
+    assert cache.k.shape == (2, 2, 12, 2, 8)
+    np.testing.assert_array_equal(np.asarray(cache.seg), np.array([[1] * 9 + [0] * 3] * 2))
+
+
+def test_kv_cache_per_row_offsets(params):
+    """Rows at different cache offsets (right padding): each row equals its own full forward."""
+    rng = np.random.default_rng(5)
+    lens = [3, 6]
+    seqs = [rng.integers(1, 97, 8).astype(np.int32) for _ in lens]
+    cache = decoder.init_cache(CFG, 2, 10, dtype=jnp.float32)
+    tok = np.zeros((2, 6), np.int32)
+    seg = np.zeros((2, 6), np.int32)
+    for i, n in enumerate(lens):
+        tok[i, :n], seg[i, :n] = seqs[i][:n], 1
+    pos = np.tile(np.arange(6, dtype=np.int32), (2, 1))
+    _, cache = decoder.forward(params, CFG, tok, pos, segment_ids=seg, cache=cache, cache_index=0)
+    # Decode two more tokens per row, each at its own slot.
+    got = []
+    for s in range(2):
+        t = np.array([[seqs[0][lens[0] + s]], [seqs[1][lens[1] + s]]], np.int32)
+        ps = np.array([[lens[0] + s], [lens[1] + s]], np.int32)
+        lg, cache = decoder.forward(params, CFG, t, ps, cache=cache,
+                                    cache_index=jnp.array(lens) + s)
+        got.append(np.asarray(lg)[:, 0])
+    for i, n in enumerate(lens):
+        full = np.asarray(jitted_forward(CFG)(params, seqs[i][None, :n + 2],
+                                              np.arange(n + 2, dtype=np.int32)[None], None))
+        np.testing.assert_allclose(np.stack([g[i] for g in got]), full[0, n:n + 2], atol=1e-5)
+
+
+def test_remat_same_loss_and_grads(params):
+    tok = np.random.default_rng(6).integers(0, 97, (2, 6)).astype(np.int32)
+    pos = np.tile(np.arange(6, dtype=np.int32), (2, 1))
+
+    def loss(p, cfg):
+        lg, _ = decoder.forward(p, cfg, tok, pos)
+        return jnp.mean(jax.nn.logsumexp(lg, -1) - lg[..., 0])
+
+    l0, g0 = jax.jit(jax.value_and_grad(lambda p: loss(p, CFG)))(params)
+    l1, g1 = jax.jit(jax.value_and_grad(lambda p: loss(p, CFG.replace(remat=True))))(params)
+    np.testing.assert_allclose(float(l0), float(l1), rtol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(g0), jax.tree_util.tree_leaves(g1)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    assert float(jnp.abs(g0["layers"]["wq"]).max()) > 0
+
+
+def test_bad_shapes_raise_clear_errors(params):
+    with pytest.raises(ValueError, match="positions"):
+        decoder.forward(params, CFG, jnp.zeros((2, 3), jnp.int32), jnp.zeros((2, 4), jnp.int32))
+    with pytest.raises(ValueError, match="cache_index"):
+        decoder.forward(params, CFG, jnp.zeros((2, 3), jnp.int32), jnp.zeros((2, 3), jnp.int32),
+                        cache=decoder.init_cache(CFG, 2, 8))
+    with pytest.raises(ValueError, match="batch"):
+        decoder.init_cache(CFG, 0, 8)
