@@ -1,0 +1,360 @@
+"""The DCP-driven multi-turn rollout (DESIGN 4.3, 4.4).
+
+For P prompts x G rows: turn 1 generates and scores every row; DCP then classifies each group
+(easy / debug / hopeless) and only the failed rows of debugged groups continue, each with
+`context + response + feedback`, until correct or T turns. Every turn generates only the active rows
+(compaction: pruned rows cost nothing). Each row keeps one conversation token stream; the sampled
+response tokens are trainable (mask 1, with the sampler's log-probs), prompt and feedback tokens
+are not. `env_error` results exclude their row from rewards and are counted in the stats.
+
+Generation and evaluation overlap: the active rows of a turn are generated in chunks and each
+chunk's jobs are submitted to the pool before the next chunk generates. Phase times are measured.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from kernels_env.config import EnvConfig
+from kernels_env.result import Result
+from kernels_env.status import Status
+from kernels_env.tasks import get_task
+from leap_jax.rollout.policy import GenRequest, GenResponse, Policy
+from leap_jax.rollout.prompts import Message, feedback_message, initial_messages
+
+# DCP decision codes (leap_jax.rl.dcp)
+EASY, DEBUG, HOPELESS, PAD = 0, 1, 2, -1
+
+RenderFn = Callable[[list[Message], bool], list[int]]
+
+
+@dataclass
+class TurnRecord:
+    """One assistant turn of one row."""
+    turn: int  # 1-based
+    start: int  # index in the stream of the first response token
+    length: int  # number of response tokens (trainable)
+    text: str
+    result: Result
+    scripted: bool
+    finished: bool
+
+
+@dataclass
+class Row:
+    """One rollout: a conversation token stream plus per-token training annotations."""
+    task: str
+    group: int
+    index: int  # 0..G-1 within the group
+    tokens: list[int] = field(default_factory=list)
+    trainable: list[bool] = field(default_factory=list)  # the assistant mask of sampled tokens
+    logprobs: list[float] = field(default_factory=list)  # sampler log-probs; nan where unknown
+    turn_of: list[int] = field(default_factory=list)  # 1..T on trainable tokens, 0 elsewhere
+    turns: list[TurnRecord] = field(default_factory=list)
+    env_error: bool = False  # some turn's evaluation failed in the environment: excluded from rewards
+    context_limited: bool = False  # stopped because the next turn would not fit max_context_tokens
+
+    def append(self, ids: Sequence[int], trainable: bool, logprobs: np.ndarray | None, turn: int) -> None:
+        self.tokens.extend(int(i) for i in ids)
+        self.trainable.extend([trainable] * len(ids))
+        if logprobs is None:
+            self.logprobs.extend([float("nan")] * len(ids))
+        else:
+            lp = np.asarray(logprobs, dtype=np.float64)
+            if lp.shape != (len(ids),):
+                raise ValueError(f"logprobs shape {lp.shape} does not match {len(ids)} response tokens")
+            self.logprobs.extend(lp.tolist())
+        self.turn_of.extend([turn if trainable else 0] * len(ids))
+
+    @property
+    def solved_turn(self) -> int | None:
+        for tr in self.turns:
+            if tr.result.status is Status.CORRECT:
+                return tr.turn
+        return None
+
+
+@dataclass
+class RolloutOutput:
+    """Everything the update and the metrics need from one step's rollouts."""
+    tasks: list[str]  # [P]
+    rows: list[Row]  # [P * G], row r is group r // G, index r % G
+    group_size: int
+    max_turns: int
+    decisions: np.ndarray  # int32 [P]
+    correct: np.ndarray  # bool [P, G, T]
+    attempted: np.ndarray  # bool [P, G, T]
+    status_rank: np.ndarray  # int32 [P, G, T] (-1 where not attempted or env_error)
+    speedup: np.ndarray  # float32 [P, G, T] (nan where unknown)
+    row_mask: np.ndarray  # bool [P, G]: False for env_error rows
+    stats: dict[str, float]
+
+
+class ChatStreams:
+    """Token-level conversation building on top of a chat renderer.
+
+    `render(messages, add_generation_prompt) -> ids`. The between-turn tokens (what follows an
+    assistant's end-of-turn token, then the feedback user turn, then the next assistant header) are
+    derived from the renderer itself, so the streams match what the chat template would produce.
+    """
+
+    def __init__(self, render: RenderFn, end_ids: Sequence[int]):
+        if not end_ids:
+            raise ValueError("ChatStreams needs the end-of-turn token ids (tokenizer.eos_ids); got none")
+        self.render = render
+        self.end_ids = [int(i) for i in end_ids]
+        probe = [Message("user", "u"), Message("assistant", "r")]
+        a = list(render(probe, False))
+        ends = [i for i, t in enumerate(a) if t in self.end_ids]
+        if not ends:
+            raise ValueError("the chat renderer does not end an assistant turn with any of the "
+                             f"end-of-turn ids {self.end_ids}")
+        self.after_end = a[ends[-1] + 1:]  # e.g. the newline after <|im_end|>
+        self._prefix_len = len(a)
+        self._probe = probe
+
+    def initial(self, messages: list[Message]) -> list[int]:
+        return list(self.render(messages, True))
+
+    def feedback_delta(self, feedback: Message) -> list[int]:
+        """Tokens after the previous response's end-of-turn id, up to the next assistant header."""
+        b = list(self.render(self._probe + [feedback], True))
+        a = list(self.render(self._probe, False))
+        if b[:len(a)] != a:
+            raise ValueError("the chat renderer is not prefix-stable (rendering more messages changed "
+                             "the earlier tokens); multi-turn streams need a prefix-stable template")
+        return self.after_end + b[len(a):]
+
+
+class MultiTurnRollout:
+    """Runs one step's rollouts; see the module docstring."""
+
+    def __init__(self, streams: ChatStreams, evaluator: Any, env_config: EnvConfig, *,
+                 group_size: int, max_turns: int, dcp_mode: str = "dcp", t_min: Any = 0.5,
+                 t_max: Any = None, feedback_budget_chars: int = 800, max_new_tokens: int = 256,
+                 max_context_tokens: int = 4096, overlap_chunks: int = 1,
+                 feedback_fn: Callable[[Result, int], str] | None = None, sizes: str = "eval"):
+        if dcp_mode not in ("dcp", "all"):
+            raise ValueError(f"dcp_mode={dcp_mode!r}; expected 'dcp' (LEAP pruning) or 'all' (debug every group)")
+        if group_size < 1 or max_turns < 1:
+            raise ValueError(f"group_size={group_size}, max_turns={max_turns}; expected both >= 1")
+        self.streams, self.evaluator, self.env_config = streams, evaluator, env_config
+        self.G, self.T = group_size, max_turns
+        self.dcp_mode, self.t_min, self.t_max = dcp_mode, t_min, t_max
+        self.feedback_budget = feedback_budget_chars
+        self.max_new_tokens, self.max_context = max_new_tokens, max_context_tokens
+        self.chunks = max(1, overlap_chunks)
+        self.sizes = sizes
+        if feedback_fn is None:
+            from kernels_env.feedback import render_feedback
+            feedback_fn = lambda result, budget: render_feedback(result, budget)  # noqa: E731
+        self.feedback_fn = feedback_fn
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    # ---- evaluation -----------------------------------------------------------------------------
+    def _submit(self, task: str, text: str) -> Future:
+        from kernels_env.pool import Job
+        job = Job(task=task, text=text, config=self.env_config)
+        submit = getattr(self.evaluator, "submit", None)
+        if submit is not None:
+            return submit(job)
+        fut: Future = Future()
+        try:
+            fut.set_result(self.evaluator.map([job])[0])
+        except Exception as e:  # the environment failed, not the policy
+            fut.set_result(Result.env_error(f"evaluation failed: {type(e).__name__}: {e}", task=task))
+        return fut
+
+    @staticmethod
+    def _collect(fut: Future, task: str) -> Result:
+        try:
+            res = fut.result()
+        except Exception as e:
+            return Result.env_error(f"evaluation failed: {type(e).__name__}: {e}", task=task)
+        if not isinstance(res, Result):
+            return Result.env_error(f"evaluator returned {type(res).__name__}, expected Result", task=task)
+        return res
+
+    def _generate_and_score(self, policy: Policy, requests: list[GenRequest], seed: int,
+                            times: dict[str, float]) -> tuple[list[GenResponse], list[Result]]:
+        """Generate in chunks; submit each chunk's evaluations before generating the next."""
+        n = len(requests)
+        bounds = np.linspace(0, n, min(self.chunks, n) + 1).astype(int) if n else np.array([0])
+        responses: list[GenResponse] = []
+        futures: list[Future] = []
+        t_eval_start = None
+        for c in range(len(bounds) - 1):
+            chunk = requests[bounds[c]:bounds[c + 1]]
+            t0 = time.perf_counter()
+            out = policy.generate(chunk, seed * 1000 + c)
+            times["generate"] += time.perf_counter() - t0
+            if len(out) != len(chunk):
+                raise RuntimeError(f"policy returned {len(out)} responses for {len(chunk)} requests")
+            responses.extend(out)
+            t1 = time.perf_counter()
+            t_eval_start = t1 if t_eval_start is None else t_eval_start
+            futures.extend(self._submit(r.task, resp.text) for r, resp in zip(chunk, out))
+            times["evaluate_submit"] += time.perf_counter() - t1
+        t2 = time.perf_counter()
+        results = [self._collect(f, r.task) for f, r in zip(futures, requests)]
+        times["evaluate_wait"] += time.perf_counter() - t2
+        if t_eval_start is not None:
+            times["evaluate_span"] += time.perf_counter() - t_eval_start
+        return responses, results
+
+    # ---- the rollout ----------------------------------------------------------------------------
+    def _prompt_ids(self, task: str) -> list[int]:
+        if task not in self._prompt_cache:
+            self._prompt_cache[task] = self.streams.initial(initial_messages(get_task(task), self.sizes))
+        return self._prompt_cache[task]
+
+    def _decide(self, correct_t1: np.ndarray, row_mask: np.ndarray) -> np.ndarray:
+        if self.dcp_mode == "all":
+            return np.where(row_mask.any(axis=1), DEBUG, PAD).astype(np.int32)
+        from leap_jax.rl.dcp import dcp_decision
+        return np.asarray(dcp_decision(correct_t1, None, self.t_min, self.t_max, row_mask=row_mask),
+                          dtype=np.int32)
+
+    def run(self, tasks: Sequence[str], policy: Policy, seed: int, step: int = 0) -> RolloutOutput:
+        """Roll out G rows for each task in `tasks`; `seed` and `step` make it reproducible."""
+        P, G, T = len(tasks), self.G, self.T
+        times = {k: 0.0 for k in ("generate", "evaluate_submit", "evaluate_wait", "evaluate_span",
+                                  "feedback")}
+        t_start = time.perf_counter()
+        rows = [Row(task=tasks[r // G], group=r // G, index=r % G) for r in range(P * G)]
+        for row in rows:
+            row.append(self._prompt_ids(row.task), False, None, 0)
+        correct = np.zeros((P, G, T), bool)
+        attempted = np.zeros((P, G, T), bool)
+        status_rank = np.full((P, G, T), -1, np.int32)
+        speedup = np.full((P, G, T), np.nan, np.float32)
+        row_mask = np.ones((P, G), bool)
+        decisions = np.full((P,), PAD, np.int32)
+        gen_rows = [0] * T
+        gen_tokens = [0] * T
+        env_evals = cache_hits = env_errors = scripted = 0
+        active = list(range(P * G))
+        for t in range(1, T + 1):
+            if not active:
+                break
+            requests = [GenRequest(list(rows[r].tokens), rows[r].task, t, (step, r, t)) for r in active]
+            responses, results = self._generate_and_score(policy, requests, seed + 7919 * t, times)
+            gen_rows[t - 1] = len(active)
+            for r, resp, res in zip(active, responses, results):
+                row, g, i = rows[r], r // G, r % G
+                ids = list(resp.token_ids)
+                lp = None if resp.logprobs is None else np.asarray(resp.logprobs)[:len(ids)]
+                start = len(row.tokens)
+                row.append(ids, True, lp, t)
+                if not resp.finished or not ids or ids[-1] not in self.streams.end_ids:
+                    row.append(self.streams.end_ids[:1], False, None, 0)  # close the truncated turn
+                row.turns.append(TurnRecord(t, start, len(ids), resp.text, res, resp.scripted, resp.finished))
+                gen_tokens[t - 1] += 0 if resp.scripted else len(ids)
+                scripted += int(resp.scripted)
+                env_evals += 1
+                cache_hits += int(bool(res.cached))
+                attempted[g, i, t - 1] = True
+                if res.status is Status.ENV_ERROR:
+                    env_errors += 1
+                    row.env_error = True
+                    row_mask[g, i] = False
+                    continue
+                status_rank[g, i, t - 1] = res.status.rank
+                correct[g, i, t - 1] = res.status is Status.CORRECT
+                if res.speedup is not None:
+                    speedup[g, i, t - 1] = res.speedup
+            if t == 1:
+                decisions = self._decide(correct[:, :, 0], row_mask)
+            if t == T:
+                break
+            t0 = time.perf_counter()
+            nxt = []
+            for r in active:
+                row, g, i = rows[r], r // G, r % G
+                if decisions[g] != DEBUG or not row_mask[g, i] or correct[g, i, t - 1]:
+                    continue
+                delta = self.streams.feedback_delta(
+                    feedback_message(self.feedback_fn(row.turns[-1].result, self.feedback_budget)))
+                if len(row.tokens) + len(delta) + self.max_new_tokens > self.max_context:
+                    row.context_limited = True
+                    continue
+                row.append(delta, False, None, 0)
+                nxt.append(r)
+            times["feedback"] += time.perf_counter() - t0
+            active = nxt
+        times["rollout_total"] = time.perf_counter() - t_start
+        stats = self._stats(rows, decisions, correct, attempted, row_mask, gen_rows, gen_tokens,
+                            env_evals, cache_hits, env_errors, scripted, times)
+        return RolloutOutput(list(tasks), rows, G, T, decisions, correct, attempted, status_rank,
+                             speedup, row_mask, stats)
+
+    def _stats(self, rows, decisions, correct, attempted, row_mask, gen_rows, gen_tokens, env_evals,
+               cache_hits, env_errors, scripted, times) -> dict[str, float]:
+        P, G, T = correct.shape
+        live = decisions != PAD
+        failed_t1 = (~correct[:, :, 0]) & row_mask & live[:, None]
+        debug_rows = failed_t1 & (decisions == DEBUG)[:, None]
+        n_failed_t1 = int(failed_t1.sum())
+        s: dict[str, float] = {
+            "rollout/groups": float(live.sum()),
+            "rollout/rows": float(P * G),
+            "dcp/activated_groups_frac": float((decisions == DEBUG).sum() / max(int(live.sum()), 1)),
+            "dcp/easy_groups": float((decisions == EASY).sum()),
+            "dcp/debug_groups": float((decisions == DEBUG).sum()),
+            "dcp/hopeless_groups": float((decisions == HOPELESS).sum()),
+            # of the rows that failed turn 1 (each a candidate for turn 2), the share DCP pruned
+            "dcp/skipped_turn2_frac": (float((n_failed_t1 - int(debug_rows.sum())) / n_failed_t1)
+                                       if n_failed_t1 else 0.0),
+            "env/evaluations": float(env_evals),
+            "env/cache_hits": float(cache_hits),
+            "env/env_errors": float(env_errors),
+            "rollout/scripted_frac": float(scripted / max(env_evals, 1)),
+            "rollout/context_limited": float(sum(r.context_limited for r in rows)),
+            "tokens/generated": float(sum(gen_tokens)),
+        }
+        for t in range(T):
+            s[f"rollout/gen_rows_turn{t + 1}"] = float(gen_rows[t])
+            s[f"tokens/generated_turn{t + 1}"] = float(gen_tokens[t])
+        # generation skipped relative to debugging every failed row for all T-1 later turns
+        if T > 1:
+            full = n_failed_t1 * (T - 1)
+            s["dcp/skipped_later_row_turns_frac"] = (
+                float(max(full - sum(gen_rows[1:]), 0) / full) if full else 0.0)
+        for k, v in times.items():
+            s[f"time/{k}"] = float(v)
+        return s
+
+
+def outcome_metrics(out: RolloutOutput, fast_thresholds: Sequence[float] = (1.0, 1.2)) -> dict[str, float | None]:
+    """Acc@t for every t, fast_p, mean speedup of correct kernels, turns per pass (DESIGN 4.8).
+
+    Over valid rows (env_error rows excluded): Acc@t = share solved on some turn <= t;
+    fast_p = share whose first correct kernel has speedup > p (None when no speedup is comparable,
+    e.g. the cpu backend); turns per pass = attempted turns / solved rows (None without a solve).
+    """
+    valid = out.row_mask
+    n = int(valid.sum())
+    solved_by = np.cumsum(out.correct & out.attempted, axis=-1) > 0  # [P, G, T]
+    m: dict[str, float | None] = {}
+    for t in range(out.max_turns):
+        m[f"acc@{t + 1}"] = float((solved_by[..., t] & valid).sum() / n) if n else None
+    solved = solved_by[..., -1] & valid
+    first = np.argmax(out.correct & out.attempted, axis=-1)  # first correct turn (0-based)
+    sp = np.take_along_axis(out.speedup, first[..., None], axis=-1)[..., 0]
+    sp_solved = sp[solved]
+    known = sp_solved[np.isfinite(sp_solved)]
+    m["speedup/mean_correct"] = float(known.mean()) if known.size else None
+    for p in fast_thresholds:
+        m[f"fast_{p:g}"] = (float((solved & np.isfinite(sp) & (np.nan_to_num(sp) > p)).sum() / n)
+                            if n and known.size else None)
+    n_solved = int(solved.sum())
+    m["turns_per_pass"] = float((out.attempted & valid[..., None]).sum() / n_solved) if n_solved else None
+    m["rollout/solved_rows"] = float(n_solved)
+    unscripted_t1 = [r for r in out.rows if r.turns and not r.turns[0].scripted and not r.env_error]
+    m["acc_unscripted@1"] = (float(np.mean([r.turns[0].result.status is Status.CORRECT for r in unscripted_t1]))
+                             if unscripted_t1 else None)
+    return m

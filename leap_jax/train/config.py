@@ -1,0 +1,476 @@
+"""Typed run configuration (DESIGN 4.9): dataclasses loaded from YAML, dotted overrides, validation.
+
+`load_config(path, overrides)` reads a YAML file, applies `a.b=value` overrides (values parsed as
+YAML scalars), type-checks every leaf against the dataclass annotations (unknown keys get a
+did-you-mean suggestion) and checks cross-field combinations (e.g. G < 2 for a group method).
+`to_dict` / `save_config` write the resolved config back out so a run directory is self-describing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ALGORITHMS = ("leap", "grpo", "multiturn", "kevin", "trloo", "ppo", "rank_no_dcp", "dcp_binary")
+GROUP_ALGORITHMS = ("leap", "grpo", "multiturn", "rank_no_dcp", "dcp_binary", "trloo")
+DCP_ALGORITHMS = ("leap", "dcp_binary")
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+class ConfigError(ValueError):
+    """A bad config value, key or combination; the message names it and what was expected."""
+
+
+@dataclass
+class ModelCfg:
+    """`source: random` builds a fresh decoder of the given size; `source: hf` loads `path`."""
+    source: str = "random"  # random | hf
+    path: str | None = None  # local HF folder (config.json + safetensors) when source=hf
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int | None = None
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = True
+    qkv_bias: bool = False
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    remat: bool = False
+
+
+@dataclass
+class TokenizerCfg:
+    """`bpe`: train a small byte-level BPE on the task suite at run time (cached in the run dir);
+    `file`: a tokenizer.json; `hf`: the tokenizer of the HF folder (defaults to model.path)."""
+    kind: str = "bpe"  # bpe | file | hf
+    path: str | None = None
+    vocab_size: int = 512  # for kind=bpe
+
+
+@dataclass
+class SamplingCfg:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    max_new_tokens: int = 256
+
+
+@dataclass
+class ScriptedMixCfg:
+    """Smoke-only: replace a fraction of sampled responses by known-good / known-bad suite
+    submissions so a random tiny model still exercises real evaluation, DCP and later turns.
+    Scripted rows are counted in metrics (`rollout/scripted_frac`); never enable in real runs."""
+    enabled: bool = False
+    fraction: float = 0.5  # probability a response is replaced by a scripted one
+    p_good: float = 0.5  # probability a scripted response is the task's known-good solution
+
+
+@dataclass
+class RolloutCfg:
+    group_size: int = 8  # G
+    max_turns: int = 3  # T
+    prompts_per_step: int = 4
+    feedback_budget_chars: int = 800
+    max_context_tokens: int = 4096  # rows whose next prompt would exceed this stop early
+    overlap: bool = True  # evaluate one chunk while the next generates
+    overlap_chunks: int = 2
+    scripted_mix: ScriptedMixCfg = field(default_factory=ScriptedMixCfg)
+
+
+@dataclass
+class AlgorithmCfg:
+    name: str = "leap"
+    credit: str = "trajectory"  # trajectory | per_turn (rank reward)
+    rank_speedup_tiebreak: bool = False
+    rank_status_tiebreak: bool = False
+    eps: float = 1e-6  # z-score std epsilon
+    kevin_gamma: float = 0.4
+    kevin_correct_bonus: float = 0.3
+    gamma: float = 1.0  # ppo / gae
+    gae_lambda: float = 0.95
+
+
+@dataclass
+class DCPCfg:
+    """Debug a group iff t_min <= n_fail <= t_max (leap_jax.rl.dcp): an int is a count of failed
+    rows, a float in [0, 1] a fraction of the group's valid rows; t_max=None means G-1 (only
+    all-failed groups are hopeless). Defaults are the paper's t_min=4, t_max=7 for G=8."""
+    t_min: int | float = 0.5
+    t_max: int | float | None = None
+    history: bool = False  # per-task recovery-rate history (extension; off keeps paper behaviour)
+
+
+@dataclass
+class LossCfg:
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    kl_beta: float = 0.0
+    aggregation: str = "token-mean"
+    ppo_epochs: int = 1
+    value_coef: float = 0.5
+    value_clip: float = 0.2
+
+
+@dataclass
+class OptimizerCfg:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    micro_batch_size: int = 8  # rows per micro-batch (exact (sum, denom) accumulation)
+    pad_to_multiple: int = 64  # sequence length bucket
+
+
+@dataclass
+class EnvCfg:
+    backend: str = "auto"  # auto | cupy | cpu
+    pool_mode: str = "process"  # process | inline
+    gpu_workers: int | None = None
+    compile_workers: int | None = None
+    cache: bool = True
+    sizes: str = "eval"  # eval | small
+    correctness_trials: int = 5
+    timing: bool = True
+    warmup_runs: int = 10
+    timed_runs: int = 100
+    arch: str | None = None
+    compile_timeout: float = 30.0
+    correctness_timeout: float = 30.0
+    timing_timeout: float = 60.0
+    jax_mem_fraction: float = 0.5  # XLA_PYTHON_CLIENT_MEM_FRACTION, leaves room for CuPy workers
+    jax_preallocate: bool = False
+
+
+@dataclass
+class TasksCfg:
+    names: list[str] = field(default_factory=list)  # empty: every task of `levels`
+    levels: list[int] = field(default_factory=lambda: [1, 2])
+    held_out_fraction: float = 0.2
+    split_seed: int = 0
+
+
+@dataclass
+class TrainCfg:
+    steps: int = 100
+    seed: int = 0
+    run_dir: str = "runs/default"
+
+
+@dataclass
+class CheckpointCfg:
+    interval: int = 10  # steps between checkpoints (the last step always saves)
+    keep_last: int = 3
+    enabled: bool = True
+
+
+@dataclass
+class LoggingCfg:
+    jsonl: bool = True
+    tensorboard: bool = True
+    progress_bar: bool = True
+    report: bool = True  # write the report PNGs + summary at the end
+
+
+@dataclass
+class EvalCfg:
+    only: bool = False
+    checkpoint: str | None = None  # run dir or checkpoint dir; None: latest of train.run_dir
+    turns: int = 3
+    samples: int = 1  # rollouts per held-out task
+    temperature: float = 0.0  # greedy by default
+
+
+@dataclass
+class Config:
+    model: ModelCfg = field(default_factory=ModelCfg)
+    tokenizer: TokenizerCfg = field(default_factory=TokenizerCfg)
+    sampling: SamplingCfg = field(default_factory=SamplingCfg)
+    rollout: RolloutCfg = field(default_factory=RolloutCfg)
+    algorithm: AlgorithmCfg = field(default_factory=AlgorithmCfg)
+    dcp: DCPCfg = field(default_factory=DCPCfg)
+    loss: LossCfg = field(default_factory=LossCfg)
+    optimizer: OptimizerCfg = field(default_factory=OptimizerCfg)
+    env: EnvCfg = field(default_factory=EnvCfg)
+    tasks: TasksCfg = field(default_factory=TasksCfg)
+    train: TrainCfg = field(default_factory=TrainCfg)
+    checkpoint: CheckpointCfg = field(default_factory=CheckpointCfg)
+    logging: LoggingCfg = field(default_factory=LoggingCfg)
+    eval: EvalCfg = field(default_factory=EvalCfg)
+
+
+# ---- building from dicts with type checks ------------------------------------------------------
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check `value` against annotation `tp`; ints are accepted for floats. Raises ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{where}={value!r}: expected {' or '.join(_type_name(a) for a in args)}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}={value!r}: expected a list")
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        return [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}={value!r}: expected a mapping of {tp.__name__} fields")
+        return _build(tp, value, where)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}={value!r}: expected a bool (true/false)")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}={value!r}: expected an int")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}={value!r}: expected a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}={value!r}: expected a string")
+    raise ConfigError(f"{where}: unsupported annotation {tp!r}")
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k in data:
+        if k not in names:
+            full = f"{where}.{k}" if where else k
+            raise ConfigError(f"unknown config key {full!r}{_suggest(str(k), names)}; "
+                              f"valid keys here: {', '.join(names)}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def from_dict(data: dict[str, Any]) -> Config:
+    """Build and validate a Config from a nested dict (missing keys keep their defaults)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"config must be a mapping at the top level, got {type(data).__name__}")
+    cfg = _build(Config, data, "")
+    validate(cfg)
+    return cfg
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a","b","c"], value parsed as a YAML scalar/list)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected KEY=VALUE with a dotted key, e.g. train.steps=10")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not p for p in key.split(".")):
+        raise ConfigError(f"override {text!r}: empty key segment in {key!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() != "" else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: value {raw!r} is not valid YAML ({e})") from None
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply dotted overrides onto a nested dict, checking each key path against the schema."""
+    data = _deepcopy(data)
+    for ov in overrides:
+        path, value = parse_override(ov)
+        cls: Any = Config
+        node = data
+        for i, part in enumerate(path):
+            names = [f.name for f in dataclasses.fields(cls)]
+            if part not in names:
+                prefix = ".".join(path[:i])
+                raise ConfigError(f"override {ov!r}: unknown key {part!r}"
+                                  f"{' under ' + repr(prefix) if prefix else ''}{_suggest(part, names)}; "
+                                  f"valid keys: {', '.join(names)}")
+            tp = typing.get_type_hints(cls)[part]
+            if i == len(path) - 1:
+                node[part] = value
+            else:
+                if not dataclasses.is_dataclass(tp):
+                    raise ConfigError(f"override {ov!r}: {'.'.join(path[:i + 1])} is a value, not a section")
+                node = node.setdefault(part, {})
+                if not isinstance(node, dict):
+                    raise ConfigError(f"override {ov!r}: {'.'.join(path[:i + 1])} is not a mapping")
+                cls = tp
+    return data
+
+
+def _deepcopy(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _deepcopy(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [_deepcopy(v) for v in d]
+    return d
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Read YAML (or start from defaults when path is None), apply overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        loaded = yaml.safe_load(p.read_text())
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(p)!r}: expected a mapping at the top level")
+        data = loaded
+    return from_dict(apply_overrides(data, list(overrides)))
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+# ---- cross-field validation --------------------------------------------------------------------
+def _choice(value: Any, choices: tuple, where: str) -> None:
+    if value not in choices:
+        raise ConfigError(f"{where}={value!r}: expected one of {', '.join(map(str, choices))}"
+                          f"{_suggest(str(value), [str(c) for c in choices])}")
+
+
+def _positive(value: float, where: str, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{where}={value!r}: expected {'>= 0' if allow_zero else '> 0'}")
+
+
+def check_threshold(value: int | float | None, group_size: int, where: str) -> None:
+    """A DCP threshold: an int count in [0, G], or a float fraction in [0, 1] (None allowed for t_max)."""
+    if value is None:
+        return
+    if isinstance(value, int):
+        if not 0 <= value <= group_size:
+            raise ConfigError(f"{where}={value!r}: an int is a count of failed rows; expected 0..{group_size} (G)")
+    elif not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{where}={value!r}: a float is a fraction of the group; expected it in [0, 1]")
+
+
+def validate(cfg: Config) -> None:
+    """Check value ranges and impossible combinations; raise ConfigError naming the problem."""
+    _choice(cfg.model.source, ("random", "hf"), "model.source")
+    if cfg.model.source == "hf" and not cfg.model.path:
+        raise ConfigError("model.source=hf needs model.path: the local HF model folder "
+                          "(config.json + *.safetensors)")
+    _choice(cfg.model.dtype, ("float32", "bfloat16", "float16"), "model.dtype")
+    _choice(cfg.model.param_dtype, ("float32", "bfloat16", "float16"), "model.param_dtype")
+    _choice(cfg.tokenizer.kind, ("bpe", "file", "hf"), "tokenizer.kind")
+    if cfg.tokenizer.kind == "file" and not cfg.tokenizer.path:
+        raise ConfigError("tokenizer.kind=file needs tokenizer.path (a tokenizer.json)")
+    if cfg.tokenizer.kind == "hf" and not (cfg.tokenizer.path or cfg.model.path):
+        raise ConfigError("tokenizer.kind=hf needs tokenizer.path or model.path (an HF folder)")
+    if cfg.tokenizer.kind == "bpe" and cfg.tokenizer.vocab_size < 300:
+        raise ConfigError(f"tokenizer.vocab_size={cfg.tokenizer.vocab_size}: a byte-level BPE needs >= 300 "
+                          "(256 bytes + special tokens + merges)")
+    s = cfg.sampling
+    _positive(s.temperature, "sampling.temperature", allow_zero=True)
+    if not 0 < s.top_p <= 1:
+        raise ConfigError(f"sampling.top_p={s.top_p}: expected in (0, 1]")
+    _positive(s.top_k, "sampling.top_k", allow_zero=True)
+    _positive(s.max_new_tokens, "sampling.max_new_tokens")
+    r = cfg.rollout
+    _positive(r.group_size, "rollout.group_size")
+    _positive(r.max_turns, "rollout.max_turns")
+    _positive(r.prompts_per_step, "rollout.prompts_per_step")
+    _positive(r.feedback_budget_chars, "rollout.feedback_budget_chars")
+    _positive(r.overlap_chunks, "rollout.overlap_chunks")
+    for name in ("fraction", "p_good"):
+        v = getattr(r.scripted_mix, name)
+        if not 0 <= v <= 1:
+            raise ConfigError(f"rollout.scripted_mix.{name}={v}: expected a probability in [0, 1]")
+    a = cfg.algorithm
+    _choice(a.name, ALGORITHMS, "algorithm.name")
+    _choice(a.credit, ("trajectory", "per_turn"), "algorithm.credit")
+    if a.name in GROUP_ALGORITHMS and a.name != "trloo" and r.group_size < 2:
+        raise ConfigError(f"algorithm.name={a.name} normalises within a group: rollout.group_size="
+                          f"{r.group_size} must be >= 2")
+    if a.name == "grpo" and r.max_turns != 1:
+        raise ConfigError(f"algorithm.name=grpo is single-turn: rollout.max_turns={r.max_turns} must be 1")
+    if cfg.dcp.t_min is None:
+        raise ConfigError("dcp.t_min=None: expected an int count or a float fraction of G")
+    check_threshold(cfg.dcp.t_min, r.group_size, "dcp.t_min")
+    check_threshold(cfg.dcp.t_max, r.group_size, "dcp.t_max")
+    lo = cfg.dcp.t_min if isinstance(cfg.dcp.t_min, int) else -(-cfg.dcp.t_min * r.group_size // 1)
+    hi = (r.group_size - 1 if cfg.dcp.t_max is None else
+          cfg.dcp.t_max if isinstance(cfg.dcp.t_max, int) else cfg.dcp.t_max * r.group_size // 1)
+    if a.name in DCP_ALGORITHMS and lo > hi:
+        raise ConfigError(f"dcp.t_min={cfg.dcp.t_min} (= {lo:g} failed of G={r.group_size}) > dcp.t_max="
+                          f"{cfg.dcp.t_max} (= {hi:g}): no group could ever be debugged")
+    if not 0 < a.kevin_gamma <= 1 or not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:
+        raise ConfigError(f"algorithm gammas must be in (0, 1] and gae_lambda in [0, 1]; got kevin_gamma="
+                          f"{a.kevin_gamma}, gamma={a.gamma}, gae_lambda={a.gae_lambda}")
+    lo_ = cfg.loss
+    _choice(lo_.aggregation, AGGREGATIONS, "loss.aggregation")
+    _positive(lo_.eps_low, "loss.eps_low")
+    _positive(lo_.eps_high, "loss.eps_high")
+    _positive(lo_.kl_beta, "loss.kl_beta", allow_zero=True)
+    if lo_.kl_beta > 0:
+        raise ConfigError(f"loss.kl_beta={lo_.kl_beta}: a frozen reference model is not loaded by this "
+                          "trainer yet; use 0")
+    _positive(lo_.ppo_epochs, "loss.ppo_epochs")
+    o = cfg.optimizer
+    _positive(o.lr, "optimizer.lr")
+    _positive(o.weight_decay, "optimizer.weight_decay", allow_zero=True)
+    _positive(o.grad_clip, "optimizer.grad_clip", allow_zero=True)
+    _choice(o.schedule, SCHEDULES, "optimizer.schedule")
+    _positive(o.warmup_steps, "optimizer.warmup_steps", allow_zero=True)
+    _positive(o.micro_batch_size, "optimizer.micro_batch_size")
+    _positive(o.pad_to_multiple, "optimizer.pad_to_multiple")
+    e = cfg.env
+    _choice(e.backend, ("auto", "cupy", "cpu"), "env.backend")
+    _choice(e.pool_mode, ("process", "inline"), "env.pool_mode")
+    _choice(e.sizes, ("eval", "small"), "env.sizes")
+    _positive(e.correctness_trials, "env.correctness_trials")
+    if not 0 < e.jax_mem_fraction <= 1:
+        raise ConfigError(f"env.jax_mem_fraction={e.jax_mem_fraction}: expected in (0, 1]")
+    if not 0 <= cfg.tasks.held_out_fraction < 1:
+        raise ConfigError(f"tasks.held_out_fraction={cfg.tasks.held_out_fraction}: expected in [0, 1)")
+    for lv in cfg.tasks.levels:
+        _choice(lv, (1, 2, 3), "tasks.levels[]")
+    _positive(cfg.train.steps, "train.steps", allow_zero=True)
+    _positive(cfg.checkpoint.interval, "checkpoint.interval")
+    _positive(cfg.checkpoint.keep_last, "checkpoint.keep_last")
+    _positive(cfg.eval.turns, "eval.turns")
+    _positive(cfg.eval.samples, "eval.samples")
