@@ -1,0 +1,644 @@
+"""Backend-agnostic correctness trials and timing of a loaded submission (DESIGN 3.3 steps 3-4).
+
+`evaluate` is written once against the `Device` protocol (backends/base.py) and used by every
+backend: it draws fresh inputs per trial, poisons outputs, launches the launch plan, checks that
+inputs are untouched, runs the reference, compares, and, when correct, times kernel and reference
+with the device's timer. Policy code can only cause statuses here; environment faults (a broken
+reference, a backend bug) become `env_error`.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import statistics
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
+from kernels_env.config import EnvConfig
+from kernels_env.inputs import describe_distributions, make_inputs
+from kernels_env.program import (BinOp, Call, Dim3, Expr, KernelParam, KernelSignature, Launch, Name,
+                                 Neg, Num, Submission)
+from kernels_env.result import Mismatch, Result, Timing
+from kernels_env.status import Status
+from kernels_env.tasks.spec import Task
+
+# Output poison: NaN with a recognisable payload, so a surviving poison reads as "unwritten" and a
+# NaN the kernel computed reads as "nan_or_inf". Integer outputs get the most negative value.
+POISON_BITS = {"float32": (np.uint32, 0x7FC0DEAD), "float16": (np.uint16, 0x7E5A),
+               "float64": (np.uint64, 0x7FF8DEADDEADDEAD)}
+INT_SENTINEL = {"int32": np.iinfo(np.int32).min, "int64": np.iinfo(np.int64).min}
+REVERIFY_SEED_OFFSET = 1_000_003  # "another seed" for re-verifying a suspicious speedup
+
+# CUDA's launch-configuration limits (compute capability >= 3.0); checked identically on all backends.
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS_PER_BLOCK = 1024
+
+_C_SCALAR_TYPES: dict[str, type] = {
+    "int": np.int32, "signed": np.int32, "signed int": np.int32, "int32_t": np.int32,
+    "unsigned": np.uint32, "unsigned int": np.uint32, "uint32_t": np.uint32,
+    "long long": np.int64, "long long int": np.int64, "signed long long": np.int64,
+    "long": np.int64, "long int": np.int64, "int64_t": np.int64, "size_t": np.int64,
+    "ptrdiff_t": np.int64, "ssize_t": np.int64,
+    "unsigned long long": np.uint64, "unsigned long": np.uint64, "uint64_t": np.uint64,
+    "short": np.int16, "int16_t": np.int16, "unsigned short": np.uint16, "uint16_t": np.uint16,
+    "char": np.int8, "signed char": np.int8, "int8_t": np.int8,
+    "unsigned char": np.uint8, "uint8_t": np.uint8, "bool": np.bool_,
+    "float": np.float32, "double": np.float64, "__half": np.float16, "half": np.float16,
+}
+_QUALIFIERS = ("const", "volatile", "__restrict__", "__restrict", "restrict")
+
+
+class PlanError(ValueError):
+    """The launch plan cannot be evaluated with these sizes (a policy error: format_error)."""
+
+
+class ConfigError(ValueError):
+    """A launch configuration CUDA would reject (a policy error: runtime_error)."""
+
+
+class _StageTimeout(Exception):
+    pass
+
+
+class _EnvFault(Exception):
+    """The environment (reference, input generation, backend) failed: env_error."""
+
+
+class _Failed(Exception):
+    """A policy-attributable failure carrying its Result."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+# ---- launch-plan evaluation -------------------------------------------------------------------
+def _c_div(a: int | float, b: int | float) -> int | float:
+    if b == 0:
+        raise PlanError("division by zero in a launch expression")
+    if isinstance(a, int) and isinstance(b, int):
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    return a / b
+
+
+def _c_mod(a: int | float, b: int | float) -> int | float:
+    if b == 0:
+        raise PlanError("modulo by zero in a launch expression")
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b * _c_div(a, b)
+    return math.fmod(a, b)
+
+
+def eval_expr(expr: Expr, env: dict[str, int | float]) -> int | float:
+    """Evaluate a launch expression over `env` (sizes and scalars) with C integer semantics."""
+    if isinstance(expr, Num):
+        return expr.value
+    if isinstance(expr, Name):
+        if expr.name not in env:
+            raise PlanError(f"unknown name {expr.name!r} in a launch expression; expected a size or "
+                            f"scalar ({', '.join(sorted(env)) or 'none'}) or a number")
+        return env[expr.name]
+    if isinstance(expr, Neg):
+        return -eval_expr(expr.operand, env)
+    if isinstance(expr, BinOp):
+        a, b = eval_expr(expr.left, env), eval_expr(expr.right, env)
+        if expr.op == "+":
+            return a + b
+        if expr.op == "-":
+            return a - b
+        if expr.op == "*":
+            return a * b
+        if expr.op == "/":
+            return _c_div(a, b)
+        if expr.op == "%":
+            return _c_mod(a, b)
+        raise PlanError(f"unknown operator {expr.op!r}; expected one of + - * / %")
+    if isinstance(expr, Call):
+        args = [eval_expr(a, env) for a in expr.args]
+        if expr.func == "cdiv":
+            if len(args) != 2:
+                raise PlanError(f"cdiv takes 2 arguments, got {len(args)}")
+            a, b = args
+            if not (isinstance(a, int) and isinstance(b, int)):
+                raise PlanError(f"cdiv needs integers, got cdiv({a}, {b})")
+            if b <= 0:
+                raise PlanError(f"cdiv needs a positive divisor, got cdiv({a}, {b})")
+            return -((-a) // b)
+        if expr.func in ("min", "max"):
+            if len(args) < 2:
+                raise PlanError(f"{expr.func} takes at least 2 arguments, got {len(args)}")
+            return min(args) if expr.func == "min" else max(args)
+        raise PlanError(f"unknown function {expr.func!r}; expected cdiv, min or max")
+    raise PlanError(f"cannot evaluate launch expression {expr!r}")
+
+
+def scalar_type(param: KernelParam) -> type:
+    """The numpy type a scalar argument is cast to, from the kernel parameter's C type."""
+    words = [w for w in param.base_type.replace("*", " ").split() if w not in _QUALIFIERS]
+    key = " ".join(words)
+    if key not in _C_SCALAR_TYPES:
+        raise PlanError(f"parameter {param.name!r} has type {param.ctype!r}, which cannot take a "
+                        f"scalar argument; supported: {', '.join(sorted(set(_C_SCALAR_TYPES)))}")
+    return _C_SCALAR_TYPES[key]
+
+
+def _cast_scalar(value: int | float, param: KernelParam, where: str) -> Any:
+    typ = scalar_type(param)
+    if np.issubdtype(typ, np.integer) or typ is np.bool_:
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise PlanError(f"{where}: {value} passed to integer parameter {param.ctype} {param.name}")
+            value = int(value)  # C truncates toward zero
+        if typ is not np.bool_:
+            info = np.iinfo(typ)
+            if not info.min <= value <= info.max:
+                raise PlanError(f"{where}: value {value} does not fit parameter {param.ctype} "
+                                f"{param.name} (range [{info.min}, {info.max}])")
+    return typ(value)
+
+
+def _as_dim(values: list[int | float], what: str, where: str) -> tuple[int, int, int]:
+    out = []
+    for v in values:
+        if isinstance(v, float) and not v.is_integer():
+            raise PlanError(f"{where}: {what} dimension {v} is not an integer")
+        out.append(int(v))
+    return tuple(out)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class _BoundLaunch:
+    index: int
+    launch: Launch
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int
+    args: tuple[tuple[str, Any], ...]  # ("buf", name) or ("val", numpy scalar)
+
+    @property
+    def where(self) -> str:
+        return f"launch {self.index + 1} ({self.launch.kernel}, line {self.launch.line})"
+
+
+@dataclass(frozen=True)
+class _BoundPlan:
+    launches: tuple[_BoundLaunch, ...]
+    scratch: tuple[tuple[str, str, int], ...]  # (name, dtype, count)
+
+
+def bind_plan(submission: Submission, task: Task, sizes: dict[str, int],
+              kernels: dict[str, KernelSignature]) -> _BoundPlan:
+    """Evaluate every expression of the launch plan with the sizes; check arguments against signatures.
+
+    Raises PlanError (format_error) for plans that cannot run and ConfigError (runtime_error) for
+    launch configurations CUDA would reject.
+    """
+    env: dict[str, int | float] = {k: int(v) for k, v in sizes.items()}
+    for s in task.scalars:
+        env[s.name] = s.value
+    buffer_names = {b.name for b in task.buffers}
+    scratch = []
+    for decl in submission.plan.scratch:
+        where = f"scratch {decl.name} (line {decl.line})"
+        if decl.name in buffer_names or decl.name in env:
+            raise PlanError(f"{where}: the name {decl.name!r} is already a task buffer, size or scalar")
+        count = eval_expr(decl.count, env)
+        if isinstance(count, float) and not count.is_integer() or count < 0:
+            raise PlanError(f"{where}: element count {count}; expected an integer >= 0")
+        if decl.dtype not in ("float32", "float16", "int32", "int64"):
+            raise PlanError(f"{where}: dtype {decl.dtype!r}; expected float32, float16, int32 or int64")
+        scratch.append((decl.name, decl.dtype, int(count)))
+    arrays = buffer_names | {s[0] for s in scratch}
+    if not submission.plan.launches:
+        raise PlanError("the launch block launches no kernel; expected at least one `kernel<<<grid, block>>>(...)`")
+    bound = []
+    for i, launch in enumerate(submission.plan.launches):
+        where = f"launch {i + 1} ({launch.kernel}, line {launch.line})"
+        sig = kernels.get(launch.kernel)
+        if sig is None:
+            raise PlanError(f"{where}: no extern \"C\" __global__ kernel named {launch.kernel!r}; "
+                            f"the code defines {', '.join(sorted(kernels)) or 'none'}")
+        grid = _as_dim([eval_expr(e, env) for e in (launch.grid.x, launch.grid.y, launch.grid.z)], "grid", where)
+        block = _as_dim([eval_expr(e, env) for e in (launch.block.x, launch.block.y, launch.block.z)],
+                        "block", where)
+        shared = 0 if launch.shared_bytes is None else eval_expr(launch.shared_bytes, env)
+        if isinstance(shared, float) and not shared.is_integer():
+            raise PlanError(f"{where}: dynamic shared memory {shared} is not a whole number of bytes")
+        shared = int(shared)
+        _check_config(grid, block, shared, where)
+        if len(launch.args) != len(sig.params):
+            raise PlanError(f"{where}: {len(launch.args)} arguments for {launch.kernel}, which takes "
+                            f"{len(sig.params)} ({', '.join(p.ctype + ' ' + p.name for p in sig.params)})")
+        args: list[tuple[str, Any]] = []
+        for j, (expr, param) in enumerate(zip(launch.args, sig.params)):
+            awhere = f"{where}, argument {j + 1}"
+            if isinstance(expr, Name) and expr.name in arrays:
+                if not param.pointer:
+                    raise PlanError(f"{awhere}: buffer {expr.name!r} passed to non-pointer parameter "
+                                    f"{param.ctype} {param.name}")
+                args.append(("buf", expr.name))
+            else:
+                if param.pointer:
+                    raise PlanError(f"{awhere}: pointer parameter {param.ctype} {param.name} needs a "
+                                    f"buffer ({', '.join(sorted(arrays))}), got an expression")
+                args.append(("val", _cast_scalar(eval_expr(expr, env), param, awhere)))
+        bound.append(_BoundLaunch(i, launch, grid, block, shared, tuple(args)))
+    return _BoundPlan(tuple(bound), tuple(scratch))
+
+
+def _check_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared: int, where: str) -> None:
+    bad = None
+    if any(g < 1 for g in grid) or any(b < 1 for b in block):
+        bad = "every grid and block dimension must be >= 1"
+    elif any(g > m for g, m in zip(grid, MAX_GRID)):
+        bad = f"grid exceeds the maximum {MAX_GRID}"
+    elif any(b > m for b, m in zip(block, MAX_BLOCK)):
+        bad = f"block exceeds the maximum {MAX_BLOCK}"
+    elif block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
+        bad = f"{block[0] * block[1] * block[2]} threads per block exceed {MAX_THREADS_PER_BLOCK}"
+    elif shared < 0:
+        bad = "dynamic shared memory must be >= 0 bytes"
+    if bad:
+        raise ConfigError(f"{where}: invalid configuration argument: grid={grid}, block={block}, "
+                          f"shared={shared}: {bad}")
+
+
+# ---- device helpers -----------------------------------------------------------------------------
+def _sync(device: Device, timeout_s: float | None) -> None:
+    """device.synchronize(), passing a soft timeout where the backend accepts one."""
+    try:
+        params = inspect.signature(device.synchronize).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "timeout_s" in params:
+        device.synchronize(timeout_s=timeout_s)
+    else:
+        device.synchronize()
+
+
+def _launch_all(device: Device, program: Program, plan: _BoundPlan, arrays: dict[str, Any],
+                sync_timeout: Callable[[], float | None] | None) -> None:
+    """Launch the plan in order. With `sync_timeout`, synchronize after each launch so an error is
+    attributed to its launch; without, launch asynchronously (timing)."""
+    for bl in plan.launches:
+        args = [arrays[v] if kind == "buf" else v for kind, v in bl.args]
+        try:
+            device.launch(program, bl.launch.kernel, bl.grid, bl.block, bl.shared, args)
+            if sync_timeout is not None:
+                _sync(device, sync_timeout())
+        except (KernelRuntimeError, KernelTimeout) as e:
+            if not getattr(e, "where", None):
+                e.where = bl.where  # type: ignore[attr-defined]
+            raise
+
+
+def _poison(device: Device, shape: tuple[int, ...], dtype: str) -> Any:
+    arr = device.empty(shape, dtype)
+    if dtype in POISON_BITS:
+        utype, bits = POISON_BITS[dtype]
+        arr.view(utype).fill(utype(bits))
+    elif dtype in INT_SENTINEL:
+        arr.fill(INT_SENTINEL[dtype])
+    else:
+        raise _EnvFault(f"output dtype {dtype!r} has no poison value")
+    return arr
+
+
+def _bits(xp: Any, a: Any) -> Any:
+    return a.view({1: xp.uint8, 2: xp.uint16, 4: xp.uint32, 8: xp.uint64}[a.dtype.itemsize])
+
+
+def _first_index(xp: Any, mask: Any, shape: tuple[int, ...]) -> list[int]:
+    flat = int(xp.argmax(mask.ravel().astype(xp.uint8)))
+    return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
+
+
+def _scalar(x: Any) -> float:
+    return float(x.item() if hasattr(x, "item") else x)
+
+
+# ---- comparison -------------------------------------------------------------------------------
+def compare_output(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: float, rtol: float,
+                   trial: int, distribution: str) -> Mismatch | None:
+    """Compare one candidate output with the reference; None when allclose and free of bad NaN/Inf."""
+    with np.errstate(all="ignore"):
+        return _compare(xp, name, got, expected, dtype, atol, rtol, trial, distribution)
+
+
+def _compare(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: float, rtol: float,
+             trial: int, distribution: str) -> Mismatch | None:
+    shape = tuple(got.shape)
+    expected = xp.asarray(expected)
+    if tuple(expected.shape) != shape:
+        if expected.size != got.size:
+            raise _EnvFault(f"reference output {name!r} has shape {tuple(expected.shape)}; the task "
+                            f"declares {shape}")
+        expected = expected.reshape(shape)
+    size = got.size
+    if size == 0:
+        return None
+    if dtype in INT_SENTINEL:
+        g = got.astype(xp.int64)
+        e = xp.rint(expected).astype(xp.int64) if expected.dtype.kind == "f" else expected.astype(xp.int64)
+        absd = xp.abs(g - e).astype(xp.float64)
+        bad = absd > (atol + rtol * xp.abs(e).astype(xp.float64))
+        if not bool(bad.any()):
+            return None
+        unwritten = (g == INT_SENTINEL[dtype]) & (e != INT_SENTINEL[dtype])
+        nonfinite = None
+        both = None
+        e_abs = xp.abs(e).astype(xp.float64)
+    else:
+        g = got.astype(xp.float64)
+        e = expected.astype(xp.float64)
+        close = xp.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+        bad = ~close
+        if not bool(bad.any()):
+            return None
+        e_fin, g_fin = xp.isfinite(e), xp.isfinite(g)
+        utype, bits = POISON_BITS[dtype]
+        unwritten = (_bits(xp, got) == utype(bits)) & e_fin
+        nonfinite = ~g_fin & e_fin
+        both = e_fin & g_fin
+        absd = xp.where(both, xp.abs(g - e), 0.0)
+        e_abs = xp.abs(e)
+    if bool(unwritten.any()):
+        reason, where_mask = "unwritten", unwritten
+    elif nonfinite is not None and bool(nonfinite.any()):
+        reason, where_mask = "nan_or_inf", nonfinite
+    else:
+        reason, where_mask = "mismatch", bad
+    rel = absd / xp.maximum(e_abs, 1e-12)
+    if both is not None:
+        rel = xp.where(both, rel, 0.0)
+    idx = _first_index(xp, where_mask, shape)
+    flat = int(np.ravel_multi_index(idx, shape)) if shape else 0
+    return Mismatch(
+        reason=reason, buffer=name, trial=trial, distribution=distribution,
+        max_abs_err=_scalar(absd.max()), max_rel_err=_scalar(rel.max()),
+        frac_mismatched=_scalar(bad.sum()) / size, first_bad_index=idx,
+        expected=_scalar(e.ravel()[flat]), got=_scalar(g.ravel()[flat]), atol=atol, rtol=rtol)
+
+
+def check_input_unchanged(xp: Any, name: str, original: Any, after: Any, trial: int,
+                          distribution: str) -> Mismatch | None:
+    """Bitwise comparison of an input buffer before and after the candidate ran."""
+    diff = _bits(xp, original) != _bits(xp, after)
+    if not bool(diff.any()):
+        return None
+    shape = tuple(original.shape)
+    idx = _first_index(xp, diff, shape)
+    flat = int(np.ravel_multi_index(idx, shape)) if shape else 0
+    return Mismatch(reason="input_modified", buffer=name, trial=trial, distribution=distribution,
+                    frac_mismatched=_scalar(diff.sum()) / original.size, first_bad_index=idx,
+                    expected=_scalar(original.ravel()[flat]), got=_scalar(after.ravel()[flat]))
+
+
+def mismatch_message(m: Mismatch, size: int | None = None) -> str:
+    """One line for a human / the feedback renderer."""
+    at = f"[{', '.join(str(i) for i in (m.first_bad_index or []))}]"
+    frac = f"{100.0 * (m.frac_mismatched or 0.0):.3g}% of elements"
+    ctx = f"(trial {m.trial}, {m.distribution} inputs)"
+    if m.reason == "input_modified":
+        return (f"input {m.buffer} was modified by the kernel: {frac} changed, first at {at}: was "
+                f"{m.expected!r}, now {m.got!r} {ctx}")
+    what = {"unwritten": "never written (still hold the NaN/sentinel poison)",
+            "nan_or_inf": "NaN or Inf where the reference is finite",
+            "mismatch": "differ from the reference"}.get(m.reason, m.reason)
+    first = {"unwritten": "first unwritten", "nan_or_inf": "first non-finite"}.get(m.reason, "first mismatch")
+    return (f"output {m.buffer}: {frac} wrong ({what}); {first} at {at}: expected {m.expected!r}, "
+            f"got {m.got!r}; max abs err {m.max_abs_err:.3g}, max rel err {m.max_rel_err:.3g} "
+            f"(atol {m.atol:g}, rtol {m.rtol:g}) {ctx}")
+
+
+# ---- the stages ---------------------------------------------------------------------------------
+def _reference_outputs(task: Task, xp: Any, inputs: dict[str, Any]) -> list[Any]:
+    scalars = {s.name: s.value for s in task.scalars}
+    try:
+        out = task.reference(xp, **inputs, **scalars)
+    except Exception as e:  # a task bug, never the policy's
+        raise _EnvFault(f"the reference of task {task.name!r} raised {type(e).__name__}: {e}") from e
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(outs) != len(task.outputs):
+        raise _EnvFault(f"the reference of task {task.name!r} returned {len(outs)} outputs; the task "
+                        f"declares {len(task.outputs)}")
+    return outs
+
+
+class _Run:
+    """State of one evaluate() call: device, plan, limits, bookkeeping."""
+
+    def __init__(self, device: Device, program: Program, task: Task, plan: _BoundPlan,
+                 sizes: dict[str, int], config: EnvConfig) -> None:
+        self.device, self.program, self.task, self.plan = device, program, task, plan
+        self.sizes, self.config, self.xp = sizes, config, device.xp
+        self.trials = 0
+        self.stage = "correctness"
+        self.stage_seconds: dict[str, float] = {}
+
+    def result(self, status: Status, message: str, **kw: Any) -> Result:
+        return Result(status=status, message=message, task=self.task.name, backend=self.device.name,
+                      trials=self.trials, stage_seconds=dict(self.stage_seconds), **kw)
+
+    def _device_failure(self, e: Exception, stage: str) -> Result:
+        where = getattr(e, "where", "")
+        prefix = f"{where}: " if where else ""
+        if isinstance(e, KernelTimeout):
+            return self.result(Status.TIMEOUT, f"{stage}: {prefix}kernel timed out: {e}", details=str(e))
+        return self.result(Status.RUNTIME_ERROR, f"{stage}: {prefix}{e}", details=str(e))
+
+    def fresh_arrays(self, trial: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(candidate arrays: inputs + poisoned outputs + zeroed scratch, pristine input copies)."""
+        try:
+            inputs = make_inputs(self.task, self.sizes, trial, seed, self.xp)
+            pristine = {k: v.copy() for k, v in inputs.items()}
+            arrays = dict(inputs)
+            for b in self.task.outputs:
+                arrays[b.name] = _poison(self.device, b.resolve_shape(self.sizes), b.dtype)
+        except _EnvFault:
+            raise
+        except (KernelRuntimeError, KernelTimeout):
+            raise
+        except Exception as e:
+            raise _EnvFault(f"could not make the inputs of task {self.task.name!r}: "
+                            f"{type(e).__name__}: {e}") from e
+        for name, dtype, count in self.plan.scratch:
+            arrays[name] = self.device.zeros((count,), dtype)
+        return arrays, pristine
+
+    def correctness(self, seed: int, stage: str) -> Result | None:
+        """Run the trials; None when all pass, else the failing Result."""
+        cfg = self.config
+        self.stage = stage
+        start = time.monotonic()
+        deadline = start + cfg.limits.correctness
+        remaining = lambda: max(0.0, deadline - time.monotonic())
+        try:
+            for trial in range(cfg.correctness_trials):
+                dist = describe_distributions(self.task, trial)
+                arrays, pristine = self.fresh_arrays(trial, seed)
+                self.trials += 1
+                _launch_all(self.device, self.program, self.plan, arrays, remaining)
+                if time.monotonic() > deadline:
+                    raise _StageTimeout(f"trial {trial}")
+                for b in self.task.inputs:
+                    m = check_input_unchanged(self.xp, b.name, pristine[b.name], arrays[b.name], trial, dist)
+                    if m is not None:
+                        raise _Failed(self.result(Status.WRONG_OUTPUT, f"{stage}: {mismatch_message(m)}",
+                                                  mismatch=m))
+                expected = _reference_outputs(self.task, self.xp, pristine)
+                for b, exp in zip(self.task.outputs, expected):
+                    atol, rtol = self.task.tol(b.dtype)
+                    m = compare_output(self.xp, b.name, arrays[b.name], exp, b.dtype, atol, rtol, trial, dist)
+                    if m is not None:
+                        raise _Failed(self.result(Status.WRONG_OUTPUT, f"{stage}: {mismatch_message(m)}",
+                                                  mismatch=m))
+                del arrays, pristine, expected
+                if time.monotonic() > deadline:
+                    raise _StageTimeout(f"trial {trial}")
+            return None
+        except _StageTimeout as e:
+            return self.result(Status.TIMEOUT, f"{stage}: exceeded its {cfg.limits.correctness:g} s limit "
+                                               f"(at {e})")
+        except _Failed as f:
+            return f.result
+        except FatalDeviceError:
+            raise
+        except (KernelRuntimeError, KernelTimeout) as e:
+            return self._device_failure(e, stage)
+        finally:
+            self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + time.monotonic() - start
+
+    def timing(self) -> Timing | Result:
+        """Time the whole plan and the reference; a Result on failure or timeout."""
+        cfg, dev = self.config, self.device
+        self.stage = "timing"
+        start = time.monotonic()
+        deadline = start + cfg.limits.timing
+        try:
+            arrays, pristine = self.fresh_arrays(0, cfg.seed)
+            kernel_fn = lambda: _launch_all(dev, self.program, self.plan, arrays, None)
+            scalars = {s.name: s.value for s in self.task.scalars}
+            ref_fn = lambda: self.task.reference(self.xp, **pristine, **scalars)
+            kernel_ms = self._timed(kernel_fn, deadline, "kernel")
+            try:
+                ref_ms = self._timed(ref_fn, deadline, "reference") if dev.timing_comparable else None
+            except (KernelRuntimeError, KernelTimeout, _StageTimeout):
+                raise
+            except Exception as e:
+                raise _EnvFault(f"timing the reference of task {self.task.name!r} raised "
+                                f"{type(e).__name__}: {e}") from e
+        except _StageTimeout as e:
+            return self.result(Status.TIMEOUT, f"timing: {e}")
+        except FatalDeviceError:
+            raise
+        except (KernelRuntimeError, KernelTimeout) as e:
+            return self._device_failure(e, "timing")
+        finally:
+            self.stage_seconds["timing"] = time.monotonic() - start
+        k_med, k_mean = statistics.median(kernel_ms), statistics.fmean(kernel_ms)
+        timing = Timing(device=dev.timing_device, comparable=bool(dev.timing_comparable), runs=len(kernel_ms),
+                        kernel_median_ms=k_med, kernel_mean_ms=k_mean)
+        if ref_ms is not None:
+            timing.ref_median_ms = statistics.median(ref_ms)
+            timing.ref_mean_ms = statistics.fmean(ref_ms)
+            timing.speedup = timing.ref_median_ms / max(k_med, 1e-9)
+        return timing
+
+    def _timed(self, fn: Callable[[], Any], deadline: float, what: str) -> list[float]:
+        """Probe one run to project the cost; refuse (timeout) what would overrun the stage limit."""
+        cfg, dev = self.config, self.device
+        probe = dev.time_ms(fn, 0, 1, cfg.flush_l2)
+        per_run_s = max(probe) / 1000.0 if probe else 0.0
+        projected = per_run_s * (cfg.warmup_runs + cfg.timed_runs)
+        if time.monotonic() + projected > deadline:
+            raise _StageTimeout(f"the {what} takes {per_run_s * 1e3:.3g} ms per run; "
+                                f"{cfg.warmup_runs} warm-up + {cfg.timed_runs} timed runs would exceed the "
+                                f"{cfg.limits.timing:g} s limit")
+        times = dev.time_ms(fn, cfg.warmup_runs, cfg.timed_runs, cfg.flush_l2)
+        if time.monotonic() > deadline:
+            raise _StageTimeout(f"timing the {what} exceeded the {cfg.limits.timing:g} s limit")
+        return [float(t) for t in times]
+
+
+def evaluate(device: Device, program: Program, task: Task, submission: Submission,
+             sizes: dict[str, int], config: EnvConfig) -> Result:
+    """Correctness trials, then timing, of a loaded submission on `device` (DESIGN 3.3 steps 3-4).
+
+    Returns `correct` (with Timing when config.timing), `wrong_output` (with a Mismatch),
+    `runtime_error`, `timeout`, `format_error` (a launch plan that cannot be evaluated with these
+    sizes) or `env_error` (the reference or the backend failed).
+
+    Contract for sticky device errors: a `FatalDeviceError` from the device is NOT returned; it is
+    re-raised with an attribute `.result` holding the `runtime_error` (or `timeout`, when the error
+    is also a KernelTimeout: a hung kernel) Result to report. The pipeline/pool must return that
+    result and replace the worker, whose CUDA context is unusable.
+    """
+    run = _Run(device, program, task, None, sizes, config)  # type: ignore[arg-type]
+    kernels = dict(getattr(program, "kernels", {}) or {})
+    kernels.update(submission.kernels)
+    try:
+        try:
+            run.plan = bind_plan(submission, task, sizes, kernels)
+        except PlanError as e:
+            return run.result(Status.FORMAT_ERROR, f"launch plan: {e}", details=str(e))
+        except ConfigError as e:
+            return run.result(Status.RUNTIME_ERROR, str(e), details=str(e))
+        failure = run.correctness(config.seed, "correctness")
+        if failure is not None:
+            return failure
+        if not config.timing:
+            return run.result(Status.CORRECT, f"correct on {run.trials} trials (timing off)")
+        timing = run.timing()
+        if isinstance(timing, Result):
+            return timing
+        if timing.speedup is not None and timing.speedup > config.suspicious_speedup:
+            timing.suspicious = True
+            failure = run.correctness(config.seed + REVERIFY_SEED_OFFSET, "re-verification")
+            if failure is not None:
+                failure.message = (f"suspicious {timing.speedup:.1f}x speedup; {failure.message}")
+                return failure
+            timing.reverified = True
+        return run.result(Status.CORRECT, _timing_message(timing, run.trials), timing=timing,
+                          details=_timing_details(timing, config))
+    except FatalDeviceError as e:
+        res = run._device_failure(e, run.stage)
+        res.message += " (sticky CUDA error: the worker's context is unusable)"
+        e.result = res  # type: ignore[attr-defined]
+        raise
+    except _EnvFault as e:
+        return Result.env_error(str(e), task=task.name, details=traceback.format_exc(limit=3))
+    except Exception as e:  # a backend bug must not crash the caller nor be blamed on the policy
+        return Result.env_error(f"{run.stage}: the {device.name} backend raised {type(e).__name__}: {e}",
+                                task=task.name, details=traceback.format_exc(limit=5))
+    finally:
+        end_job = getattr(device, "end_job", None)
+        if end_job is not None:
+            try:
+                end_job()
+            except Exception:
+                pass
+
+
+def _timing_message(t: Timing, trials: int) -> str:
+    if t.speedup is None:
+        return (f"correct on {trials} trials; kernel {t.kernel_median_ms:.4g} ms median ({t.device} timing, "
+                f"not comparable: no speedup)")
+    flag = " (suspicious, re-verified on new inputs)" if t.suspicious else ""
+    return (f"correct on {trials} trials; {t.speedup:.3g}x speedup{flag}: kernel {t.kernel_median_ms:.4g} ms "
+            f"vs reference {t.ref_median_ms:.4g} ms (median of {t.runs})")
+
+
+def _timing_details(t: Timing, config: EnvConfig) -> str:
+    return (f"timing: {config.warmup_runs} warm-up + {t.runs} timed runs on {t.device}, "
+            f"L2 flush before each run: {'on' if config.flush_l2 else 'off'}; kernel median "
+            f"{t.kernel_median_ms:.6g} ms, mean {t.kernel_mean_ms:.6g} ms"
+            + (f"; reference median {t.ref_median_ms:.6g} ms, mean {t.ref_mean_ms:.6g} ms"
+               if t.ref_median_ms is not None else ""))

@@ -1,0 +1,117 @@
+"""Fresh, seeded input arrays for one correctness trial (DESIGN 3.3 step 3).
+
+Inputs are generated directly on the device's array module (`xp`: cupy on a GPU, numpy on the cpu
+backend): eval sizes are tens of millions of elements and host generation plus a copy would dominate
+the evaluation. Each buffer's distribution rotates with the trial over `Buffer.distributions`, and the
+stream of numbers is a pure function of (seed, task name, trial, buffer name) for a given `xp`.
+
+Distributions (fp16 buffers are drawn in fp32, then cast):
+    uniform       uniform in [low, high)
+    normal        normal(0, 1)
+    heavy_tailed  Student-t with 3 degrees of freedom, clipped to +-HEAVY_TAIL_CLIP[dtype]
+    positive      uniform in [0.1, 2)
+    randint       integers in [low, high)
+    indices       integers in [0, high), `high` usually a size name (e.g. "N")
+Integer buffers given a real-valued distribution get the samples rounded to the nearest integer.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from kernels_env.tasks.spec import Buffer, Task
+
+STUDENT_T_DOF = 3
+HEAVY_TAIL_CLIP = {"float32": 100.0, "float16": 16.0, "int32": 100.0, "int64": 100.0}
+POSITIVE_RANGE = (0.1, 2.0)
+INT_DTYPES = ("int32", "int64")
+
+
+def trial_distribution(buffer: Buffer, trial: int) -> str:
+    """The distribution `buffer` is drawn from in `trial` (rotation over `buffer.distributions`)."""
+    if not buffer.distributions:
+        raise ValueError(f"buffer {buffer.name!r}: empty distributions; expected at least one of "
+                         "uniform, normal, heavy_tailed, positive, randint, indices")
+    if trial < 0:
+        raise ValueError(f"trial={trial}; expected a trial index >= 0")
+    return buffer.distributions[trial % len(buffer.distributions)]
+
+
+def trial_distributions(task: Task, trial: int) -> dict[str, str]:
+    """Distribution per input buffer name for `trial`."""
+    return {b.name: trial_distribution(b, trial) for b in task.inputs}
+
+
+def describe_distributions(task: Task, trial: int) -> str:
+    """A short label of a trial's distributions: "normal" when all agree, else "x:normal,idx:indices"."""
+    dists = trial_distributions(task, trial)
+    unique = sorted(set(dists.values()))
+    if len(unique) == 1:
+        return unique[0]
+    return ",".join(f"{k}:{v}" for k, v in dists.items())
+
+
+def buffer_seed(seed: int, task_name: str, trial: int, buffer_name: str) -> int:
+    """A stable 63-bit seed for one buffer of one trial (independent of Python's hash randomisation)."""
+    text = f"{int(seed)}\x00{task_name}\x00{int(trial)}\x00{buffer_name}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
+
+
+def _bound(value: float | str, sizes: dict[str, int], buffer: Buffer, which: str) -> float:
+    if isinstance(value, str):
+        if value not in sizes:
+            raise KeyError(f"buffer {buffer.name!r}: {which}={value!r} names no size; sizes are "
+                           f"{sorted(sizes)}")
+        return float(sizes[value])
+    return float(value)
+
+
+def _draw(xp: Any, rng: Any, dist: str, shape: tuple[int, ...], buffer: Buffer,
+          sizes: dict[str, int]) -> Any:
+    """Samples of `dist` as float32 (real distributions) or int64 (randint/indices)."""
+    f32 = xp.float32
+    if dist == "uniform":
+        low, high = _bound(buffer.low, sizes, buffer, "low"), _bound(buffer.high, sizes, buffer, "high")
+        if not high > low:
+            raise ValueError(f"buffer {buffer.name!r}: uniform needs low < high, got [{low}, {high})")
+        return rng.random(shape, dtype=f32) * f32(high - low) + f32(low)
+    if dist == "normal":
+        return rng.standard_normal(shape, dtype=f32)
+    if dist == "heavy_tailed":
+        z = rng.standard_normal(shape, dtype=f32)
+        chi2 = rng.chisquare(STUDENT_T_DOF, size=shape).astype(f32)
+        t = z / xp.sqrt(chi2 / f32(STUDENT_T_DOF) + f32(1e-12))
+        clip = f32(HEAVY_TAIL_CLIP[buffer.dtype])
+        return xp.clip(t, -clip, clip)
+    if dist == "positive":
+        lo, hi = POSITIVE_RANGE
+        return rng.random(shape, dtype=f32) * f32(hi - lo) + f32(lo)
+    if dist in ("randint", "indices"):
+        low = 0.0 if dist == "indices" else _bound(buffer.low, sizes, buffer, "low")
+        high = _bound(buffer.high, sizes, buffer, "high")
+        lo_i, hi_i = int(low), int(high)
+        if hi_i <= lo_i:
+            raise ValueError(f"buffer {buffer.name!r}: {dist} needs low < high, got [{lo_i}, {hi_i})")
+        return rng.integers(lo_i, hi_i, size=shape, dtype=xp.int64)
+    raise ValueError(f"buffer {buffer.name!r}: unknown distribution {dist!r}")
+
+
+def make_input(buffer: Buffer, sizes: dict[str, int], trial: int, seed: int, task_name: str,
+               xp: Any) -> Any:
+    """One input buffer for one trial, on `xp`, with the buffer's dtype and resolved shape."""
+    shape = buffer.resolve_shape(sizes)
+    dist = trial_distribution(buffer, trial)
+    rng = xp.random.default_rng(buffer_seed(seed, task_name, trial, buffer.name))
+    values = _draw(xp, rng, dist, shape, buffer, sizes)
+    if buffer.dtype in INT_DTYPES and values.dtype.kind == "f":
+        values = xp.rint(values)
+    return xp.ascontiguousarray(values.astype(buffer.dtype))
+
+
+def make_inputs(task: Task, sizes: dict[str, int], trial: int, seed: int, xp: Any) -> dict[str, Any]:
+    """Fresh input arrays (new allocations) for `trial`, by buffer name, generated on `xp`.
+
+    Deterministic for (seed, task.name, trial) and a given array module; consecutive trials use the
+    next distribution of each buffer's rotation.
+    """
+    return {b.name: make_input(b, sizes, trial, seed, task.name, xp) for b in task.inputs}

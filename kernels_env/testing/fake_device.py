@@ -1,0 +1,93 @@
+"""A numpy `Device` whose kernels are Python callables registered by name.
+
+It lets the backend-agnostic harness (trials, poisoning, comparison, timing orchestration, status
+mapping) be tested on any machine. A fake kernel is `fn(grid, block, shared_bytes, *args)`; it
+mutates the numpy arrays it is given, may raise KernelRuntimeError / KernelTimeout /
+FatalDeviceError to simulate CUDA failures, and each has a fake cost in ms used by `time_ms`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from kernels_env.config import EnvConfig
+from kernels_env.program import CompiledModule, KernelSignature
+
+FakeKernel = Callable[..., None]
+
+
+@dataclass
+class FakeProgram:
+    kernels: dict[str, KernelSignature]
+    functions: dict[str, FakeKernel]
+
+
+@dataclass
+class FakeDevice:
+    """numpy-backed Device. `kernel_ms` per kernel and `reference_ms` drive the fake timer."""
+    kernels: dict[str, FakeKernel] = field(default_factory=dict)
+    kernel_ms: dict[str, float] = field(default_factory=dict)
+    reference_ms: float = 1.0
+    timing_comparable: bool = True
+    name: str = "fake"
+    timing_device: str = "cuda"
+    xp: Any = np
+    launches: list[tuple[str, tuple[int, int, int], tuple[int, int, int], int]] = field(default_factory=list)
+    time_calls: list[dict[str, Any]] = field(default_factory=list)
+    syncs: int = 0
+    jobs_ended: int = 0
+
+    def register(self, name: str, fn: FakeKernel, ms: float = 0.1) -> None:
+        self.kernels[name] = fn
+        self.kernel_ms[name] = ms
+
+    def load(self, compiled: CompiledModule, config: EnvConfig) -> FakeProgram:
+        missing = [k for k in compiled.kernels if k not in self.kernels]
+        if missing:
+            raise KeyError(f"FakeDevice has no registered kernel for {missing}; registered: "
+                           f"{sorted(self.kernels)}")
+        return FakeProgram(kernels=dict(compiled.kernels),
+                           functions={k: self.kernels[k] for k in compiled.kernels})
+
+    def launch(self, program: Any, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int],
+               shared_bytes: int, args: Sequence[Any]) -> None:
+        self.launches.append((kernel, tuple(grid), tuple(block), int(shared_bytes)))
+        fn = program.functions[kernel] if hasattr(program, "functions") else self.kernels[kernel]
+        fn(tuple(grid), tuple(block), int(shared_bytes), *args)
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+
+    def to_device(self, host_array: Any) -> Any:
+        return np.array(host_array, copy=True)
+
+    def to_host(self, array: Any) -> Any:
+        return np.asarray(array)
+
+    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return np.empty(shape, dtype=dtype)
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return np.zeros(shape, dtype=dtype)
+
+    def time_ms(self, fn: Any, warmup: int, runs: int, flush_l2: bool) -> list[float]:
+        """Runs fn warmup + runs times; a run's fake time is the sum of its kernels' costs, or
+        `reference_ms` when it launched no kernel (the reference)."""
+        times = []
+        for i in range(warmup + runs):
+            before = len(self.launches)
+            fn()
+            launched = self.launches[before:]
+            ms = sum(self.kernel_ms.get(k[0], 0.1) for k in launched) if launched else self.reference_ms
+            if i >= warmup:
+                times.append(ms)
+        self.time_calls.append({"warmup": warmup, "runs": runs, "flush_l2": flush_l2})
+        return times
+
+    def end_job(self) -> None:
+        self.jobs_ended += 1
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,496 @@
+"""CPU tests of the backend-agnostic harness and input generation, with a numpy FakeDevice.
+
+The fake kernels emulate CUDA's grid semantics in numpy (thread i of the grid handles element i),
+so poisoning, rotation, comparison, input-modification checks, timing orchestration and the
+status mapping of device exceptions are all exercised without a GPU.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
+from kernels_env.config import EnvConfig, StageLimits
+from kernels_env.harness import (REVERIFY_SEED_OFFSET, compare_output, eval_expr, evaluate,
+                                 scalar_type)
+from kernels_env.inputs import (HEAVY_TAIL_CLIP, buffer_seed, describe_distributions, make_inputs,
+                                trial_distribution)
+from kernels_env.program import (BinOp, Call, Dim3, KernelParam, KernelSignature, Launch, LaunchPlan,
+                                 Name, Neg, Num, ScratchDecl, Submission)
+from kernels_env.status import Status
+from kernels_env.tasks.spec import Buffer, Scalar, Task
+from kernels_env.testing.fake_device import FakeDevice
+
+N = 1000
+FAST = EnvConfig(warmup_runs=2, timed_runs=100)
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+def ptr(name: str, base: str = "float", const: bool = False) -> KernelParam:
+    return KernelParam(name=name, ctype=("const " if const else "") + base + "*", base_type=base,
+                       pointer=True, const=const)
+
+
+def val(name: str, base: str = "int") -> KernelParam:
+    return KernelParam(name=name, ctype=base, base_type=base, pointer=False, const=False)
+
+
+def launch(kernel: str, args: tuple, grid=None, block=256, shared=None, line: int = 1) -> Launch:
+    grid = grid if grid is not None else Call("cdiv", (Name("N"), Num(block)))
+    return Launch(kernel=kernel, grid=Dim3(grid), block=Dim3(Num(block)),
+                  shared_bytes=None if shared is None else Num(shared), args=args, line=line)
+
+
+def submission(launches: list[Launch], sigs: list[KernelSignature], scratch=()) -> Submission:
+    return Submission(cuda_source="", launch_source="", plan=LaunchPlan(tuple(scratch), tuple(launches)),
+                      kernels={s.name: s for s in sigs})
+
+
+def add_task(dtype: str = "float32", tolerance=None, reference=None) -> Task:
+    return Task(name=f"test_add_{dtype}", level=1, description="y = a + b",
+                sizes={"eval": {"N": 4096}, "small": {"N": N}},
+                inputs=(Buffer("a", dtype, ("N",)), Buffer("b", dtype, ("N",))),
+                outputs=(Buffer("y", dtype, ("N",)),),
+                reference=reference or (lambda xp, a, b: a + b), solution="",
+                tolerance=tolerance or {})
+
+
+ADD_SIG = KernelSignature("add", (ptr("a", const=True), ptr("b", const=True), ptr("y"), val("n")))
+ADD_SUB = submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("N")))], [ADD_SIG])
+
+
+def threads(grid, block) -> int:
+    return grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2]
+
+
+def add_kernel(grid, block, shared, a, b, y, n):
+    m = min(threads(grid, block), int(n))
+    y[:m] = a[:m] + b[:m]
+
+
+def device_with(**kernels) -> FakeDevice:
+    dev = FakeDevice(reference_ms=1.0)
+    for name, spec in kernels.items():
+        fn, ms = spec if isinstance(spec, tuple) else (spec, 0.5)
+        dev.register(name, fn, ms)
+    return dev
+
+
+def run(dev, task, sub, config=FAST, sizes=None):
+    return evaluate(dev, None, task, sub, sizes or task.size_set("small"), config)
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+def test_inputs_rotate_distributions_deterministically():
+    task = add_task()
+    sizes = task.size_set("small")
+    assert [trial_distribution(task.inputs[0], t) for t in range(4)] == \
+        ["uniform", "normal", "heavy_tailed", "uniform"]
+    a0 = make_inputs(task, sizes, 0, seed=7, xp=np)
+    again = make_inputs(task, sizes, 0, seed=7, xp=np)
+    other_seed = make_inputs(task, sizes, 0, seed=8, xp=np)
+    for k in a0:
+        assert a0[k].dtype == np.float32 and a0[k].shape == (N,)
+        np.testing.assert_array_equal(a0[k], again[k])
+        assert not np.array_equal(a0[k], other_seed[k])
+    assert not np.array_equal(a0["a"], a0["b"])  # buffers get independent streams
+    assert a0["a"].min() >= -1.0 and a0["a"].max() < 1.0
+    normal = make_inputs(task, sizes, 1, 7, np)["a"]
+    assert abs(normal.mean()) < 0.2 and 0.8 < normal.std() < 1.2 and normal.min() < -1.5
+    heavy = make_inputs(task, {"N": 20000}, 2, 7, np)["a"]
+    assert np.abs(heavy).max() <= HEAVY_TAIL_CLIP["float32"]
+    # Student-t(3) has much heavier tails than a normal: P(|t| > 4) ~ 2.8% vs 6e-5.
+    assert (np.abs(heavy) > 4).mean() > 0.01
+    assert buffer_seed(7, task.name, 0, "a") != buffer_seed(7, task.name, 1, "a")
+
+
+def test_inputs_other_distributions_and_dtypes():
+    task = Task(name="dists", level=1, description="", sizes={"eval": {"N": 5000}, "small": {"N": 5000}},
+                inputs=(Buffer("p", "float16", ("N",), distributions=("positive",)),
+                        Buffer("r", "int32", ("N",), distributions=("randint",), low=-3, high=4),
+                        Buffer("i", "int64", ("N",), distributions=("indices",), high="N"),
+                        Buffer("h", "float16", ("N",), distributions=("heavy_tailed",)),
+                        Buffer("u", "int32", ("N",), distributions=("uniform",), low=-5, high=5),
+                        Buffer("m", "float32", (2, "N"), distributions=("uniform",), low=2, high=3)),
+                outputs=(), reference=lambda xp, **k: (), solution="")
+    x = make_inputs(task, task.size_set("small"), 0, 0, np)
+    assert x["p"].dtype == np.float16 and x["p"].min() >= np.float16(0.1) and x["p"].max() <= 2
+    assert x["r"].dtype == np.int32 and set(np.unique(x["r"])) == set(range(-3, 4))
+    assert x["i"].dtype == np.int64 and x["i"].min() >= 0 and x["i"].max() < 5000 and x["i"].max() > 4900
+    assert np.all(np.isfinite(x["h"])) and np.abs(x["h"]).max() <= HEAVY_TAIL_CLIP["float16"]
+    assert x["u"].dtype == np.int32 and x["u"].min() >= -5 and x["u"].max() <= 5
+    assert x["m"].shape == (2, 5000) and x["m"].min() >= 2 and x["m"].max() < 3
+    assert describe_distributions(task, 0).startswith("p:positive,r:randint")
+
+
+def test_inputs_bad_bounds_are_clear_errors():
+    bad = Task(name="bad", level=1, description="", sizes={"eval": {"N": 4}, "small": {"N": 4}},
+               inputs=(Buffer("i", "int32", ("N",), distributions=("indices",), high="M"),), outputs=(),
+               reference=lambda xp, i: (), solution="")
+    with pytest.raises(KeyError, match="'M' names no size"):
+        make_inputs(bad, {"N": 4}, 0, 0, np)
+
+
+# ---- expressions and argument types ----------------------------------------------------------
+def test_eval_expr_has_c_semantics():
+    env = {"N": 10}
+    assert eval_expr(BinOp("/", Neg(Num(7)), Num(2)), env) == -3  # truncation toward zero
+    assert eval_expr(BinOp("%", Neg(Num(7)), Num(2)), env) == -1
+    assert eval_expr(Call("cdiv", (Name("N"), Num(3))), env) == 4
+    assert eval_expr(Call("min", (Name("N"), Num(3), Num(5))), env) == 3
+    assert eval_expr(Call("max", (Name("N"), Num(30))), env) == 30
+    assert eval_expr(BinOp("*", BinOp("+", Name("N"), Num(2)), Num(3)), env) == 36
+
+
+@pytest.mark.parametrize("ctype,expected", [
+    ("int", np.int32), ("unsigned int", np.uint32), ("unsigned", np.uint32), ("long long", np.int64),
+    ("int64_t", np.int64), ("size_t", np.int64), ("float", np.float32), ("double", np.float64),
+    ("const int", np.int32), ("__half", np.float16)])
+def test_scalar_type_from_c_type(ctype, expected):
+    assert scalar_type(val("x", ctype)) is expected
+
+
+def test_scalar_args_are_cast_and_task_scalars_reach_kernel_and_reference():
+    task = Task(name="saxpy", level=1, description="", sizes={"eval": {"N": N}, "small": {"N": N}},
+                inputs=(Buffer("x", "float32", ("N",)), Buffer("z", "float32", ("N",))),
+                outputs=(Buffer("y", "float32", ("N",)),), scalars=(Scalar("alpha", "float32", 2.5),),
+                reference=lambda xp, x, z, alpha: alpha * x + z, solution="")
+    seen = []
+
+    def saxpy(grid, block, shared, x, z, y, alpha, n, n64, nu, dbl):
+        seen.append((type(alpha), type(n), type(n64), type(nu), type(dbl)))
+        y[:] = alpha * x + z
+
+    sig = KernelSignature("saxpy", (ptr("x", const=True), ptr("z", const=True), ptr("y"), val("alpha", "float"),
+                                    val("n"), val("n64", "long long"), val("nu", "unsigned int"),
+                                    val("d", "double")))
+    sub = submission([launch("saxpy", (Name("x"), Name("z"), Name("y"), Name("alpha"), Name("N"),
+                                       BinOp("*", Name("N"), Num(3)), Num(7), Num(0.5)))], [sig])
+    res = run(device_with(saxpy=saxpy), task, sub)
+    assert res.status is Status.CORRECT, res.message
+    assert seen[0] == (np.float32, np.int32, np.int64, np.uint32, np.float64)
+
+
+# ---- correct path and timing -------------------------------------------------------------------
+def test_correct_kernel_is_correct_with_timing_and_speedup():
+    dev = device_with(add=(add_kernel, 0.25))
+    res = run(dev, add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT, res.message
+    assert res.trials == 5 and res.backend == "fake" and res.mismatch is None
+    t = res.timing
+    assert t.runs == 100 and t.comparable and t.device == "cuda"
+    assert t.kernel_median_ms == pytest.approx(0.25) and t.ref_median_ms == pytest.approx(1.0)
+    assert t.speedup == pytest.approx(4.0) and not t.suspicious
+    timed = [c for c in dev.time_calls if c["runs"] == 100]
+    assert len(timed) == 2 and all(c["flush_l2"] and c["warmup"] == 2 for c in timed)
+    assert set(res.stage_seconds) == {"correctness", "timing"}
+    assert dev.jobs_ended == 1
+    # every trial launched with the evaluated grid
+    assert dev.launches[0] == ("add", (4, 1, 1), (256, 1, 1), 0)
+
+
+def test_timing_off_and_non_comparable_device():
+    dev = device_with(add=add_kernel)
+    res = run(dev, add_task(), ADD_SUB, config=FAST.replace(timing=False))
+    assert res.status is Status.CORRECT and res.timing is None and dev.time_calls == []
+    dev = device_with(add=add_kernel)
+    dev.timing_comparable, dev.timing_device = False, "cpu"
+    res = run(dev, add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT
+    assert res.timing.speedup is None and res.timing.ref_median_ms is None and res.timing.device == "cpu"
+
+
+def test_fp16_and_custom_tolerance():
+    def add16(grid, block, shared, a, b, y, n):
+        y[:] = (a.astype(np.float32) + b.astype(np.float32)).astype(np.float16)
+
+    assert run(device_with(add=add16), add_task("float16"), ADD_SUB).status is Status.CORRECT
+
+    def off_by_5e3(grid, block, shared, a, b, y, n):
+        y[:] = a + b + np.float32(5e-3)
+
+    assert run(device_with(add=off_by_5e3), add_task(), ADD_SUB).status is Status.WRONG_OUTPUT
+    loose = add_task(tolerance={"float32": (1e-2, 1e-2)})
+    assert run(device_with(add=off_by_5e3), loose, ADD_SUB).status is Status.CORRECT
+
+
+# ---- wrong outputs ----------------------------------------------------------------------------
+def test_unwritten_last_element_is_detected_through_the_poison():
+    def short(grid, block, shared, a, b, y, n):
+        y[: int(n) - 1] = a[: int(n) - 1] + b[: int(n) - 1]
+
+    res = run(device_with(add=short), add_task(), ADD_SUB)
+    m = res.mismatch
+    assert res.status is Status.WRONG_OUTPUT
+    assert m.reason == "unwritten" and m.buffer == "y" and m.first_bad_index == [N - 1]
+    assert m.trial == 0 and m.distribution == "uniform" and np.isnan(m.got)
+    x = make_inputs(add_task(), {"N": N}, 0, FAST.seed, np)
+    assert m.expected == pytest.approx(float(x["a"][-1] + x["b"][-1]))
+    assert m.frac_mismatched == pytest.approx(1 / N)
+    assert "never written" in res.message and f"[{N - 1}]" in res.message
+
+
+def test_grid_too_small_leaves_elements_unwritten():
+    sub = submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("N")),
+                             grid=BinOp("/", Name("N"), Num(256)))], [ADD_SIG])
+    res = run(device_with(add=add_kernel), add_task(), sub)
+    assert res.status is Status.WRONG_OUTPUT and res.mismatch.reason == "unwritten"
+    assert res.mismatch.first_bad_index == [(N // 256) * 256]
+
+
+def test_computed_inf_is_nan_or_inf_not_unwritten():
+    def with_inf(grid, block, shared, a, b, y, n):
+        y[:] = a + b
+        y[3] = np.inf
+        y[7] = np.nan
+
+    res = run(device_with(add=with_inf), add_task(), ADD_SUB)
+    assert res.status is Status.WRONG_OUTPUT
+    assert res.mismatch.reason == "nan_or_inf" and res.mismatch.first_bad_index == [3]
+    assert res.mismatch.frac_mismatched == pytest.approx(2 / N)
+
+
+def test_mismatch_summary_fields():
+    def off(grid, block, shared, a, b, y, n):
+        y[:] = a + b
+        y[5] += np.float32(1e-3)
+        y[9] -= np.float32(3e-3)
+
+    res = run(device_with(add=off), add_task(), ADD_SUB)
+    m = res.mismatch
+    assert res.status is Status.WRONG_OUTPUT and m.reason == "mismatch"
+    assert m.first_bad_index == [5] and m.frac_mismatched == pytest.approx(2 / N)
+    assert m.max_abs_err == pytest.approx(3e-3, rel=1e-3)
+    assert m.got - m.expected == pytest.approx(1e-3, rel=1e-3)
+    assert (m.atol, m.rtol) == (1e-4, 1e-4)
+    within = lambda g, bl, s, a, b, y, n: np.copyto(y, a + b + np.float32(1e-6))
+    assert run(device_with(add=within), add_task(), ADD_SUB).status is Status.CORRECT
+
+
+def test_failure_on_a_later_trial_names_its_distribution():
+    def clipped(grid, block, shared, a, b, y, n):  # right only while |a + b| < 2 (uniform inputs)
+        y[:] = np.clip(a + b, -2, 2)
+
+    res = run(device_with(add=clipped), add_task(), ADD_SUB)
+    assert res.status is Status.WRONG_OUTPUT
+    assert res.mismatch.trial == 1 and res.mismatch.distribution == "normal" and res.trials == 2
+
+
+def test_compare_output_matches_numpy_formula():
+    rng = np.random.default_rng(3)
+    e = rng.standard_normal((20, 30)).astype(np.float32)
+    g = e.copy()
+    g[2, 5] += 0.5
+    g[7, 1] += 2e-4 + 1e-4 * abs(e[7, 1])  # just outside atol + rtol * |e|
+    g[8, 8] += 1e-5  # inside
+    m = compare_output(np, "y", g, e, "float32", 1e-4, 1e-4, 0, "normal")
+    d = np.abs(g.astype(np.float64) - e.astype(np.float64))
+    bad = d > 1e-4 + 1e-4 * np.abs(e.astype(np.float64))
+    assert m.frac_mismatched == pytest.approx(bad.mean()) and bad.sum() == 2
+    assert m.first_bad_index == [2, 5] and m.max_abs_err == pytest.approx(d.max())
+    assert m.max_rel_err == pytest.approx((d / np.abs(e.astype(np.float64))).max())
+    assert compare_output(np, "y", e.copy(), e, "float32", 1e-4, 1e-4, 0, "normal") is None
+    # reference NaN matched by a candidate NaN is fine
+    e2, g2 = e.copy(), e.copy()
+    e2[0, 0] = g2[0, 0] = np.nan
+    assert compare_output(np, "y", g2, e2, "float32", 1e-4, 1e-4, 0, "normal") is None
+
+
+def test_kernel_writing_its_input_is_input_modified():
+    def writes_input(grid, block, shared, a, b, y, n):
+        y[:] = a + b
+        a[10] = 123.0
+
+    res = run(device_with(add=writes_input), add_task(), ADD_SUB)
+    m = res.mismatch
+    assert res.status is Status.WRONG_OUTPUT and m.reason == "input_modified"
+    assert m.buffer == "a" and m.first_bad_index == [10] and m.got == 123.0
+    assert m.frac_mismatched == pytest.approx(1 / N) and "input a was modified" in res.message
+
+    def rewrites_same(grid, block, shared, a, b, y, n):  # bitwise identical rewrite is allowed
+        a[:] = a.copy()
+        y[:] = a + b
+
+    assert run(device_with(add=rewrites_same), add_task(), ADD_SUB).status is Status.CORRECT
+
+
+def gather_task() -> Task:
+    return Task(name="gather", level=1, description="out[i] = x[idx[i]]",
+                sizes={"eval": {"N": N, "M": 64}, "small": {"N": N, "M": 64}},
+                inputs=(Buffer("x", "int32", ("M",), distributions=("randint",), low=-100, high=100),
+                        Buffer("idx", "int64", ("N",), distributions=("indices",), high="M")),
+                outputs=(Buffer("out", "int32", ("N",)),),
+                reference=lambda xp, x, idx: x[idx], solution="")
+
+
+GATHER_SIG = KernelSignature("gather", (ptr("x", "int", True), ptr("idx", "long long", True), ptr("out", "int"),
+                                        val("n")))
+GATHER_SUB = submission([launch("gather", (Name("x"), Name("idx"), Name("out"), Name("N")))], [GATHER_SIG])
+
+
+def test_int_outputs_sentinel_and_exact_compare():
+    good = lambda g, bl, s, x, idx, out, n: np.copyto(out, x[idx])
+    assert run(device_with(gather=good), gather_task(), GATHER_SUB).status is Status.CORRECT
+
+    def skips_first(g, bl, s, x, idx, out, n):
+        out[1:] = x[idx[1:]]
+
+    res = run(device_with(gather=skips_first), gather_task(), GATHER_SUB)
+    assert res.mismatch.reason == "unwritten" and res.mismatch.first_bad_index == [0]
+    assert res.mismatch.got == float(np.iinfo(np.int32).min)
+
+    def off_by_one(g, bl, s, x, idx, out, n):
+        out[:] = x[idx]
+        out[500] += 1
+
+    res = run(device_with(gather=off_by_one), gather_task(), GATHER_SUB)
+    assert res.mismatch.reason == "mismatch" and res.mismatch.first_bad_index == [500]
+    assert res.mismatch.max_abs_err == 1.0
+
+
+def test_scratch_is_zeroed_every_trial_and_launches_run_in_order():
+    task = Task(name="sum", level=1, description="y = sum(a)", sizes={"eval": {"N": N}, "small": {"N": N}},
+                inputs=(Buffer("a", "float32", ("N",)),), outputs=(Buffer("y", "float32", (1,)),),
+                reference=lambda xp, a: a.astype(xp.float64).sum().reshape(1), solution="",
+                tolerance={"float32": (1e-3, 1e-4)})
+
+    def partial_sums(grid, block, shared, a, partial, n):  # accumulates: relies on zeroed scratch
+        for i in range(grid[0]):
+            partial[i] += a[i * block[0]:(i + 1) * block[0]].astype(np.float64).sum()
+
+    def finish(grid, block, shared, partial, y, count):
+        y[0] = partial[: int(count)].astype(np.float64).sum()
+
+    sigs = [KernelSignature("partial_sums", (ptr("a", const=True), ptr("partial"), val("n"))),
+            KernelSignature("finish", (ptr("partial", const=True), ptr("y"), val("count")))]
+    blocks = Call("cdiv", (Name("N"), Num(256)))
+    sub = submission([launch("partial_sums", (Name("a"), Name("partial"), Name("N"))),
+                      launch("finish", (Name("partial"), Name("y"), blocks), grid=Num(1), line=2)], sigs,
+                     scratch=[ScratchDecl("partial", "float32", blocks, line=0)])
+    dev = device_with(partial_sums=partial_sums, finish=finish)
+    res = run(dev, task, sub, config=FAST.replace(timing=False))
+    assert res.status is Status.CORRECT, res.message
+    assert [l[0] for l in dev.launches] == ["partial_sums", "finish"] * 5
+
+
+# ---- statuses from device exceptions --------------------------------------------------------------
+def raising(exc):
+    def kernel(*args):
+        raise exc
+    return kernel
+
+
+def test_runtime_error_and_timeout_statuses():
+    res = run(device_with(add=raising(KernelRuntimeError("an illegal memory access was encountered"))),
+              add_task(), ADD_SUB)
+    assert res.status is Status.RUNTIME_ERROR
+    assert "an illegal memory access was encountered" in res.message and "launch 1 (add, line 1)" in res.message
+    res = run(device_with(add=raising(KernelTimeout("no progress after 5 s"))), add_task(), ADD_SUB)
+    assert res.status is Status.TIMEOUT and "no progress" in res.message
+
+
+def test_fatal_device_error_propagates_with_a_runtime_error_result():
+    dev = device_with(add=raising(FatalDeviceError("CUDA_ERROR_MISALIGNED_ADDRESS: misaligned address")))
+    with pytest.raises(FatalDeviceError) as info:
+        run(dev, add_task(), ADD_SUB)
+    assert info.value.result.status is Status.RUNTIME_ERROR
+    assert "misaligned address" in info.value.result.message
+
+
+def test_runtime_error_during_timing_is_reported():
+    calls = []
+
+    def fails_on_rerun(grid, block, shared, a, b, y, n):
+        calls.append(1)
+        if len(calls) > 5:
+            raise KernelRuntimeError("unspecified launch failure")
+        add_kernel(grid, block, shared, a, b, y, n)
+
+    res = run(device_with(add=fails_on_rerun), add_task(), ADD_SUB)
+    assert res.status is Status.RUNTIME_ERROR and res.message.startswith("timing")
+
+
+def test_env_faults_are_env_error():
+    broken = add_task(reference=lambda xp, a, b: 1 / 0)
+    res = run(device_with(add=add_kernel), broken, ADD_SUB)
+    assert res.status is Status.ENV_ERROR and "ZeroDivisionError" in res.message
+    res = run(device_with(add=raising(ValueError("backend bug"))), add_task(), ADD_SUB)
+    assert res.status is Status.ENV_ERROR and "backend bug" in res.message
+    wrong_shape = add_task(reference=lambda xp, a, b: (a + b)[:10])
+    assert run(device_with(add=add_kernel), wrong_shape, ADD_SUB).status is Status.ENV_ERROR
+
+
+# ---- plan errors ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("sub,needle", [
+    (submission([launch("nope", (Name("a"),))], [ADD_SIG]), "no extern"),
+    (submission([launch("add", (Name("a"), Name("b"), Name("y")))], [ADD_SIG]), "3 arguments"),
+    (submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("a")))], [ADD_SIG]), "non-pointer"),
+    (submission([launch("add", (Name("a"), Num(3), Name("y"), Name("N")))], [ADD_SIG]), "needs a buffer"),
+    (submission([launch("add", (Name("a"), Name("b"), Name("y"), BinOp("/", Name("N"), Num(0))))], [ADD_SIG]),
+     "division by zero"),
+    (submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("K")))], [ADD_SIG]), "unknown name 'K'"),
+    (submission([launch("add", (Name("a"), Name("b"), Name("y"), Num(2**40)))], [ADD_SIG]), "does not fit"),
+])
+def test_plan_errors_are_format_errors(sub, needle):
+    res = run(device_with(add=add_kernel), add_task(), sub)
+    assert res.status is Status.FORMAT_ERROR and needle in res.message, res.message
+
+
+def test_invalid_launch_configuration_is_runtime_error():
+    sub = submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("N")), block=2048)], [ADD_SIG])
+    dev = device_with(add=add_kernel)
+    res = run(dev, add_task(), sub)
+    assert res.status is Status.RUNTIME_ERROR and "invalid configuration argument" in res.message
+    assert dev.launches == []
+
+
+# ---- suspicious speedups and limits ---------------------------------------------------------------
+def test_suspicious_speedup_is_reverified_and_kept_when_still_correct():
+    dev = device_with(add=(add_kernel, 0.01))
+    res = run(dev, add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT
+    assert res.timing.speedup == pytest.approx(100.0)
+    assert res.timing.suspicious and res.timing.reverified and res.trials == 10
+    assert "re-verification" in res.stage_seconds
+
+
+def test_suspicious_speedup_that_fails_reverification_reports_the_failure():
+    calls = []
+
+    def cheat(grid, block, shared, a, b, y, n):  # right while checked, then writes garbage fast
+        calls.append(1)
+        if len(calls) <= 5:
+            add_kernel(grid, block, shared, a, b, y, n)
+        else:
+            y[:] = 0
+
+    res = run(device_with(add=(cheat, 0.01)), add_task(), ADD_SUB)
+    assert res.status is Status.WRONG_OUTPUT and "suspicious" in res.message
+    assert res.timing is None and res.mismatch.reason == "mismatch"
+    # the re-verification drew new inputs: its trial-0 expectation differs from the first seed's
+    assert REVERIFY_SEED_OFFSET != 0
+    x_new = make_inputs(add_task(), {"N": N}, 0, FAST.seed + REVERIFY_SEED_OFFSET, np)
+    x_old = make_inputs(add_task(), {"N": N}, 0, FAST.seed, np)
+    i = res.mismatch.first_bad_index[0]
+    assert res.mismatch.expected == pytest.approx(float(x_new["a"][i] + x_new["b"][i]))
+    assert res.mismatch.expected != pytest.approx(float(x_old["a"][i] + x_old["b"][i]))
+
+
+def test_correctness_stage_soft_limit_is_timeout():
+    def slow(grid, block, shared, a, b, y, n):
+        time.sleep(0.03)
+        add_kernel(grid, block, shared, a, b, y, n)
+
+    cfg = FAST.replace(limits=StageLimits(correctness=0.05))
+    res = run(device_with(add=slow), add_task(), ADD_SUB, config=cfg)
+    assert res.status is Status.TIMEOUT and "limit" in res.message and res.trials < 5
+
+
+def test_timing_stage_projection_is_timeout():
+    cfg = FAST.replace(limits=StageLimits(timing=5.0))
+    dev = device_with(add=(add_kernel, 1000.0))  # 1 s per fake run: 102 runs would take > 5 s
+    res = run(dev, add_task(), ADD_SUB, config=cfg)
+    assert res.status is Status.TIMEOUT and res.message.startswith("timing")
+    assert all(c["runs"] == 1 for c in dev.time_calls)  # only the probe ran
