@@ -1,0 +1,357 @@
+"""Fast autoregressive sampling: jitted prefill + jitted `lax.while_loop` decode over a donated cache.
+
+Pipeline per batch chunk (DESIGN 4.2):
+  1. prompts are padded to a static prompt bucket (left padding by default: every row's last prompt
+     token sits in the last prompt slot, so decode writes all rows at one scalar slot; right padding
+     is supported with per-row cache slots) and the batch to a static batch bucket;
+  2. `prefill` runs the decoder over the padded prompts, writing the KV cache, and computes logits
+     only for the last real token of each row ([B, V], never [B, L, V]);
+  3. `decode` samples a token, then loops (`lax.while_loop`) feeding one token per step through the
+     decoder at its cache slot (dynamic_update_slice, no re-layout), until every row has emitted a
+     stop id or `max_new` tokens.
+Both jitted functions take the KV cache as a donated argument and return it; the Sampler keeps the
+returned buffer and donates it again on the next call with the same shape.
+
+Sampling values (temperature, top_p, top_k, stop ids, max_new) are traced arguments: changing them
+never recompiles. temperature 0 = greedy (argmax); top_k 0 = off; top_p 1 = off. Filtering order
+follows HF: temperature, then top-k, then top-p (nucleus over the top-k renormalised
+probabilities); tokens tied with the cut-off logit are kept. The sort needed by top-k/top-p runs
+only when one of them is active (`lax.cond`).
+
+Returned `logprobs` are log-probs of the sampled tokens under the UNMODIFIED model distribution
+(log_softmax of the raw logits: temperature 1, no top-k/top-p), i.e. exactly what
+`token_logprobs(params, ...)` recomputes for the same tokens. This is the quantity PPO's ratio
+pi_theta / pi_old uses when the trainer recomputes log-probs with `forward`; the temperature /
+truncated behaviour distribution is not returned.
+
+Determinism: the same params, prompts, SamplingParams, rng (and Sampler buckets) give the same
+tokens; step i of a chunk uses `fold_in(chunk_rng, i)`.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from leap_jax.models.config import ModelConfig
+from leap_jax.models.decoder import KVCache, Params, forward, init_cache, logits_from_hidden
+from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
+from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
+from leap_jax.sampling.params import SamplingParams
+
+PADDINGS = ("left", "right")
+
+
+class SampleOutput(NamedTuple):
+    """Per prompt: generated ids (stop token included), their fp32 log-probs, stopped-on-stop-id."""
+    tokens: list[list[int]]
+    logprobs: list[np.ndarray]
+    finished: list[bool]
+
+
+class DecodeResult(NamedTuple):
+    """Array-level result of `decode` (B rows, N = static max new tokens)."""
+    tokens: jax.Array    # [B, N] int32; pad_id after a row's end
+    logprobs: jax.Array  # [B, N] fp32; 0 after a row's end
+    lengths: jax.Array   # [B] int32 generated tokens per row (stop token included)
+    finished: jax.Array  # [B] bool: the row emitted a stop id
+
+
+# ------------------------------------------------------------------------------ token sampling
+def _filter_top_k_top_p(scaled: jax.Array, top_p: jax.Array, top_k: jax.Array) -> jax.Array:
+    """Mask (to -inf) logits outside the top-k set and then outside the top-p nucleus."""
+    v = scaled.shape[-1]
+    desc = jnp.flip(jnp.sort(scaled, axis=-1), axis=-1)
+    rank = jnp.arange(v, dtype=jnp.int32)[None, :]
+    k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)
+    keep_k = rank < k
+    probs = jax.nn.softmax(jnp.where(keep_k, desc, -jnp.inf), axis=-1)
+    before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each rank
+    keep = keep_k & (before < top_p)
+    n_keep = jnp.maximum(jnp.sum(keep, axis=-1), 1)
+    threshold = jnp.take_along_axis(desc, (n_keep - 1)[:, None], axis=-1)
+    return jnp.where(scaled >= threshold, scaled, -jnp.inf)
+
+
+def sample_from_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array,
+                       top_p: jax.Array, top_k: jax.Array) -> jax.Array:
+    """One token per row from fp32 logits [B, V]; all settings may be traced scalars."""
+    logits = logits.astype(jnp.float32)
+    temperature = jnp.asarray(temperature, jnp.float32)
+    top_p = jnp.asarray(top_p, jnp.float32)
+    top_k = jnp.asarray(top_k, jnp.int32)
+
+    def greedy(_):
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+    def stochastic(_):
+        scaled = logits / jnp.maximum(temperature, 1e-6)
+        scaled = jax.lax.cond((top_k > 0) | (top_p < 1.0),
+                              lambda s: _filter_top_k_top_p(s, top_p, top_k), lambda s: s, scaled)
+        return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
+
+    return jax.lax.cond(temperature <= 0.0, greedy, stochastic, None)
+
+
+def _gather_logprob(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+    """log_softmax(logits)[token] per row, fp32."""
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    return jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0] - lse
+
+
+# ------------------------------------------------------------------------------ array-level API
+def prefill(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Array,
+            lengths: jax.Array, *, padding: str = "left",
+            unroll: int | bool = 1) -> tuple[jax.Array, KVCache]:
+    """Run padded prompts tokens [B, P] (real lengths [B] >= 1) into `cache` slots 0..P-1.
+
+    Returns fp32 logits [B, V] of each row's last real token and the filled cache.
+    """
+    if padding not in PADDINGS:
+        raise ValueError(f"padding={padding!r}; expected one of {PADDINGS}")
+    b, p = tokens.shape
+    lengths = lengths.astype(jnp.int32)
+    slot = jnp.arange(p, dtype=jnp.int32)[None, :]
+    if padding == "left":
+        start = (p - lengths)[:, None]
+        seg = (slot >= start).astype(jnp.int32)
+        pos = jnp.maximum(slot - start, 0)
+    else:
+        seg = (slot < lengths[:, None]).astype(jnp.int32)
+        pos = jnp.broadcast_to(slot, (b, p))
+    cache = cache._replace(seg=jnp.zeros_like(cache.seg))
+    hidden, cache = forward(params, config, tokens, pos, segment_ids=seg, cache=cache,
+                            cache_index=jnp.int32(0), return_hidden=True, unroll=unroll)
+    if padding == "left":
+        last = hidden[:, -1]
+    else:
+        last = jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)[:, 0]
+    return logits_from_hidden(params, config, last), cache
+
+
+def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Array,
+           prompt_lengths: jax.Array, active: jax.Array, rng: jax.Array, temperature: jax.Array,
+           top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, max_new: jax.Array, *,
+           max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
+           unroll: int | bool = 1) -> tuple[DecodeResult, KVCache]:
+    """Sample up to `max_new` (traced, <= static `max_new_tokens`) tokens per row after `prefill`.
+
+    logits [B, V]: prefill's last-token logits. active [B] bool: rows to generate (padding rows of
+    a batch bucket are inactive and never delay the early exit). stop_ids [S] int32, padded with -1.
+    The cache must have >= prompt_slots + max_new_tokens - 1 slots.
+    """
+    b = logits.shape[0]
+    n = max_new_tokens
+    lens = prompt_lengths.astype(jnp.int32)
+    base = jnp.int32(prompt_slots) if padding == "left" else lens  # slot of the first new token
+    stop_ids = stop_ids.astype(jnp.int32)
+    max_new = jnp.minimum(jnp.asarray(max_new, jnp.int32), n)
+
+    def is_stop(tok):
+        return jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
+
+    def record(i, tok, lg, state_done, out_tok, out_lp):
+        live = ~state_done
+        tok = jnp.where(live, tok, pad_id).astype(jnp.int32)
+        lp = jnp.where(live, _gather_logprob(lg, tok), 0.0)
+        out_tok = jax.lax.dynamic_update_slice(out_tok, tok[:, None], (0, i))
+        out_lp = jax.lax.dynamic_update_slice(out_lp, lp[:, None], (0, i))
+        stop = live & is_stop(tok)
+        return tok, live, stop, out_tok, out_lp
+
+    tok0 = sample_from_logits(logits, jax.random.fold_in(rng, 0), temperature, top_p, top_k)
+    out_tok = jnp.full((b, n), pad_id, jnp.int32)
+    out_lp = jnp.zeros((b, n), jnp.float32)
+    tok0, live0, stop0, out_tok, out_lp = record(0, tok0, logits, ~active, out_tok, out_lp)
+    state = (jnp.int32(1), cache, tok0, out_tok, out_lp, ~active | stop0, live0.astype(jnp.int32),
+             stop0)
+
+    def cond(s):
+        i, _, _, _, _, done, _, _ = s
+        return (i < max_new) & ~jnp.all(done)
+
+    def body(s):
+        i, cache, tok, out_tok, out_lp, done, lengths, finished = s
+        slot = base + i - 1
+        pos = (lens + i - 1)[:, None]
+        lg, cache = forward(params, config, tok[:, None], pos, cache=cache, cache_index=slot,
+                            unroll=unroll)
+        lg = lg[:, 0]
+        new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k)
+        new, live, stop, out_tok, out_lp = record(i, new, lg, done, out_tok, out_lp)
+        return (i + 1, cache, new, out_tok, out_lp, done | stop, lengths + live.astype(jnp.int32),
+                finished | stop)
+
+    _, cache, _, out_tok, out_lp, _, lengths, finished = jax.lax.while_loop(cond, body, state)
+    return DecodeResult(out_tok, out_lp, lengths, finished), cache
+
+
+# ------------------------------------------------------------------------------ Python API
+class Sampler:
+    """Bucketed, jitted generation for one ModelConfig.
+
+    max_batch: rows per jitted call (larger requests are split); batch sizes are padded up to
+    `batch_buckets` (default: powers of two up to max_batch). prompt_buckets: static prompt
+    lengths (a prompt longer than the largest is an error). max_new_tokens: static decode budget
+    (cache slots); SamplingParams.max_new_tokens may lower it per call without recompiling.
+    cache_dtype: KV cache dtype (default bfloat16 for bf16 models, else the compute dtype).
+    unroll: layer-scan unroll factor inside prefill/decode (True = fully unrolled).
+    `trace_counts` counts traces (= compilations) of the two jitted functions.
+    """
+
+    def __init__(self, config: ModelConfig, max_batch: int = 64,
+                 prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
+                 max_new_tokens: int = 512, batch_buckets: Sequence[int] | None = None,
+                 padding: str = "left", max_stop_ids: int = 8, cache_dtype: str | None = None,
+                 unroll: int | bool = 1, pad_id: int | None = None):
+        if padding not in PADDINGS:
+            raise ValueError(f"Sampler padding={padding!r}; expected one of {PADDINGS}")
+        if max_new_tokens < 1:
+            raise ValueError(f"Sampler max_new_tokens={max_new_tokens}; expected a positive int")
+        if max_stop_ids < 1:
+            raise ValueError(f"Sampler max_stop_ids={max_stop_ids}; expected a positive int")
+        self.config = config
+        self.max_batch = int(max_batch)
+        self.batch_buckets = validate_buckets(
+            "batch_buckets",
+            batch_buckets if batch_buckets is not None else default_batch_buckets(max_batch))
+        if self.batch_buckets[-1] < self.max_batch:
+            raise ValueError(f"batch_buckets {self.batch_buckets} must reach max_batch={max_batch}")
+        self.prompt_buckets = validate_buckets("prompt_buckets", prompt_buckets)
+        self.max_new_tokens = int(max_new_tokens)
+        self.padding = padding
+        self.max_stop_ids = int(max_stop_ids)
+        default_cache = "bfloat16" if config.dtype == "bfloat16" else config.dtype
+        self.cache_dtype = jnp.dtype(cache_dtype or default_cache)
+        self.unroll = unroll
+        self.pad_id = int(pad_id if pad_id is not None else (config.pad_token_id or 0))
+        self.trace_counts: collections.Counter[str] = collections.Counter()
+        self.last_timings: dict[str, float] = {}
+        self._cache: tuple[tuple[int, int], KVCache] | None = None
+
+        def prefill_fn(params, cache, tokens, lengths):
+            self.trace_counts["prefill"] += 1
+            return prefill(params, config, cache, tokens, lengths, padding=padding, unroll=unroll)
+
+        def decode_fn(params, cache, logits, lengths, active, rng, temperature, top_p, top_k,
+                      stop_ids, max_new):
+            self.trace_counts["decode"] += 1
+            prompt_slots = cache.k.shape[2] - self.max_new_tokens
+            return decode(params, config, cache, logits, lengths, active, rng, temperature,
+                          top_p, top_k, stop_ids, max_new, max_new_tokens=self.max_new_tokens,
+                          prompt_slots=prompt_slots, padding=padding, pad_id=self.pad_id,
+                          unroll=unroll)
+
+        self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
+        self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,))
+
+    # -- helpers
+    def _get_cache(self, batch: int, slots: int) -> KVCache:
+        key = (batch, slots)
+        if self._cache is not None and self._cache[0] == key:
+            cache = self._cache[1]
+        else:
+            self._cache = None  # free the old shape's buffer before allocating the new one
+            cache = init_cache(self.config, batch, slots, self.cache_dtype)
+        self._cache = None
+        return cache
+
+    def _stop_array(self, sampling: SamplingParams) -> np.ndarray:
+        ids = sampling.resolved_stop_ids(self.config.eos_token_ids)
+        if len(ids) > self.max_stop_ids:
+            raise ValueError(f"{len(ids)} stop ids {ids} exceed Sampler max_stop_ids="
+                             f"{self.max_stop_ids}")
+        out = np.full((self.max_stop_ids,), -1, np.int32)
+        out[: len(ids)] = ids
+        return out
+
+    def _check_prompts(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        if isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__len__"):
+            raise ValueError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+        out = []
+        for i, p in enumerate(prompts):
+            a = np.asarray(p)
+            if a.ndim != 1 or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"prompt {i} must be a non-empty list of ints, got {p!r:.80}")
+            if a.min() < 0 or a.max() >= self.config.vocab_size:
+                raise ValueError(f"prompt {i} has token ids outside [0, {self.config.vocab_size})")
+            if a.size > self.prompt_buckets[-1]:
+                raise ValueError(f"prompt {i} has {a.size} tokens; the largest prompt bucket is "
+                                 f"{self.prompt_buckets[-1]}")
+            out.append(a.astype(np.int32))
+        return out
+
+    # -- public
+    def generate_padded(self, params: Params, tokens: np.ndarray, lengths: np.ndarray,
+                        active: np.ndarray, sampling: SamplingParams,
+                        rng: jax.Array) -> DecodeResult:
+        """Array-level generate for one already-padded chunk: tokens [B, P] (left- or
+        right-padded to match `padding`), lengths [B], active [B]; B and P must be buckets."""
+        b, p = tokens.shape
+        if b not in self.batch_buckets or p not in self.prompt_buckets:
+            raise ValueError(f"padded shape {(b, p)} must use a batch bucket {self.batch_buckets} "
+                             f"and a prompt bucket {self.prompt_buckets}")
+        max_new = sampling.max_new_tokens or self.max_new_tokens
+        if max_new > self.max_new_tokens:
+            raise ValueError(f"max_new_tokens={max_new} exceeds the Sampler's static budget "
+                             f"{self.max_new_tokens}")
+        cache = self._get_cache(b, p + self.max_new_tokens)
+        t0 = time.perf_counter()
+        logits, cache = self.prefill_jit(params, cache, jnp.asarray(tokens, jnp.int32),
+                                         jnp.asarray(lengths, jnp.int32))
+        logits.block_until_ready()
+        t1 = time.perf_counter()
+        res, cache = self.decode_jit(
+            params, cache, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
+            np.float32(sampling.temperature), np.float32(sampling.top_p),
+            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new))
+        res.tokens.block_until_ready()
+        t2 = time.perf_counter()
+        self._cache = ((b, p + self.max_new_tokens), cache)
+        self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
+        return res
+
+    def generate(self, params: Params, prompts: Sequence[Sequence[int]],
+                 sampling: SamplingParams = SamplingParams(),
+                 rng: jax.Array | int = 0) -> SampleOutput:
+        """Generate for prompts of mixed lengths (bucketed, split into chunks of max_batch)."""
+        arrs = self._check_prompts(prompts)
+        n = len(arrs)
+        self._stop_array(sampling)  # validate before any work
+        if isinstance(rng, int):
+            rng = jax.random.PRNGKey(rng)
+        order = sorted(range(n), key=lambda j: arrs[j].size)  # similar lengths share a chunk
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        logps: list[np.ndarray] = [np.zeros((0,), np.float32) for _ in range(n)]
+        finished = [False] * n
+        timings = collections.Counter()
+        for ci, start in enumerate(range(0, n, self.max_batch)):
+            idx = order[start:start + self.max_batch]
+            b = pick_bucket(len(idx), self.batch_buckets, "batch size")
+            p = pick_bucket(max(arrs[j].size for j in idx), self.prompt_buckets, "prompt length")
+            tok = np.full((b, p), self.pad_id, np.int32)
+            lens = np.ones((b,), np.int32)
+            active = np.zeros((b,), bool)
+            for r, j in enumerate(idx):
+                a = arrs[j]
+                if self.padding == "left":
+                    tok[r, p - a.size:] = a
+                else:
+                    tok[r, : a.size] = a
+                lens[r], active[r] = a.size, True
+            res = self.generate_padded(params, tok, lens, active, sampling,
+                                       jax.random.fold_in(rng, ci))
+            timings.update(self.last_timings)
+            out_tok, out_lp = np.asarray(res.tokens), np.asarray(res.logprobs)
+            out_len, out_fin = np.asarray(res.lengths), np.asarray(res.finished)
+            for r, j in enumerate(idx):
+                k = int(out_len[r])
+                tokens[j] = out_tok[r, :k].tolist()
+                logps[j] = out_lp[r, :k].astype(np.float32)
+                finished[j] = bool(out_fin[r])
+        self.last_timings = dict(timings)
+        return SampleOutput(tokens, logps, finished)

@@ -1,0 +1,204 @@
+"""Sampler tests: greedy == repeated full-forward argmax, log-probs == forward log-probs, stops,
+no recompiles for new sampling values, top-k=1 == greedy, determinism, padding modes, splitting."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from leap_jax.models import decoder
+from leap_jax.models.logprobs import token_logprobs
+from leap_jax.sampling.buckets import batch_buckets, pick_bucket
+from leap_jax.sampling.params import SamplingParams
+from leap_jax.sampling.sampler import Sampler, _filter_top_k_top_p, sample_from_logits
+from tests.leap_jax.test_decoder import CFG, random_params
+
+NEW = 6
+REF_LEN = 16  # fixed padded length for the reference full-forward passes (one compile)
+GREEDY = SamplingParams(temperature=0.0, stop_token_ids=())
+
+
+@pytest.fixture(scope="module")
+def params():
+    return random_params(CFG, seed=11)
+
+
+@pytest.fixture(scope="module")
+def sampler():
+    return Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, batch_buckets=(4,))
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(0)
+    return [rng.integers(1, 97, n).tolist() for n in (3, 8, 5, 1)]
+
+
+_ref_fwd = jax.jit(lambda p, tok, seg: decoder.forward(
+    p, CFG, tok, jnp.tile(jnp.arange(REF_LEN), (tok.shape[0], 1)), segment_ids=seg)[0])
+
+
+def ref_logits(params, seq):
+    """Full-forward logits [len(seq), V] of one unpadded sequence (right-padded to REF_LEN)."""
+    tok = np.zeros((1, REF_LEN), np.int32)
+    seg = np.zeros((1, REF_LEN), np.int32)
+    tok[0, : len(seq)], seg[0, : len(seq)] = seq, 1
+    return np.asarray(_ref_fwd(params, tok, seg))[0, : len(seq)]
+
+
+def ref_greedy(params, prompt, n):
+    seq = list(prompt)
+    for _ in range(n):
+        seq.append(int(np.argmax(ref_logits(params, seq)[-1])))
+    return seq[len(prompt):]
+
+
+def test_greedy_equals_repeated_full_forward_argmax(params, sampler, prompts):
+    out = sampler.generate(params, prompts, GREEDY, rng=0)
+    for p, toks, lps, fin in zip(prompts, out.tokens, out.logprobs, out.finished):
+        assert toks == ref_greedy(params, p, NEW)
+        assert len(lps) == NEW and lps.dtype == np.float32 and not fin
+
+
+def test_logprobs_equal_forward_logprobs(params, sampler, prompts):
+    out = sampler.generate(params, prompts, SamplingParams(temperature=1.3, stop_token_ids=()), 5)
+    for p, toks, lps in zip(prompts, out.tokens, out.logprobs):
+        seq = p + toks
+        tok = np.asarray(seq[:-1], np.int32)[None]
+        tgt = np.asarray(seq[1:], np.int32)[None]
+        pos = np.arange(tok.shape[1], dtype=np.int32)[None]
+        want = np.asarray(token_logprobs(params, CFG, tok, pos, tgt, chunk=None))[0, len(p) - 1:]
+        np.testing.assert_allclose(lps, want, atol=1e-5)
+        # ...and equal log_softmax of the reference logits (unmodified distribution).
+        lg = ref_logits(params, seq)[len(p) - 1:-1].astype(np.float64)
+        lsm = lg - np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+            - lg.max(-1, keepdims=True)
+        np.testing.assert_allclose(lps, lsm[np.arange(len(toks)), toks], atol=1e-5)
+
+
+def test_stop_token_ends_row_and_masks_rest(params, sampler, prompts):
+    greedy = [ref_greedy(params, p, NEW) for p in prompts]
+    stop = greedy[0][2]  # row 0 stops after its 3rd token
+    res = sampler.generate(params, prompts,
+                           SamplingParams(temperature=0.0, stop_token_ids=(stop,)), 0)
+    for g, toks, lps, fin in zip(greedy, res.tokens, res.logprobs, res.finished):
+        want = g[: g.index(stop) + 1] if stop in g else g
+        assert toks == want and len(lps) == len(want)
+        assert fin == (stop in g)
+    assert res.tokens[0][-1] == stop and res.finished[0]
+    # Array level: positions after the stop hold pad ids and zero log-probs.
+    tok = np.zeros((4, 8), np.int32)
+    tok[0, 8 - len(prompts[0]):] = prompts[0]
+    lens = np.array([len(prompts[0]), 1, 1, 1], np.int32)
+    active = np.array([True, False, False, False])
+    arr = sampler.generate_padded(params, tok, lens, active,
+                                  SamplingParams(temperature=0.0, stop_token_ids=(stop,)),
+                                  jax.random.PRNGKey(0))
+    n0 = greedy[0].index(stop) + 1
+    assert int(arr.lengths[0]) == n0 and bool(arr.finished[0])
+    assert np.asarray(arr.tokens)[0, :n0].tolist() == greedy[0][:n0]
+    assert np.all(np.asarray(arr.tokens)[0, n0:] == sampler.pad_id)
+    assert np.all(np.asarray(arr.logprobs)[0, n0:] == 0.0)
+    assert np.all(np.asarray(arr.logprobs)[0, :n0] < 0.0)
+    assert np.all(np.asarray(arr.lengths)[1:] == 0)  # inactive padding rows generate nothing
+
+
+def test_changing_sampling_values_does_not_recompile(params, sampler, prompts):
+    sampler.generate(params, prompts, GREEDY, 0)
+    before = dict(sampler.trace_counts)
+    for sp in (SamplingParams(temperature=0.7, top_p=0.9, top_k=5, stop_token_ids=(3,)),
+               SamplingParams(temperature=1.0, top_k=1, max_new_tokens=2),
+               SamplingParams(temperature=2.0, top_p=0.5, stop_token_ids=(1, 2, 3, 4)),
+               SamplingParams(temperature=0.0, top_k=0, top_p=1.0)):
+        sampler.generate(params, prompts, sp, 1)
+    assert dict(sampler.trace_counts) == before
+    assert before == {"prefill": 1, "decode": 1}
+
+
+def test_top_k_1_equals_greedy(params, sampler, prompts):
+    a = sampler.generate(params, prompts, GREEDY, 0)
+    b = sampler.generate(params, prompts, SamplingParams(temperature=1.0, top_k=1,
+                                                         stop_token_ids=()), 123)
+    assert a.tokens == b.tokens
+
+
+def test_deterministic_per_seed(params, sampler, prompts):
+    sp = SamplingParams(temperature=1.5, top_p=0.95, stop_token_ids=())
+    a = sampler.generate(params, prompts, sp, 7)
+    b = sampler.generate(params, prompts, sp, jax.random.PRNGKey(7))
+    c = sampler.generate(params, prompts, sp, 8)
+    assert a.tokens == b.tokens
+    assert all(np.array_equal(x, y) for x, y in zip(a.logprobs, b.logprobs))
+    assert a.tokens != c.tokens
+
+
+def test_max_new_tokens_per_call(params, sampler, prompts):
+    out = sampler.generate(params, prompts, SamplingParams(temperature=0.0, max_new_tokens=2,
+                                                           stop_token_ids=()), 0)
+    full = sampler.generate(params, prompts, GREEDY, 0)
+    assert [len(t) for t in out.tokens] == [2] * 4
+    assert out.tokens == [t[:2] for t in full.tokens]
+    with pytest.raises(ValueError, match="budget"):
+        sampler.generate(params, prompts, SamplingParams(max_new_tokens=NEW + 1), 0)
+
+
+def test_split_batches_and_right_padding(params, prompts):
+    many = prompts + [prompts[1][:6], prompts[2][::-1]]  # 6 prompts > max_batch 4
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(4, 8), max_new_tokens=NEW, padding="right")
+    out = s.generate(params, many, GREEDY, 0)
+    assert s.trace_counts["decode"] >= 2  # two buckets were used (2 and 4 rows, P=8)
+    for p, toks in zip(many, out.tokens):
+        assert toks == ref_greedy(params, p, NEW)
+
+
+def test_filter_matches_numpy_nucleus():
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((3, 20)).astype(np.float32) * 2
+    for top_k, top_p in ((0, 0.6), (5, 1.0), (4, 0.5), (0, 1e-3), (25, 0.99)):
+        got = np.isfinite(np.asarray(_filter_top_k_top_p(jnp.asarray(logits), jnp.float32(top_p),
+                                                         jnp.int32(top_k))))
+        for r in range(3):
+            order = np.argsort(-logits[r])
+            k = top_k if 0 < top_k <= 20 else 20
+            cand = order[:k]
+            pr = np.exp(logits[r, cand] - logits[r, cand].max())
+            pr /= pr.sum()
+            n, mass = 0, 0.0
+            while n < k and (n == 0 or mass < top_p):
+                mass += pr[n]
+                n += 1
+            want = np.zeros(20, bool)
+            want[cand[:n]] = True
+            np.testing.assert_array_equal(got[r], want, err_msg=f"top_k={top_k} top_p={top_p}")
+
+
+def test_sample_from_logits_respects_top_k_support():
+    logits = jnp.asarray(np.random.default_rng(4).standard_normal((2000, 10)), jnp.float32)
+    f = jax.jit(sample_from_logits)
+    tok = np.asarray(f(logits, jax.random.PRNGKey(0), 1.0, 1.0, 3))
+    top3 = np.argsort(-np.asarray(logits), axis=-1)[:, :3]
+    assert all(t in row for t, row in zip(tok, top3))
+    tok_all = np.asarray(f(logits, jax.random.PRNGKey(0), 1.0, 1.0, 0))
+    assert np.mean([t not in row for t, row in zip(tok_all, top3)]) > 0.1
+    greedy = np.asarray(f(logits, jax.random.PRNGKey(0), 0.0, 1.0, 0))
+    np.testing.assert_array_equal(greedy, np.argmax(np.asarray(logits), -1))
+
+
+def test_buckets_and_validation(params, sampler):
+    assert batch_buckets(48) == (1, 2, 4, 8, 16, 32, 48)
+    assert pick_bucket(65, (64, 128)) == 128
+    with pytest.raises(ValueError, match="largest bucket"):
+        pick_bucket(129, (64, 128))
+    with pytest.raises(ValueError, match="prompt 0 has 9 tokens"):
+        sampler.generate(params, [[1] * 9], GREEDY)
+    with pytest.raises(ValueError, match="non-empty"):
+        sampler.generate(params, [[]], GREEDY)
+    with pytest.raises(ValueError, match="outside"):
+        sampler.generate(params, [[97]], GREEDY)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-1.0)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0.0)
+    with pytest.raises(ValueError, match="max_stop_ids"):
+        sampler.generate(params, [[1]], SamplingParams(stop_token_ids=tuple(range(9))))
