@@ -1,0 +1,141 @@
+"""Result cache keyed by (task, normalised CUDA source, launch block, config) (DESIGN 3.5).
+
+Normalisation drops comments and trailing whitespace and collapses whitespace runs, so cosmetic
+edits of a resubmission hit the cache while any code change misses. `env_error` results are never
+cached: they say nothing about the submission and may succeed on a retry.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+from collections import OrderedDict
+
+from kernels_env.config import EnvConfig
+from kernels_env.result import Result
+from kernels_env.status import Status
+
+KEY_VERSION = "1"
+
+
+def _strip_comments(src: str) -> str:
+    """Remove // and /* */ comments, leaving string literals intact."""
+    out: list[str] = []
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            i = n if j < 0 else j
+            out.append(" ")
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+            out.append(" ")
+        elif c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c and src[j] != "\n":
+                j += 2 if src[j] == "\\" else 1
+            out.append(src[i:j + 1])
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def normalize_source(src: str) -> str:
+    """Comments removed, each line stripped, blank lines dropped, whitespace runs collapsed.
+
+    Line structure is kept (preprocessor directives end at a newline)."""
+    lines = (re.sub(r"[ \t\f\v\r]+", " ", ln).strip() for ln in _strip_comments(src).split("\n"))
+    return "\n".join(ln for ln in lines if ln)
+
+
+def cache_key(task_name: str, text: str, config: EnvConfig) -> str:
+    """sha256 hex over the task name, the normalised blocks and the config. Text without both
+    blocks (a format error) is keyed by its raw content."""
+    from kernels_env.launch import FormatError
+    from kernels_env.submission import extract_blocks
+    try:
+        cuda, launch = extract_blocks(text)
+        body = {"cuda": normalize_source(cuda), "launch": normalize_source(launch)}
+    except FormatError:
+        body = {"raw": text if isinstance(text, str) else repr(text)}
+    payload = json.dumps({"v": KEY_VERSION, "task": task_name, **body, "config": config.to_dict()},
+                         sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class ResultCache:
+    """Thread-safe in-memory LRU of Results, optionally backed by a directory of JSON files."""
+
+    def __init__(self, max_entries: int = 10_000, directory: str | None = None) -> None:
+        if max_entries < 1:
+            raise ValueError(f"ResultCache max_entries={max_entries}; expected >= 1")
+        self.max_entries = max_entries
+        self.directory = directory
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        self._mem: OrderedDict[str, dict] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def _path(self, key: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{16,128}", key):
+            raise ValueError(f"cache key {key!r} is not a hex digest")
+        return os.path.join(self.directory, key[:2], key + ".json")  # type: ignore[arg-type]
+
+    def get(self, key: str) -> Result | None:
+        """The cached Result (a fresh copy with `cached=True`), or None."""
+        with self._lock:
+            d = self._mem.get(key)
+            if d is not None:
+                self._mem.move_to_end(key)
+        if d is None and self.directory:
+            try:
+                with open(self._path(key), encoding="utf-8") as f:
+                    d = json.load(f)
+                self._remember(key, d)
+            except (OSError, ValueError):
+                d = None
+        if d is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        r = Result.from_dict(d)
+        r.cached = True
+        return r
+
+    def _remember(self, key: str, d: dict) -> None:
+        with self._lock:
+            self._mem[key] = d
+            self._mem.move_to_end(key)
+            while len(self._mem) > self.max_entries:
+                self._mem.popitem(last=False)
+
+    def put(self, key: str, result: Result) -> bool:
+        """Store a result; returns False (and stores nothing) for env_error or an empty key."""
+        if not key or result.status is Status.ENV_ERROR:
+            return False
+        d = result.to_dict()
+        d["cached"] = False
+        self._remember(key, d)
+        if self.directory:
+            path = self._path(key)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(d, f)
+            os.replace(tmp, path)  # atomic: readers never see half a file
+        return True
+
+    def __len__(self) -> int:
+        return len(self._mem)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._mem

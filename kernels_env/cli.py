@@ -1,0 +1,191 @@
+"""`python -m kernels_env list | show TASK | score --task T FILE | check-suite` (DESIGN 3.7)."""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from typing import Any, Sequence
+
+from kernels_env.config import BACKENDS, SIZE_SETS, EnvConfig
+from kernels_env.result import Result
+
+
+class CliError(Exception):
+    """A user error on the command line: printed without a traceback, exit code 2."""
+
+
+def _tasks() -> Any:
+    from kernels_env import tasks
+    return tasks
+
+
+def _get_task(name: str) -> Any:
+    tasks = _tasks()
+    names = [t.name for t in tasks.list_tasks()]
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; run `python -m kernels_env list`"
+        raise CliError(f"unknown task {name!r}{hint}")
+    return tasks.get_task(name)
+
+
+def _config(args: argparse.Namespace) -> EnvConfig:
+    cfg = EnvConfig(backend=args.backend, sizes=args.sizes)
+    if getattr(args, "no_timing", False):
+        cfg = cfg.replace(timing=False)
+    if getattr(args, "trials", None):
+        cfg = cfg.replace(correctness_trials=args.trials)
+    return cfg
+
+
+def cmd_list(args: argparse.Namespace, out: Any) -> int:
+    ts = _tasks().list_tasks(level=args.level)
+    if args.json:
+        rows = [{"name": t.name, "level": t.level, "tags": list(t.tags),
+                 "description": t.description.strip().splitlines()[0] if t.description.strip() else ""}
+                for t in ts]
+        print(json.dumps(rows, indent=2), file=out)
+        return 0
+    width = max([len(t.name) for t in ts] + [4])
+    print(f"{'task':<{width}}  level  description", file=out)
+    for t in ts:
+        first = t.description.strip().splitlines()[0] if t.description.strip() else ""
+        print(f"{t.name:<{width}}  {t.level:^5}  {first[:80]}", file=out)
+    print(f"{len(ts)} tasks", file=out)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, out: Any) -> int:
+    t = _get_task(args.task)
+    print(f"# {t.name} (level {t.level}{', tags: ' + ', '.join(t.tags) if t.tags else ''})", file=out)
+    print(t.description.strip(), file=out)
+    print("\n## signature (eval sizes)", file=out)
+    print(t.signature_text("eval"), file=out)
+    print("\n## sizes", file=out)
+    for which in ("small", "eval"):
+        print(f"{which}: " + ", ".join(f"{k}={v}" for k, v in t.size_set(which).items()), file=out)
+    if args.solution or not args.no_solution:
+        print("\n## solution", file=out)
+        print(t.solution.strip(), file=out)
+    return 0
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise CliError(f"cannot read submission file {path!r}: {e.strerror}") from None
+
+
+def cmd_score(args: argparse.Namespace, out: Any) -> int:
+    task = _get_task(args.task)
+    text = _read(args.file)
+    from kernels_env.feedback import render_feedback
+    from kernels_env.pipeline import score
+    result = score(task, text, _config(args))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str), file=out)
+    else:
+        print(render_feedback(result, budget_chars=args.budget), file=out)
+        print(f"\n[status={result.status.value} backend={result.backend} "
+              + " ".join(f"{k}={v:.3f}s" for k, v in result.stage_seconds.items()) + "]", file=out)
+        for k, r in sorted(result.resources.items()):
+            print(f"[{k}: {r.registers} registers, {r.shared_bytes} B smem, {r.stack_frame_bytes} B stack, "
+                  f"{r.spill_stores_bytes}/{r.spill_loads_bytes} B spill stores/loads]", file=out)
+    return 0 if result.correct else 1
+
+
+def suite_table(results: Sequence[Result]) -> str:
+    """A plain-text table: task, status, speedup, seconds; with a summary line."""
+    rows = [("task", "status", "speedup", "time_s", "message")]
+    for r in results:
+        sp = "-" if r.speedup is None else f"{r.speedup:.2f}x"
+        secs = f"{sum(r.stage_seconds.values()):.2f}"
+        msg = "" if r.correct else r.message.replace("\n", " ")[:70]
+        rows.append((r.task, r.status.value, sp, secs, msg))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + ("  " + row[4] if row[4] else "")
+             for row in rows]
+    n_ok = sum(r.correct for r in results)
+    lines.append(f"{n_ok}/{len(results)} correct")
+    return "\n".join(lines)
+
+
+def cmd_check_suite(args: argparse.Namespace, out: Any) -> int:
+    tasks = _tasks().list_tasks(level=args.level)
+    if args.tasks:
+        tasks = [_get_task(n) for n in args.tasks]
+    if not tasks:
+        raise CliError(f"no tasks at level {args.level}")
+    cfg = _config(args)
+    from kernels_env.pool import EvalPool, Job
+    jobs = [Job(t.name, t.solution, cfg) for t in tasks]
+    kw: dict[str, Any] = {}
+    if args.workers:
+        kw = {"gpu_workers": args.workers} if args.backend == "cupy" else {"cpu_workers": args.workers}
+    with EvalPool(mode="inline" if args.inline else "process", backend=args.backend, config=cfg,
+                  cache=False, **kw) as pool:
+        progress = len(jobs) > 3 and sys.stderr.isatty() and not args.json
+        results = pool.map(jobs, progress=progress)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2, default=str), file=out)
+    else:
+        print(suite_table(results), file=out)
+    return 0 if all(r.correct for r in results) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m kernels_env", description="Score CUDA kernels against tasks.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--backend", choices=BACKENDS, default="auto")
+        sp.add_argument("--sizes", choices=SIZE_SETS, default="eval")
+        sp.add_argument("--no-timing", action="store_true", help="correctness only")
+        sp.add_argument("--trials", type=int, default=None, help="correctness trials (default: config)")
+
+    sp = sub.add_parser("list", help="list tasks")
+    sp.add_argument("--level", type=int, choices=(1, 2, 3), default=None)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_list)
+
+    sp = sub.add_parser("show", help="show one task")
+    sp.add_argument("task")
+    sp.add_argument("--solution", action="store_true", help="print the known-good solution (default)")
+    sp.add_argument("--no-solution", action="store_true")
+    sp.set_defaults(fn=cmd_show)
+
+    sp = sub.add_parser("score", help="score a submission file (Markdown with ```cuda and ```launch)")
+    sp.add_argument("--task", required=True)
+    sp.add_argument("file", help="the submission file, or - for stdin")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--budget", type=int, default=2000, help="feedback characters to print")
+    common(sp)
+    sp.set_defaults(fn=cmd_score)
+
+    sp = sub.add_parser("check-suite", help="score every task's solution; exit 1 if any is not correct")
+    sp.add_argument("--level", type=int, choices=(1, 2, 3), default=None)
+    sp.add_argument("--tasks", nargs="*", default=None, help="only these tasks")
+    sp.add_argument("--workers", type=int, default=None, help="execution workers")
+    sp.add_argument("--inline", action="store_true", help="score in this process (debugging)")
+    sp.add_argument("--json", action="store_true")
+    common(sp)
+    sp.set_defaults(fn=cmd_check_suite)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, out: Any = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 not correct, 2 usage error)."""
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        if getattr(args, "trials", None) is not None and args.trials < 1:
+            raise CliError(f"--trials {args.trials}; expected >= 1")
+        return args.fn(args, out)
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,162 @@
+"""Compile device code with NVRTC through CuPy's bindings (DESIGN 3.3 step 2); no GPU needed.
+
+`compile_cuda` returns a real cubin for `arch` plus per-kernel resources parsed from the ptxas
+verbose log. Policy errors raise `CompileError` with a cleaned, bounded log (the source is always
+called `kernel.cu`; header directories are shortened to `<cuda>/`). Environment failures (NVRTC
+missing, a bad option) raise RuntimeError: they are not the policy's fault.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+import sys
+import time
+
+from kernels_env.config import EnvConfig
+from kernels_env.program import CompiledModule
+from kernels_env.result import KernelResources
+from kernels_env.signatures import find_kernels
+
+SOURCE_NAME = "kernel.cu"
+DEFAULT_ARCH = "sm_90"
+_ARCH_RE = re.compile(r"^sm_\d{2,3}[a-z]?$")
+
+
+class CompileError(Exception):
+    """The device code does not compile (status `compile_error`); `log` is the cleaned compiler log."""
+
+    def __init__(self, log: str) -> None:
+        super().__init__(log)
+        self.log = log
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_include_dirs() -> tuple[str, ...]:
+    """Directories holding the CUDA headers NVRTC needs (cuda_fp16.h, cuda_bf16.h, ...).
+
+    Looked up in $CUDA_PATH, $CUDA_HOME, /usr/local/cuda* and the pip wheels' nvidia/*/include.
+    """
+    cands: list[str] = []
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(var):
+            cands.append(os.path.join(os.environ[var], "include"))
+    cands += ["/usr/local/cuda/include"] + sorted(glob.glob("/usr/local/cuda-*/include"), reverse=True)
+    for sp in sys.path:
+        cands += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "include")))
+    out: list[str] = []
+    for d in cands:
+        d = os.path.realpath(d)
+        if d not in out and os.path.isfile(os.path.join(d, "cuda_fp16.h")):
+            out.append(d)
+            break  # one CUDA header set; mixing versions breaks the headers
+    return tuple(out)
+
+
+def nvrtc_options(arch: str) -> list[str]:
+    opts = ["-std=c++17", f"--gpu-architecture={arch}", "--ptxas-options=-v"]
+    opts += [f"--include-path={d}" for d in cuda_include_dirs()]
+    return opts
+
+
+def clean_log(log: str, max_chars: int) -> str:
+    """Strip temporary paths and header directories; keep the start (the first errors), bounded."""
+    for d in cuda_include_dirs():
+        log = log.replace(d.rstrip("/") + "/", "<cuda>/")
+    log = re.sub(r"(?:/tmp|/var/tmp)/[^\s():\"']*?([A-Za-z0-9_.-]+\.(?:cu|cuh|h|hpp))", r"\1", log)
+    log = re.sub(r"(?:/tmp|/var/tmp)/[^\s():\"']+", "<tmp>", log)
+    log = log.replace("\r", "").strip()
+    if len(log) > max_chars:
+        cut = log.rfind("\n", 0, max_chars)
+        cut = cut if cut > max_chars // 2 else max_chars
+        log = log[:cut] + f"\n... [{len(log) - cut} more characters of compiler log cut]"
+    return log
+
+
+_ENTRY_RE = re.compile(r"Compiling entry function '([^']+)'")
+_PROPS_RE = re.compile(r"Function properties for (\S+)")
+_FRAME_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED_RE = re.compile(r"Used (\d+) registers")
+_SMEM_RE = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas_resources(log: str) -> dict[str, KernelResources]:
+    """Per-entry-function registers, spill bytes, static shared memory and stack frame from `ptxas -v`."""
+    res: dict[str, KernelResources] = {}
+    current: str | None = None
+    for line in log.splitlines():
+        m = _ENTRY_RE.search(line)
+        if m:
+            current = m.group(1)
+            res.setdefault(current, KernelResources(shared_bytes=0))
+            continue
+        m = _PROPS_RE.search(line)
+        if m:
+            if m.group(1) in res:
+                current = m.group(1)
+            continue
+        if current is None:
+            continue
+        r = res[current]
+        m = _FRAME_RE.search(line)
+        if m:
+            r.stack_frame_bytes, r.spill_stores_bytes, r.spill_loads_bytes = map(int, m.groups())
+        m = _USED_RE.search(line)
+        if m:
+            r.registers = int(m.group(1))
+            s = _SMEM_RE.search(line)
+            r.shared_bytes = int(s.group(1)) if s else 0
+    return res
+
+
+def _split_log(log: str) -> tuple[str, str]:
+    """(compiler diagnostics, ptxas info lines)."""
+    diag, info = [], []
+    for line in log.splitlines():
+        (info if line.startswith("ptxas") else diag).append(line)
+    return "\n".join(diag).strip(), "\n".join(info)
+
+
+def resolve_arch(arch: str | None, config: EnvConfig | None = None) -> str:
+    arch = arch or (config.arch if config is not None else None) or DEFAULT_ARCH
+    if not _ARCH_RE.match(arch):
+        raise ValueError(f"arch {arch!r}: expected a real GPU architecture like 'sm_90'")
+    return arch
+
+
+def compile_cuda(source: str, arch: str | None = None, config: EnvConfig | None = None) -> CompiledModule:
+    """Compile with NVRTC to a cubin for `arch` (default config.arch, else sm_90).
+
+    Raises CompileError (policy's fault) with the cleaned log, RuntimeError if NVRTC itself fails.
+    """
+    config = config or EnvConfig()
+    arch = resolve_arch(arch, config)
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except Exception as e:  # pragma: no cover - depends on the install
+        raise RuntimeError(f"NVRTC is not available through CuPy ({e}); install cupy-cuda13x and "
+                           "nvidia-cuda-nvrtc") from e
+    t0 = time.perf_counter()
+    prog = nvrtc.createProgram(source, SOURCE_NAME, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, nvrtc_options(arch))
+            ok = True
+        except nvrtc.NVRTCError as e:
+            if "COMPILATION" not in str(e):
+                raise RuntimeError(f"NVRTC failed: {e}") from e
+            ok = False
+        raw = nvrtc.getProgramLog(prog) or ""
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        diag, info = _split_log(raw.replace("\x00", ""))
+        if not ok:
+            raise CompileError(clean_log(diag or raw or "compilation failed (no log)", config.max_log_chars))
+        cubin = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    seconds = time.perf_counter() - t0
+    return CompiledModule(source=source, arch=arch, cubin=bytes(cubin), kernels=find_kernels(source),
+                          resources=parse_ptxas_resources(info), log=clean_log(diag, config.max_log_chars),
+                          seconds=seconds)

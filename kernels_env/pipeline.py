@@ -1,0 +1,172 @@
+"""score(): the whole evaluation of one submission (DESIGN 3.3), never raising for policy input.
+
+Split in two halves so the pool can run them in different processes:
+  `prepare`  parse + static checks + NVRTC compile (CPU only, no device)  -> Prepared | Result
+  `execute`  load on a device + correctness trials + timing (harness)      -> Result
+`score` runs both in the calling process. Any unexpected exception becomes `env_error` with the
+traceback in `details`.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kernels_env.compile import CompileError, compile_cuda, resolve_arch
+from kernels_env.config import EnvConfig
+from kernels_env.launch import FormatError, check_plan
+from kernels_env.program import CompiledModule, Submission
+from kernels_env.result import Result
+from kernels_env.signatures import find_hidden_kernels
+from kernels_env.status import Status
+from kernels_env.submission import in_launch_block, parse_submission
+
+Evaluate = Callable[..., Result]  # harness.evaluate(device, program, task, submission, sizes, config)
+
+
+@dataclass
+class Prepared:
+    """A submission that parsed, passed the static checks and compiled (picklable)."""
+    task: str
+    submission: Submission
+    compiled: CompiledModule
+    sizes: dict[str, int]
+    key: str
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def resolve_task(task: Any) -> Any:
+    """A Task object, or a task name looked up in the registry (KeyError with suggestions)."""
+    if isinstance(task, str):
+        from kernels_env.tasks import get_task
+        return get_task(task)
+    return task
+
+
+def _key(task_name: str, text: str, config: EnvConfig) -> str:
+    from kernels_env.cache import cache_key
+    return cache_key(task_name, text, config)
+
+
+def _env_error(where: str, task_name: str, key: str = "", stage_seconds: dict | None = None) -> Result:
+    r = Result.env_error(f"the environment failed during {where} (not the submission's fault)",
+                         task=task_name, details=traceback.format_exc(limit=20)[-8000:])
+    r.key = key
+    r.stage_seconds = dict(stage_seconds or {})
+    return r
+
+
+def prepare(task: Any, text: str, config: EnvConfig | None = None, arch: str | None = None) -> Prepared | Result:
+    """Parse, check and compile for config.arch, else `arch` (the device's), else sm_90.
+    Returns Prepared, or a format_error / compile_error / env_error Result."""
+    config = config or EnvConfig()
+    task_name = task if isinstance(task, str) else getattr(task, "name", "")
+    stages: dict[str, float] = {}
+    key = ""
+    try:
+        key = _key(task_name, text, config)
+        task = resolve_task(task)
+        sizes = task.size_set(config.sizes)
+        t0 = time.perf_counter()
+        try:
+            sub = parse_submission(text)
+            check_plan(sub.plan, sub.kernels, task, sizes, find_hidden_kernels(sub.cuda_source))
+        except FormatError as e:
+            stages["parse"] = time.perf_counter() - t0
+            return Result(Status.FORMAT_ERROR, message=in_launch_block(str(e)), task=task_name, key=key,
+                          stage_seconds=stages)
+        stages["parse"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        try:
+            compiled = compile_cuda(sub.cuda_source, resolve_arch(config.arch or arch), config)
+        except CompileError as e:
+            stages["compile"] = time.perf_counter() - t0
+            first = next((ln for ln in e.log.splitlines() if "error" in ln), e.log.splitlines()[0] if e.log else "")
+            return Result(Status.COMPILE_ERROR, message=f"compilation failed: {first.strip()}"[:300],
+                          task=task_name, details=e.log, key=key, stage_seconds=stages)
+        stages["compile"] = time.perf_counter() - t0
+        return Prepared(task_name, sub, compiled, sizes, key, stages)
+    except Exception:
+        return _env_error("parse/compile", task_name, key, stages)
+
+
+def execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
+            evaluate: Evaluate | None = None) -> tuple[Result, bool]:
+    """Load and evaluate a Prepared submission on `device`.
+
+    Returns (result, fatal): `fatal` is True when the device is unusable afterwards (a sticky CUDA
+    error): the caller must drop the device (the pool replaces the worker).
+    """
+    config = config or EnvConfig()
+    from kernels_env.backends.base import FatalDeviceError
+    stages = dict(prepared.stage_seconds)
+    backend = getattr(device, "name", "")
+    fatal = False
+    try:
+        task = resolve_task(prepared.task)
+        t0 = time.perf_counter()
+        try:
+            program = device.load(prepared.compiled, config)
+        except CompileError as e:
+            stages["load"] = time.perf_counter() - t0
+            log = e.log if hasattr(e, "log") else str(e)
+            return Result(Status.COMPILE_ERROR, message=f"the {backend} backend cannot build this code: "
+                          f"{log.splitlines()[0] if log else ''}"[:300], details=log), False
+        stages["load"] = time.perf_counter() - t0
+        if evaluate is None:
+            from kernels_env.harness import evaluate
+        try:
+            result = evaluate(device, program, task, prepared.submission, dict(prepared.sizes), config)
+        except FatalDeviceError as e:
+            fatal = True
+            result = getattr(e, "result", None)
+            if not isinstance(result, Result):
+                result = Result(Status.RUNTIME_ERROR, message=f"sticky CUDA error: {e}", details=str(e))
+        if not isinstance(result, Result):
+            raise TypeError(f"harness returned {type(result).__name__}, expected Result")
+        if getattr(device, "healthy", True) is False:
+            fatal = True
+        stages.update(result.stage_seconds)
+        result.stage_seconds = stages
+        return _finish(result, prepared, backend), fatal
+    except Exception:
+        r = _env_error("load/evaluation", prepared.task, prepared.key, stages)
+        r.backend = backend
+        return r, fatal
+
+
+def _finish(result: Result, prepared: Prepared, backend: str) -> Result:
+    result.task = prepared.task
+    result.backend = result.backend or backend
+    result.key = prepared.key
+    if not result.resources:
+        result.resources = dict(prepared.compiled.resources)
+    return result
+
+
+def score(task: Any, text: str, config: EnvConfig | None = None, device: Any = None, *,
+          evaluate: Evaluate | None = None) -> Result:
+    """Score one submission for `task` (a Task or a task name) in this process. Never raises for
+    policy input: failures are statuses; environment failures are env_error."""
+    config = config or EnvConfig()
+    task_name = task if isinstance(task, str) else getattr(task, "name", "")
+    own_device = False
+    try:
+        if device is None:
+            from kernels_env.backends import get_device
+            device = get_device(config.backend, config)
+            own_device = True
+        prep = prepare(task, text, config, arch=getattr(device, "arch", None))
+        if isinstance(prep, Result):
+            prep.backend = prep.backend or getattr(device, "name", "")
+            return prep
+        return execute(prep, device, config, evaluate)[0]
+    except Exception:
+        return _env_error("setup", task_name)
+    finally:
+        if own_device and device is not None:
+            try:
+                device.close()
+            except Exception:
+                pass

@@ -1,0 +1,548 @@
+"""EvalPool: score many submissions in isolated worker processes (DESIGN 3.5).
+
+Process mode runs two stages of long-lived spawned workers, each fed through its own pipe by a
+parent thread that owns it:
+  compile workers (CPU): parse + static checks + NVRTC, many in parallel;
+  execution workers: one per GPU for cupy (CUDA_VISIBLE_DEVICES set per worker), a few for cpu.
+The parent enforces per-stage wall-clock limits: a worker that overruns or dies (segfault, sticky
+CUDA error, os._exit) is killed and replaced and the job retried once, then reported as `timeout`
+(overran) or `runtime_error` (died). Every future resolves to a Result. The parent never touches
+CUDA in process mode. Inline mode runs `score` in the calling process, for debugging.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from kernels_env.cache import ResultCache, cache_key
+from kernels_env.config import EnvConfig
+from kernels_env.result import Result
+from kernels_env.status import Status
+
+Evaluator = Callable[[str, str, EnvConfig], Result]
+
+STARTUP_TIMEOUT_S = 180.0  # a worker importing CuPy / creating a CUDA context
+CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory access)"
+MODES = ("process", "inline")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One submission to score: a task name, the policy's text, and optionally its own config."""
+    task: str
+    text: str
+    config: EnvConfig | None = None
+
+
+# ---- worker side ------------------------------------------------------------------------------
+def _worker_env(extra: dict[str, str]) -> None:
+    os.environ.update(extra)
+    # Anything JAX-like imported by the parent's __main__ must not grab the GPU here.
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evaluator: Evaluator | None,
+                 config: EnvConfig) -> None:
+    """Loop of one worker process: answer (kind, payload) requests over `conn` until told to stop."""
+    _worker_env(env)
+    device = None
+    try:
+        from kernels_env import pipeline
+        if role == "exec" and evaluator is None:
+            from kernels_env.backends import get_device
+            device = get_device(backend, config)
+        conn.send(("ready", {"arch": getattr(device, "arch", None), "backend": getattr(device, "name", backend),
+                             "pid": os.getpid()}))
+    except BaseException:
+        try:
+            conn.send(("init_error", traceback.format_exc(limit=20)))
+        finally:
+            return
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg is None:
+            break
+        kind, payload = msg
+        fatal = False
+        try:
+            if kind == "prepare":
+                task, text, cfg, arch = payload
+                out = pipeline.prepare(task, text, cfg, arch=arch)
+                reply = ("result", out.to_dict()) if isinstance(out, Result) else ("prepared", out)
+            elif kind == "evaluate":
+                task, text, cfg = payload
+                r = evaluator(task, text, cfg)  # type: ignore[misc]
+                reply = ("result", r.to_dict() if isinstance(r, Result) else
+                         Result.env_error(f"evaluator returned {type(r).__name__}", task=task).to_dict())
+            elif kind == "execute":
+                prepared, cfg = payload
+                r, fatal = pipeline.execute(prepared, device, cfg)
+                reply = ("result", r.to_dict())
+            else:
+                reply = ("result", Result.env_error(f"worker got unknown request {kind!r}").to_dict())
+        except BaseException:
+            reply = ("result", Result.env_error("worker failed", details=traceback.format_exc(limit=20)).to_dict())
+        try:
+            conn.send(reply)
+        except Exception:
+            reply = ("result", Result.env_error("worker could not send its result",
+                                                details=traceback.format_exc(limit=5)).to_dict())
+            conn.send(reply)
+        if fatal:
+            os._exit(0)  # the CUDA context is unusable: the parent replaces this worker
+    if device is not None:
+        try:
+            device.close()
+        except Exception:
+            pass
+
+
+# ---- parent side ------------------------------------------------------------------------------
+class _Died(Exception):
+    def __init__(self, exitcode: int | None) -> None:
+        super().__init__(exitcode)
+        self.exitcode = exitcode
+
+
+class _Overran(Exception):
+    pass
+
+
+def _exit_desc(code: int | None) -> str:
+    if code is None:
+        return "unknown exit status"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class _Worker:
+    """One worker process and its pipe, owned by exactly one parent thread."""
+
+    def __init__(self, ctx: Any, role: str, backend: str, env: dict[str, str], evaluator: Evaluator | None,
+                 config: EnvConfig) -> None:
+        self.ctx, self.role, self.backend, self.env = ctx, role, backend, env
+        self.evaluator, self.config = evaluator, config
+        self.proc: Any = None
+        self.conn: Any = None
+        self.info: dict[str, Any] = {}
+
+    def start(self) -> None:
+        parent, child = self.ctx.Pipe(duplex=True)
+        self.proc = self.ctx.Process(target=_worker_main, name=f"kernels_env-{self.role}",
+                                     args=(child, self.role, self.backend, self.env, self.evaluator, self.config),
+                                     daemon=True)
+        self.proc.start()
+        child.close()  # so the parent sees EOF when the worker dies
+        self.conn = parent
+        kind, payload = self._recv(STARTUP_TIMEOUT_S)
+        if kind != "ready":
+            self.kill()
+            raise RuntimeError(f"{self.role} worker failed to start:\n{payload}")
+        self.info = payload
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def _recv(self, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Overran()
+            try:
+                ready = self.conn.poll(min(left, 0.5))
+            except (EOFError, OSError):
+                ready = True
+            if ready:
+                try:
+                    return self.conn.recv()
+                except (EOFError, OSError):
+                    self.proc.join(5)
+                    raise _Died(self.proc.exitcode) from None
+            if not self.proc.is_alive():
+                self.proc.join(1)
+                raise _Died(self.proc.exitcode)
+
+    def request(self, kind: str, payload: Any, timeout: float) -> tuple[str, Any]:
+        try:
+            self.conn.send((kind, payload))
+        except (OSError, EOFError, BrokenPipeError):
+            self.proc.join(2)
+            raise _Died(self.proc.exitcode) from None
+        return self._recv(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.join(5)
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+
+    def stop(self) -> None:
+        try:
+            if self.alive:
+                self.conn.send(None)
+                self.proc.join(2)
+        except Exception:
+            pass
+        self.kill()
+
+
+@dataclass
+class _Pending:
+    job: Job
+    config: EnvConfig
+    key: str
+    futures: list[cf.Future]
+    payload: Any = None  # Prepared, between the stages
+
+
+class EvalPool:
+    """Score jobs in worker processes (or inline), with a result cache; see the module docstring."""
+
+    def __init__(self, mode: str = "process", backend: str = "auto", gpu_workers: int | None = None,
+                 compile_workers: int | None = None, cache: bool | ResultCache = True,
+                 config: EnvConfig | None = None, evaluator: Evaluator | None = None,
+                 cpu_workers: int | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"EvalPool mode={mode!r}; expected one of {MODES}")
+        if backend not in ("auto", "cupy", "cpu"):
+            raise ValueError(f"EvalPool backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
+        for nm, v in (("gpu_workers", gpu_workers), ("compile_workers", compile_workers), ("cpu_workers", cpu_workers)):
+            if v is not None and v < 1:
+                raise ValueError(f"EvalPool {nm}={v}; expected >= 1 or None")
+        self.mode, self.evaluator = mode, evaluator
+        self.config = config or EnvConfig(backend=backend)
+        self.cache = cache if isinstance(cache, ResultCache) else (ResultCache() if cache else None)
+        self._lock = threading.Lock()
+        self._inflight: dict[str, _Pending] = {}
+        self._stats = {"submitted": 0, "evaluations": 0, "cache_hits": 0, "restarts": 0, "timeouts": 0,
+                       "crashes": 0, "env_errors": 0}
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        self._device = None
+        self.arch: str | None = self.config.arch
+        self._arch_known = threading.Event()
+        if mode == "inline":
+            self.backend = backend
+            return
+        self._ctx = mp.get_context("spawn")
+        self._compile_q: queue.Queue = queue.Queue()
+        self._exec_q: queue.Queue = queue.Queue()
+        self.backend = self._resolve_backend(backend, gpu_workers)
+        n_cpu = os.cpu_count() or 2
+        if self.backend == "cupy":
+            n_exec = gpu_workers or max(1, self._probe_gpus())
+            envs = [{"CUDA_VISIBLE_DEVICES": str(self._visible_gpu(i))} for i in range(n_exec)]
+        else:
+            n_exec = cpu_workers or max(1, min(2, n_cpu))
+            envs = [{"CUDA_VISIBLE_DEVICES": ""} for _ in range(n_exec)]
+        n_compile = 0 if evaluator is not None else (compile_workers or max(1, min(8, n_cpu - 1)))
+        if evaluator is not None or self.arch is not None:
+            self._arch_known.set()
+        for i, env in enumerate(envs):
+            self._spawn_thread(self._exec_loop, "exec", env, i)
+        for i in range(n_compile):
+            self._spawn_thread(self._compile_loop, "compile", {"CUDA_VISIBLE_DEVICES": ""}, i)
+        self.gpu_workers = n_exec if self.backend == "cupy" else 0
+        self.exec_workers = n_exec
+        self.compile_workers = n_compile
+
+    # -- setup helpers --
+    def _resolve_backend(self, backend: str, gpu_workers: int | None) -> str:
+        if backend != "auto":
+            return backend
+        return "cupy" if (gpu_workers or self._probe_gpus()) > 0 else "cpu"
+
+    def _probe_gpus(self) -> int:
+        """Count GPUs in a throwaway spawned process, so the parent never initialises CUDA."""
+        if hasattr(self, "_gpu_count"):
+            return self._gpu_count
+        from kernels_env.backends import gpu_count
+        try:
+            with cf.ProcessPoolExecutor(1, mp_context=self._ctx) as ex:
+                self._gpu_count = int(ex.submit(gpu_count).result(timeout=120))
+        except Exception:
+            self._gpu_count = 0
+        return self._gpu_count
+
+    @staticmethod
+    def _visible_gpu(i: int) -> str:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible:
+            ids = [v.strip() for v in visible.split(",") if v.strip()]
+            if i < len(ids):
+                return ids[i]
+        return str(i)
+
+    def _spawn_thread(self, fn: Callable, role: str, env: dict[str, str], index: int) -> None:
+        t = threading.Thread(target=fn, args=(env,), name=f"EvalPool-{role}-{index}", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    # -- public API --
+    def submit(self, job: Job) -> cf.Future:
+        """Queue a job; the future always resolves to a Result (env_error at worst)."""
+        fut: cf.Future = cf.Future()
+        try:
+            if not isinstance(job, Job):
+                raise TypeError(f"EvalPool.submit expects a Job, got {type(job).__name__}")
+            if self._closed:
+                raise RuntimeError("EvalPool is closed")
+            cfg = job.config or self.config
+            key = cache_key(job.task, job.text, cfg)
+            with self._lock:
+                self._stats["submitted"] += 1
+            if self.cache is not None:
+                hit = self.cache.get(key)
+                if hit is not None:
+                    with self._lock:
+                        self._stats["cache_hits"] += 1
+                    fut.set_result(hit)
+                    return fut
+            if self.mode == "inline":
+                fut.set_result(self._finish(key, self._run_inline(job, cfg)))
+                return fut
+            with self._lock:
+                pend = self._inflight.get(key)
+                if pend is not None:  # the same submission is already being scored
+                    pend.futures.append(fut)
+                    return fut
+                pend = _Pending(job, cfg, key, [fut])
+                self._inflight[key] = pend
+            (self._exec_q if self.evaluator is not None else self._compile_q).put(pend)
+        except Exception as e:
+            if not fut.done():
+                fut.set_result(Result.env_error(f"EvalPool.submit failed: {e}", task=getattr(job, "task", ""),
+                                                details=traceback.format_exc(limit=10)))
+        return fut
+
+    def map(self, jobs: Iterable[Job], progress: bool = False) -> list[Result]:
+        """Score all jobs; results in the order of `jobs`."""
+        futs = [self.submit(j) for j in jobs]
+        if progress:
+            try:
+                from tqdm import tqdm
+                for _ in tqdm(cf.as_completed(futs), total=len(futs), desc="scoring", unit="job"):
+                    pass
+            except ImportError:
+                pass
+        return [f.result() for f in futs]
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._stats)
+
+    def close(self) -> None:
+        """Stop workers; pending jobs resolve to env_error."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.mode == "inline":
+            if self._device is not None:
+                try:
+                    self._device.close()
+                except Exception:
+                    pass
+            return
+        for _ in self._threads:
+            self._compile_q.put(None)
+            self._exec_q.put(None)
+        for t in self._threads:
+            t.join(10)
+        with self._lock:
+            left = list(self._inflight.values())
+            self._inflight.clear()
+        for p in left:
+            self._resolve_futures(p, Result.env_error("EvalPool closed before the job finished", task=p.job.task))
+
+    def __enter__(self) -> "EvalPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # best effort; close() is the API
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- inline --
+    def _run_inline(self, job: Job, cfg: EnvConfig) -> Result:
+        try:
+            if self.evaluator is not None:
+                return self.evaluator(job.task, job.text, cfg)
+            from kernels_env.pipeline import score
+            if self._device is None:
+                from kernels_env.backends import get_device
+                self._device = get_device(self.backend if self.backend != "auto" else cfg.backend, cfg)
+            return score(job.task, job.text, cfg, device=self._device)
+        except Exception:
+            return Result.env_error("inline evaluation failed", task=job.task, details=traceback.format_exc(limit=20))
+
+    # -- completion --
+    def _finish(self, key: str, result: Result) -> Result:
+        with self._lock:
+            if not result.cached:
+                self._stats["evaluations"] += 1
+            if result.status is Status.ENV_ERROR:
+                self._stats["env_errors"] += 1
+        if not result.key:
+            result.key = key
+        if self.cache is not None:
+            self.cache.put(key, result)
+        return result
+
+    def _resolve_futures(self, pend: _Pending, result: Result) -> None:
+        for i, f in enumerate(pend.futures):
+            if not f.done():
+                f.set_result(result if i == 0 else Result.from_dict(result.to_dict()))
+
+    def _complete(self, pend: _Pending, result: Result) -> None:
+        try:
+            if not result.task:
+                result.task = pend.job.task
+            result = self._finish(pend.key, result)
+        except Exception:
+            result = Result.env_error("EvalPool failed to record a result", task=pend.job.task,
+                                      details=traceback.format_exc(limit=10))
+        with self._lock:
+            self._inflight.pop(pend.key, None)
+        self._resolve_futures(pend, result)
+
+    # -- worker threads --
+    def _run_on(self, holder: list, role: str, env: dict[str, str], kind: str, payload: Any,
+                limit: float) -> tuple[str, Any, str | None]:
+        """Send one request, replacing the worker and retrying once if it overran or died.
+
+        Returns (kind, payload, failure) where failure is None, "overran" or a death description.
+        """
+        failure: str | None = None
+        for _attempt in range(2):
+            w = holder[0]
+            if w is not None and not w.alive:  # exited after a sticky device error
+                w.kill()
+                w = holder[0] = None
+                self._count("restarts")
+            if w is None:
+                w = holder[0] = self._new_worker(role, env)
+            try:
+                k, p = w.request(kind, payload, limit)
+                return k, p, None
+            except _Overran:
+                failure = "overran"
+                self._count("timeouts")
+            except _Died as d:
+                failure = _exit_desc(d.exitcode)
+                self._count("crashes")
+            w.kill()
+            holder[0] = None
+            self._count("restarts")
+            if self._closed:
+                break
+        return "", None, failure
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._stats[name] += 1
+
+    def _new_worker(self, role: str, env: dict[str, str]) -> _Worker:
+        w = _Worker(self._ctx, role, self.backend, env, self.evaluator if role == "exec" else None, self.config)
+        w.start()
+        if role == "exec" and not self._arch_known.is_set():
+            self.arch = self.arch or w.info.get("arch")
+            self._arch_known.set()
+        return w
+
+    def _loop(self, q: queue.Queue, role: str, env: dict[str, str], handle: Callable) -> None:
+        holder: list[_Worker | None] = [None]
+        try:  # start eagerly so the first job does not pay for the spawn
+            holder[0] = self._new_worker(role, env)
+        except Exception:
+            holder[0] = None  # retried (and reported) when a job arrives
+            if role == "exec":
+                self._arch_known.set()
+        try:
+            while True:
+                pend = q.get()
+                if pend is None:
+                    break
+                if self._closed:
+                    self._complete(pend, Result.env_error("EvalPool closed before the job ran", task=pend.job.task))
+                    continue
+                try:
+                    handle(holder, env, pend)
+                except Exception as e:
+                    self._complete(pend, Result.env_error(f"{role} worker unavailable: {e}", task=pend.job.task,
+                                                          details=traceback.format_exc(limit=20)[-6000:]))
+        finally:
+            if holder[0] is not None:
+                holder[0].stop()
+
+    def _compile_loop(self, env: dict[str, str]) -> None:
+        self._loop(self._compile_q, "compile", env, self._handle_compile)
+
+    def _exec_loop(self, env: dict[str, str]) -> None:
+        self._loop(self._exec_q, "exec", env, self._handle_exec)
+
+    def _handle_compile(self, holder: list, env: dict[str, str], pend: _Pending) -> None:
+        self._arch_known.wait(STARTUP_TIMEOUT_S)
+        cfg = pend.config
+        limit = cfg.limits.parse + cfg.limits.compile
+        kind, payload, failure = self._run_on(holder, "compile", env, "prepare",
+                                              (pend.job.task, pend.job.text, cfg, self.arch), limit)
+        if failure is not None:
+            what = (f"compilation did not finish within {limit:g} s" if failure == "overran"
+                    else f"the compiler crashed on this code ({failure})")
+            self._complete(pend, Result(Status.COMPILE_ERROR, message=what + " (retried once)",
+                                        task=pend.job.task, backend=self.backend))
+        elif kind == "result":
+            self._complete(pend, Result.from_dict(payload))
+        else:
+            pend.payload = payload
+            self._exec_q.put(pend)
+
+    def _handle_exec(self, holder: list, env: dict[str, str], pend: _Pending) -> None:
+        cfg = pend.config
+        lim = cfg.limits
+        if self.evaluator is not None:
+            limit = lim.parse + lim.compile + lim.correctness + lim.timing
+            request = ("evaluate", (pend.job.task, pend.job.text, cfg))
+        else:
+            limit = lim.compile + lim.correctness + lim.timing  # load (cpu builds C++) + trials + timing
+            request = ("execute", (pend.payload, cfg))
+        kind, payload, failure = self._run_on(holder, "exec", env, request[0], request[1], limit)
+        if failure == "overran":
+            res = Result(Status.TIMEOUT, message=f"evaluation did not finish within {limit:g} s; the worker "
+                         "was killed and replaced (retried once)", task=pend.job.task, backend=self.backend)
+        elif failure is not None:
+            res = Result(Status.RUNTIME_ERROR, message=f"{CRASH_MESSAGE}; {failure} (retried once)",
+                         task=pend.job.task, backend=self.backend)
+        else:
+            res = Result.from_dict(payload)
+        if failure is not None and pend.payload is not None:
+            res.stage_seconds = dict(pend.payload.stage_seconds)
+            res.resources = dict(pend.payload.compiled.resources)
+        self._complete(pend, res)

@@ -1,0 +1,220 @@
+"""Find the launchable kernels in device code: `extern "C" __global__` functions and their C parameters.
+
+Only extern "C" kernels have unmangled names that the launcher can look up; other `__global__`
+functions are reported separately (`find_hidden_kernels`) so errors can say why a name is unknown.
+This is a light scanner over comment- and string-free text, not a C++ parser: it understands the
+shapes kernels are written in (qualifiers, `__launch_bounds__`, `extern "C" { ... }` blocks).
+"""
+from __future__ import annotations
+
+import re
+
+from kernels_env.program import KernelParam, KernelSignature
+
+_QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "register"}
+_C_TYPE_WORDS = {"int", "long", "short", "char", "float", "double", "unsigned", "signed", "bool", "void"}
+_MODIFIERS = {"static", "inline", "__forceinline__", "__noinline__", "__inline__"}
+
+
+def strip_comments_and_strings(src: str) -> str:
+    """Blank out comments, string and char literals (keeping newlines and the literal `"C"`)."""
+    out: list[str] = []
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("".join(ch if ch == "\n" else " " for ch in src[i:j]))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c and src[j] != "\n":
+                j += 2 if src[j] == "\\" else 1
+            j = min(j + 1, n)
+            lit = src[i:j]
+            out.append(lit if lit == '"C"' else c + " " * max(0, len(lit) - 2) + (c if len(lit) > 1 else ""))
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _strip_preprocessor(src: str) -> str:
+    lines = src.split("\n")
+    out, cont = [], False
+    for ln in lines:
+        is_pp = cont or ln.lstrip().startswith("#")
+        cont = is_pp and ln.rstrip().endswith("\\")
+        out.append("" if is_pp else ln)
+    return "\n".join(out)
+
+
+def _extern_c_regions(src: str) -> list[tuple[int, int]]:
+    """Spans of `extern "C" { ... }` blocks (brace-matched)."""
+    regions = []
+    for m in re.finditer(r'extern\s+"C"\s*\{', src):
+        depth, j = 1, m.end()
+        while j < len(src) and depth:
+            depth += {"{": 1, "}": -1}.get(src[j], 0)
+            j += 1
+        regions.append((m.end(), j))
+    return regions
+
+
+def _balanced(src: str, start: int) -> int:
+    """Index just past the ')' matching the '(' at `start`, or -1."""
+    depth = 0
+    for j in range(start, len(src)):
+        if src[j] == "(":
+            depth += 1
+        elif src[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return -1
+
+
+def _split_top(s: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in s:
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
+_BASE_ALIASES = {
+    "unsigned": "unsigned int", "signed": "int", "signed int": "int", "long int": "long",
+    "long long int": "long long", "unsigned long long int": "unsigned long long",
+    "unsigned long int": "unsigned long", "short int": "short", "unsigned short int": "unsigned short",
+    "signed long long": "long long",
+}
+
+
+def parse_param(text: str, index: int) -> KernelParam:
+    """One C parameter, e.g. `const float* __restrict__ x` -> KernelParam(name='x', pointer=True, ...)."""
+    text = text.split("=")[0].strip()  # default arguments
+    array = False
+    m = re.search(r"\[[^\]]*\]\s*$", text)
+    if m:
+        array, text = True, text[:m.start()]
+    toks = re.findall(r"[A-Za-z_][A-Za-z0-9_:]*|\*|&", text)
+    stars = toks.count("*") + (1 if array else 0)
+    const = "const" in toks
+    words = [t for t in toks if t not in ("*", "&")]
+    type_words = [w for w in words if w not in _QUALIFIERS]
+    name = ""
+    if len(type_words) >= 2 and toks[-1] not in ("*", "&") and type_words[-1] not in _C_TYPE_WORDS:
+        name = type_words.pop()  # the last word is the parameter name
+    base = " ".join(type_words)
+    base = _BASE_ALIASES.get(base, base)
+    if name:
+        idx = len(toks) - 1 - toks[::-1].index(name)
+        ctype_toks = toks[:idx] + toks[idx + 1:]
+    else:
+        ctype_toks = toks
+    ctype = " ".join(ctype_toks).replace(" *", "*")
+    if array:
+        ctype += "*"
+    return KernelParam(name=name or f"arg{index}", ctype=ctype, base_type=base, pointer=stars > 0,
+                       const=const)
+
+
+_GLOBAL_RE = re.compile(r"\b__global__\b")
+
+
+def _scan(src: str) -> tuple[dict[str, KernelSignature], list[str]]:
+    clean = _strip_preprocessor(strip_comments_and_strings(src))
+    regions = _extern_c_regions(clean)
+    found: dict[str, KernelSignature] = {}
+    hidden: list[str] = []
+    for m in _GLOBAL_RE.finditer(clean):
+        before = clean[max(0, m.start() - 200):m.start()]
+        direct = re.search(r'extern\s+"C"\s*(?:(?:static|inline|__forceinline__)\s+)*$', before) is not None
+        in_block = any(a <= m.start() < b for a, b in regions)
+        templated = re.search(r"template\s*<[^;{}]*>\s*$", before) is not None
+        j = m.end()
+        rest = clean[j:]
+        # qualifiers between __global__ and the name: void, __launch_bounds__(...), modifiers
+        pos = 0
+        saw_void = False
+        while True:
+            mm = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)", rest[pos:])
+            if not mm:
+                break
+            word = mm.group(1)
+            if word == "__launch_bounds__":
+                k = rest.find("(", pos + mm.end())
+                end = _balanced(rest, k) if k >= 0 else -1
+                if end < 0:
+                    break
+                pos = end
+            elif word == "void" and not saw_void:
+                saw_void = True
+                pos += mm.end()
+            elif word in _MODIFIERS:
+                pos += mm.end()
+            else:
+                break
+        mm = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(", rest[pos:])
+        if not saw_void or not mm:
+            continue
+        name = mm.group(1)
+        open_at = j + pos + mm.end() - 1
+        close_at = _balanced(clean, open_at)
+        if close_at < 0:
+            continue
+        params_txt = clean[open_at + 1:close_at - 1].strip()
+        if not (direct or in_block) or templated:
+            hidden.append(name)
+            continue
+        params: list[KernelParam] = []
+        if params_txt and params_txt != "void":
+            params = [parse_param(p, i) for i, p in enumerate(_split_top(params_txt))]
+        found[name] = KernelSignature(name, tuple(params))
+    return found, hidden
+
+
+def find_kernels(src: str) -> dict[str, KernelSignature]:
+    """Every `extern "C" __global__ void name(...)` kernel in the source, by name."""
+    return _scan(src)[0]
+
+
+def find_hidden_kernels(src: str) -> list[str]:
+    """Names of `__global__` kernels that are not extern "C" (mangled, not launchable)."""
+    found, hidden = _scan(src)
+    return [h for h in hidden if h not in found]
+
+
+# numpy dtype name a scalar parameter is passed as (what the harness casts values to)
+SCALAR_NUMPY_DTYPES = {
+    "float": "float32", "double": "float64", "__half": "float16", "half": "float16",
+    "int": "int32", "int32_t": "int32", "unsigned int": "uint32", "uint32_t": "uint32",
+    "long long": "int64", "int64_t": "int64", "long": "int64", "unsigned long long": "uint64",
+    "uint64_t": "uint64", "size_t": "uint64", "unsigned long": "uint64",
+    "short": "int16", "unsigned short": "uint16", "char": "int8", "signed char": "int8",
+    "unsigned char": "uint8", "bool": "bool",
+}
+
+
+def scalar_numpy_dtype(param: KernelParam) -> str:
+    """The numpy dtype a scalar (non-pointer) parameter is passed as; raises for unsupported types."""
+    try:
+        return SCALAR_NUMPY_DTYPES[param.base_type]
+    except KeyError:
+        raise ValueError(f"parameter {param.name!r} has type {param.base_type!r}, which cannot be passed "
+                         f"as a scalar; expected one of {sorted(SCALAR_NUMPY_DTYPES)}") from None

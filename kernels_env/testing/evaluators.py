@@ -1,0 +1,38 @@
+"""Top-level evaluators for EvalPool tests: `(task_name, text, config) -> Result` that misbehave on cue.
+
+The text selects the behaviour, so one pool can serve good and bad jobs: "hang" sleeps forever,
+"exit" calls os._exit(3), "segv" raises SIGSEGV in the worker, "raise" raises, "flaky:<path>" dies the
+first time (creating <path>) and succeeds on the retry; anything else returns `correct` with the
+text as its message and the worker's pid in `details`.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from kernels_env.config import EnvConfig
+from kernels_env.result import Result
+from kernels_env.status import Status
+
+
+def scripted_evaluator(task: str, text: str, config: EnvConfig) -> Result:
+    """Behave as the text says (see the module docstring)."""
+    if text.startswith("hang"):
+        while True:
+            time.sleep(3600)
+    if text.startswith("exit"):
+        os._exit(3)
+    if text.startswith("segv"):
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(10)
+    if text.startswith("raise"):
+        raise RuntimeError("scripted evaluator failure")
+    if text.startswith("flaky:"):
+        path = text.split(":", 1)[1]
+        if not os.path.exists(path):
+            open(path, "w").close()
+            os._exit(4)
+    if text.startswith("sleep:"):
+        time.sleep(float(text.split(":", 1)[1]))
+    return Result(Status.CORRECT, message=text, task=task, backend="scripted", details=f"pid={os.getpid()}")
