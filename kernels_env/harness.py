@@ -21,8 +21,8 @@ import numpy as np
 from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
 from kernels_env.config import EnvConfig
 from kernels_env.inputs import describe_distributions, make_inputs
-from kernels_env.program import (BinOp, Call, Dim3, Expr, KernelParam, KernelSignature, Launch, Name,
-                                 Neg, Num, Submission)
+from kernels_env.program import (Expr, KernelParam, KernelSignature, Launch, Name,
+                                 Submission)
 from kernels_env.result import Mismatch, Result, Timing
 from kernels_env.status import Status
 from kernels_env.tasks.spec import Task
@@ -79,64 +79,13 @@ class _Failed(Exception):
 
 
 # ---- launch-plan evaluation -------------------------------------------------------------------
-def _c_div(a: int | float, b: int | float) -> int | float:
-    if b == 0:
-        raise PlanError("division by zero in a launch expression")
-    if isinstance(a, int) and isinstance(b, int):
-        q = abs(a) // abs(b)
-        return q if (a >= 0) == (b >= 0) else -q
-    return a / b
-
-
-def _c_mod(a: int | float, b: int | float) -> int | float:
-    if b == 0:
-        raise PlanError("modulo by zero in a launch expression")
-    if isinstance(a, int) and isinstance(b, int):
-        return a - b * _c_div(a, b)
-    return math.fmod(a, b)
-
-
 def eval_expr(expr: Expr, env: dict[str, int | float]) -> int | float:
-    """Evaluate a launch expression over `env` (sizes and scalars) with C integer semantics."""
-    if isinstance(expr, Num):
-        return expr.value
-    if isinstance(expr, Name):
-        if expr.name not in env:
-            raise PlanError(f"unknown name {expr.name!r} in a launch expression; expected a size or "
-                            f"scalar ({', '.join(sorted(env)) or 'none'}) or a number")
-        return env[expr.name]
-    if isinstance(expr, Neg):
-        return -eval_expr(expr.operand, env)
-    if isinstance(expr, BinOp):
-        a, b = eval_expr(expr.left, env), eval_expr(expr.right, env)
-        if expr.op == "+":
-            return a + b
-        if expr.op == "-":
-            return a - b
-        if expr.op == "*":
-            return a * b
-        if expr.op == "/":
-            return _c_div(a, b)
-        if expr.op == "%":
-            return _c_mod(a, b)
-        raise PlanError(f"unknown operator {expr.op!r}; expected one of + - * / %")
-    if isinstance(expr, Call):
-        args = [eval_expr(a, env) for a in expr.args]
-        if expr.func == "cdiv":
-            if len(args) != 2:
-                raise PlanError(f"cdiv takes 2 arguments, got {len(args)}")
-            a, b = args
-            if not (isinstance(a, int) and isinstance(b, int)):
-                raise PlanError(f"cdiv needs integers, got cdiv({a}, {b})")
-            if b <= 0:
-                raise PlanError(f"cdiv needs a positive divisor, got cdiv({a}, {b})")
-            return -((-a) // b)
-        if expr.func in ("min", "max"):
-            if len(args) < 2:
-                raise PlanError(f"{expr.func} takes at least 2 arguments, got {len(args)}")
-            return min(args) if expr.func == "min" else max(args)
-        raise PlanError(f"unknown function {expr.func!r}; expected cdiv, min or max")
-    raise PlanError(f"cannot evaluate launch expression {expr!r}")
+    """`kernels_env.launch.eval_expr` (C integer semantics) with its errors as PlanError."""
+    from kernels_env.launch import eval_expr as _eval, ExprError
+    try:
+        return _eval(expr, env)
+    except ExprError as e:
+        raise PlanError(str(e)) from None
 
 
 def scalar_type(param: KernelParam) -> type:

@@ -1,0 +1,251 @@
+"""CupyDevice: the GPU backend of the `Device` protocol (DESIGN 3.5, 3.6), driven by CuPy.
+
+It loads NVRTC cubins as CUDA modules, launches kernels on the current stream, maps CUDA errors to
+the environment's exceptions and times with CUDA events after an L2 flush. Trials, poisoning and
+comparison live in `kernels_env.harness`.
+
+Error mapping: ordinary launch errors (invalid configuration, too much shared memory) raise
+KernelRuntimeError; sticky errors (illegal address, misaligned address, launch failure, illegal
+instruction, device assert, ...) leave the CUDA context unusable and raise FatalDeviceError, after
+which `healthy` is False and the process must be replaced (the pool does this). A kernel still
+running after the harness's soft limit raises `DeviceHang` (a FatalDeviceError and a KernelTimeout).
+
+Memory (one GPU may be shared with a JAX trainer): CuPy allocates on demand through its memory pool;
+nothing is preallocated. Set, in the worker's environment,
+  CUPY_GPU_MEMORY_LIMIT   e.g. "30%" or bytes: cap CuPy's pool (or pass memory_limit= here);
+and in the trainer's,
+  XLA_PYTHON_CLIENT_PREALLOCATE=false  or  XLA_PYTHON_CLIENT_MEM_FRACTION=0.5: stop JAX from
+  taking 75% of the GPU up front, which leaves CuPy out of memory;
+  CUDA_VISIBLE_DEVICES   pins each worker to its GPU.
+`end_job()` (called by the harness after every evaluation) returns the pool's cached blocks, the
+inputs' and the L2-flush buffer's included, to the driver.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
+from kernels_env.config import EnvConfig
+from kernels_env.program import CompiledModule, KernelSignature
+
+# CUDA error codes (identical in the driver and runtime APIs) after which the context is unusable.
+STICKY_ERRORS = {
+    700: "illegal address", 702: "launch timeout", 710: "device-side assert", 714: "hardware stack error",
+    715: "illegal instruction", 716: "misaligned address", 717: "invalid address space",
+    718: "invalid program counter", 719: "launch failure",
+}
+DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel gets without opting in
+
+
+class DeviceHang(FatalDeviceError, KernelTimeout):
+    """A kernel is still running past its time limit: the worker must be killed and replaced."""
+
+
+@dataclass
+class CupyProgram:
+    """A loaded CUDA module: the signatures and the launchable RawKernels by name."""
+    kernels: dict[str, KernelSignature]
+    functions: dict[str, Any]
+    arch: str
+    rebuilt_from_source: bool = False
+    smem_optin: dict[str, int] = field(default_factory=dict)
+
+
+def _cuda_errors() -> tuple[type, ...]:
+    import cupy
+    return (cupy.cuda.driver.CUDADriverError, cupy.cuda.runtime.CUDARuntimeError)
+
+
+class CupyDevice:
+    """One CUDA GPU through CuPy. `memory_limit`: a fraction of the GPU (0-1) or bytes for the pool."""
+
+    name = "cupy"
+    timing_device = "cuda"
+    timing_comparable = True
+
+    def __init__(self, device_id: int = 0, memory_limit: float | int | None = None) -> None:
+        import cupy
+        self.cp = cupy
+        self.xp = cupy
+        count = cupy.cuda.runtime.getDeviceCount()
+        if not 0 <= device_id < count:
+            raise ValueError(f"device_id={device_id}; this machine has {count} CUDA device(s)")
+        self.device = cupy.cuda.Device(device_id)
+        self.device.use()
+        rt = cupy.cuda.runtime
+        self.device_id = device_id
+        self.arch = f"sm_{self.device.compute_capability}"
+        self.l2_bytes = int(rt.deviceGetAttribute(rt.cudaDevAttrL2CacheSize, device_id))
+        self.flush_bytes = max(2 * self.l2_bytes, 2**20)
+        self.max_smem_optin = int(rt.deviceGetAttribute(rt.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id))
+        self.healthy = True
+        self.flushes = 0  # L2 flushes done by time_ms, for tests and reports
+        self.last_timing: dict[str, Any] = {}
+        if memory_limit is not None:
+            pool = cupy.get_default_memory_pool()
+            if isinstance(memory_limit, float) and 0 < memory_limit <= 1:
+                pool.set_limit(fraction=memory_limit)
+            elif isinstance(memory_limit, int) and memory_limit > 0:
+                pool.set_limit(size=memory_limit)
+            else:
+                raise ValueError(f"memory_limit={memory_limit!r}; expected a fraction in (0, 1] or bytes > 0")
+
+    # ---- errors ----------------------------------------------------------------------------------
+    def _map(self, e: Exception, what: str) -> Exception:
+        status = getattr(e, "status", None)
+        text = str(e)
+        if status in STICKY_ERRORS:
+            self.healthy = False
+            return FatalDeviceError(f"{what}: {text}")
+        return KernelRuntimeError(f"{what}: {text}")
+
+    def _check_healthy(self) -> None:
+        if not self.healthy:
+            raise FatalDeviceError("the CUDA context is unusable after an earlier sticky error; "
+                                   "this worker must be replaced")
+
+    # ---- loading ---------------------------------------------------------------------------------
+    def load(self, compiled: CompiledModule, config: EnvConfig) -> CupyProgram:
+        """Load the cubin; if the driver refuses it (another arch), rebuild from source for this GPU.
+
+        Raises kernels_env.compile.CompileError when the rebuild does not compile."""
+        self._check_healthy()
+        try:
+            return self._load_cubin(compiled.cubin, compiled.kernels, compiled.arch)
+        except _cuda_errors() as e:
+            if getattr(e, "status", None) in STICKY_ERRORS:
+                raise self._map(e, "loading the module") from e
+            first_error = e
+        from kernels_env.compile import compile_cuda
+        arch = config.arch or self.arch
+        rebuilt = compile_cuda(compiled.source, arch, config)
+        try:
+            prog = self._load_cubin(rebuilt.cubin, rebuilt.kernels or compiled.kernels, rebuilt.arch)
+        except _cuda_errors() as e:
+            raise self._map(e, f"loading the module (cubin for {compiled.arch} failed with "
+                               f"{first_error}; rebuilt for {arch})") from e
+        prog.rebuilt_from_source = True
+        return prog
+
+    def _load_cubin(self, cubin: bytes, kernels: dict[str, KernelSignature], arch: str) -> CupyProgram:
+        fd, path = tempfile.mkstemp(suffix=".cubin", prefix="kernels_env_")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(cubin)
+            module = self.cp.RawModule(path=path)
+            functions = {name: module.get_function(name) for name in kernels}
+            for fn in functions.values():  # force cuModuleLoad now, while the file exists
+                _ = fn.kernel
+        finally:
+            os.unlink(path)
+        return CupyProgram(kernels=dict(kernels), functions=functions, arch=arch)
+
+    # ---- execution -------------------------------------------------------------------------------
+    def launch(self, program: CupyProgram, kernel: str, grid: tuple[int, int, int],
+               block: tuple[int, int, int], shared_bytes: int, args: Sequence[Any]) -> None:
+        self._check_healthy()
+        fn = program.functions.get(kernel)
+        if fn is None:
+            raise KernelRuntimeError(f"no kernel {kernel!r} in the loaded module "
+                                     f"(has {', '.join(sorted(program.functions))})")
+        errors = _cuda_errors()
+        if shared_bytes > DEFAULT_SMEM_LIMIT and program.smem_optin.get(kernel, 0) < shared_bytes:
+            if shared_bytes > self.max_smem_optin:
+                raise KernelRuntimeError(
+                    f"too much dynamic shared memory: {shared_bytes} bytes requested, this GPU allows at "
+                    f"most {self.max_smem_optin} bytes per block ({self.arch})")
+            try:
+                fn.max_dynamic_shared_size_bytes = int(shared_bytes)
+            except errors as e:
+                raise self._map(e, f"setting {shared_bytes} bytes of dynamic shared memory") from e
+            program.smem_optin[kernel] = int(shared_bytes)
+        try:
+            fn(tuple(grid), tuple(block), tuple(args), shared_mem=int(shared_bytes))
+        except errors as e:
+            raise self._map(e, "kernel launch failed") from e
+
+    def synchronize(self, timeout_s: float | None = None) -> None:
+        """Wait for the stream; with `timeout_s`, poll and raise DeviceHang past it."""
+        self._check_healthy()
+        stream = self.cp.cuda.get_current_stream()
+        try:
+            if timeout_s is None:
+                stream.synchronize()
+                return
+            event = self.cp.cuda.Event(disable_timing=True)
+            event.record(stream)
+            deadline = time.monotonic() + max(0.0, timeout_s)
+            pause = 2e-5
+            while not event.done:
+                if time.monotonic() > deadline:
+                    self.healthy = False
+                    raise DeviceHang(f"the kernel is still running after {timeout_s:.3g} s (a hang or "
+                                     "far too slow); the worker must be replaced")
+                time.sleep(pause)
+                pause = min(pause * 2, 1e-3)
+            event.synchronize()
+        except _cuda_errors() as e:
+            raise self._map(e, "kernel execution failed") from e
+
+    # ---- memory ----------------------------------------------------------------------------------
+    def to_device(self, host_array: Any) -> Any:
+        return self.cp.asarray(host_array)
+
+    def to_host(self, array: Any) -> Any:
+        return self.cp.asnumpy(array)
+
+    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self.cp.empty(shape, dtype=dtype)
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self.cp.zeros(shape, dtype=dtype)
+
+    # ---- timing ----------------------------------------------------------------------------------
+    def time_ms(self, fn: Any, warmup: int, runs: int, flush_l2: bool) -> list[float]:
+        """CUDA-event time of `fn()` per run on the current stream; before each run (warm-up too) the
+        L2 is flushed by writing `flush_bytes` (>= 2x L2) and the device synchronized, untimed."""
+        self._check_healthy()
+        cp = self.cp
+        stream = cp.cuda.get_current_stream()
+        flush = cp.empty(self.flush_bytes, dtype=cp.uint8) if flush_l2 else None
+        starts = [cp.cuda.Event() for _ in range(runs)]
+        ends = [cp.cuda.Event() for _ in range(runs)]
+        try:
+            for i in range(warmup + runs):
+                if flush is not None:
+                    cp.cuda.runtime.memsetAsync(flush.data.ptr, i & 0xFF, self.flush_bytes, stream.ptr)
+                    self.flushes += 1
+                stream.synchronize()
+                j = i - warmup
+                if j >= 0:
+                    starts[j].record(stream)
+                fn()
+                if j >= 0:
+                    ends[j].record(stream)
+            stream.synchronize()
+            times = [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)]
+        except _cuda_errors() as e:
+            raise self._map(e, "kernel failed while being timed") from e
+        finally:
+            del flush
+        self.last_timing = {"warmup": warmup, "runs": runs, "flush_l2": flush_l2,
+                            "flush_bytes": self.flush_bytes if flush_l2 else 0, "l2_bytes": self.l2_bytes}
+        return times
+
+    def end_job(self) -> None:
+        """Give the memory pool's cached blocks back to the driver between evaluations."""
+        if not self.healthy:
+            return
+        self.cp.cuda.get_current_stream().synchronize()
+        self.cp.get_default_memory_pool().free_all_blocks()
+        self.cp.get_default_pinned_memory_pool().free_all_blocks()
+
+    def close(self) -> None:
+        try:
+            self.end_job()
+        except Exception:
+            pass

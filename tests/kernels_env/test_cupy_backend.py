@@ -1,0 +1,247 @@
+"""GPU tests of CupyDevice + the harness on real kernels (marked `gpu`; skipped without a GPU).
+
+Kernels that leave a sticky CUDA error (misaligned or illegal address, a hang) poison the whole
+process's context, so those scenarios run in a fresh subprocess: this file is also a script,
+`python tests/kernels_env/test_cupy_backend.py SCENARIO`, printing one JSON line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from kernels_env import harness  # noqa: E402
+from kernels_env.config import EnvConfig, StageLimits  # noqa: E402
+from kernels_env.status import Status  # noqa: E402
+from kernels_env.tasks.spec import Buffer, Task  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+N = 1 << 22
+CONFIG = EnvConfig(warmup_runs=10, timed_runs=100)
+
+
+def add_task(dtype: str = "float32") -> Task:
+    return Task(name=f"gpu_add_{dtype}", level=1, description="y = a + b",
+                sizes={"eval": {"N": N}, "small": {"N": 4096}},
+                inputs=(Buffer("a", dtype, ("N",)), Buffer("b", dtype, ("N",))),
+                outputs=(Buffer("y", dtype, ("N",)),), reference=lambda xp, a, b: a + b, solution="")
+
+
+def text(cuda: str, launch: str) -> str:
+    return f"Some reasoning.\n```cuda\n{cuda}\n```\n```launch\n{launch}\n```\n"
+
+
+ADD = r'''
+extern "C" __global__ void add(const float* a, const float* b, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a[i] + b[i];
+}'''
+ADD_LAUNCH = "add<<<cdiv(N, 256), 256>>>(a, b, y, N);"
+
+KERNELS = {
+    "correct": ADD,
+    "unwritten_last": ADD.replace("if (i < n)", "if (i < n - 1)"),
+    "writes_input": ADD.replace("y[i] = a[i] + b[i];", "{ y[i] = a[i] + b[i]; ((float*)a)[i] = 0.f; }"),
+    "oob_far": ADD.replace("y[i] = a[i] + b[i];", "{ y[i] = a[i] + b[i]; y[i + (1LL << 33)] = 1.f; }"),
+    "misaligned": ADD.replace("y[i] = a[i] + b[i];",
+                              "{ y[i] = a[i] + b[i]; *(volatile float*)((char*)y + 4 * i + 2) = 1.f; }"),
+    # volatile: a store through a constant bad pointer must not be optimised away
+    "null_write": ADD.replace("y[i] = a[i] + b[i];",
+                              "{ y[i] = a[i] + b[i]; ((volatile float*)4096)[i] = 1.f; }"),
+    # Thread 0 busy-waits ~10 s (at 2 GHz): bounded, so a leftover never holds the GPU for long.
+    "hang": ADD.replace("y[i] = a[i] + b[i];", "{ long long t0 = clock64(); "
+                        "while (i == 0 && clock64() - t0 < 20000000000LL) {} y[i] = a[i] + b[i]; }"),
+}
+
+
+def evaluate_text(device, task, submission_text, config=CONFIG, sizes=None):
+    """parse -> NVRTC -> load -> harness, as the pipeline does, but returning the harness's Result."""
+    from kernels_env.compile import compile_cuda
+    from kernels_env.submission import parse_submission
+    sub = parse_submission(submission_text)
+    compiled = compile_cuda(sub.cuda_source, device.arch, config)
+    program = device.load(compiled, config)
+    return harness.evaluate(device, program, task, sub, sizes or task.size_set("eval"), config)
+
+
+@pytest.fixture(scope="module")
+def device():
+    from kernels_env.backends.cupy_backend import CupyDevice
+    dev = CupyDevice()
+    yield dev
+    dev.close()
+
+
+# ---- in-process (no sticky errors) ------------------------------------------------------------------
+def test_correct_vector_add_is_correct_with_timing(device):
+    flushes = device.flushes
+    res = evaluate_text(device, add_task(), text(KERNELS["correct"], ADD_LAUNCH))
+    assert res.status is Status.CORRECT, res.message
+    t = res.timing
+    assert t.device == "cuda" and t.comparable and t.runs == 100
+    assert t.kernel_median_ms > 0 and t.ref_median_ms > 0 and t.speedup == pytest.approx(
+        t.ref_median_ms / t.kernel_median_ms)
+    # a probe and warm-up + timed runs for kernel and reference, each after an L2 flush
+    assert device.flushes - flushes == 2 * (1 + CONFIG.warmup_runs + CONFIG.timed_runs)
+    assert device.last_timing["flush_bytes"] >= 2 * device.l2_bytes > 0
+    print(f"\nvector add N={N}: {res.message}")
+
+
+def test_pipeline_score_on_cupy(device):
+    from kernels_env.pipeline import score
+    res = score(add_task(), text(KERNELS["correct"], ADD_LAUNCH), CONFIG.replace(timed_runs=100), device=device)
+    assert res.status is Status.CORRECT, res.message
+    assert res.resources.get("add") is not None and res.backend == "cupy"
+
+
+def test_unwritten_last_element_is_wrong_output(device):
+    res = evaluate_text(device, add_task(), text(KERNELS["unwritten_last"], ADD_LAUNCH))
+    assert res.status is Status.WRONG_OUTPUT
+    assert res.mismatch.reason == "unwritten" and res.mismatch.first_bad_index == [N - 1]
+    assert device.healthy
+
+
+def test_kernel_writing_its_input_is_input_modified(device):
+    res = evaluate_text(device, add_task(), text(KERNELS["writes_input"], ADD_LAUNCH))
+    assert res.status is Status.WRONG_OUTPUT and res.mismatch.reason == "input_modified"
+    assert res.mismatch.buffer == "a" and res.mismatch.first_bad_index == [0]
+
+
+def test_fp16_kernel(device):
+    cuda = r'''
+#include <cuda_fp16.h>
+extern "C" __global__ void add(const __half* a, const __half* b, __half* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __hadd(a[i], b[i]);
+}'''
+    res = evaluate_text(device, add_task("float16"), text(cuda, ADD_LAUNCH), CONFIG.replace(timing=False))
+    assert res.status is Status.CORRECT, res.message
+
+
+def test_dynamic_shared_memory_above_48k(device):
+    cuda = r'''
+extern "C" __global__ void add(const float* a, const float* b, float* y, int n) {
+  extern __shared__ float s[];  // 64 KiB: 64 slots per thread of a 256-thread block
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  int slot = threadIdx.x + 63 * blockDim.x;
+  s[slot] = (i < n) ? a[i] + b[i] : 0.f;
+  __syncthreads();
+  if (i < n) y[i] = s[slot];
+}'''
+    res = evaluate_text(device, add_task(), text(cuda, "add<<<cdiv(N, 256), 256, 65536>>>(a, b, y, N);"),
+                        CONFIG.replace(timing=False))
+    assert res.status is Status.CORRECT, res.message
+    too_much = evaluate_text(device, add_task(),
+                             text(cuda, f"add<<<cdiv(N, 256), 256, {device.max_smem_optin + 1024}>>>(a, b, y, N);"),
+                             CONFIG.replace(timing=False))
+    assert too_much.status is Status.RUNTIME_ERROR and "shared memory" in too_much.message
+    assert device.healthy
+
+
+def test_two_kernel_plan_with_scratch(device):
+    cuda = r'''
+extern "C" __global__ void partial(const float* x, float* acc, int n) {
+  __shared__ float s[256];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  s[threadIdx.x] = i < n ? x[i] : 0.f;
+  __syncthreads();
+  for (int k = 128; k > 0; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(acc, s[0]);  // relies on the zero-initialised scratch
+}
+extern "C" __global__ void finish(const float* acc, float* y) { y[0] = acc[0]; }'''
+    launch = ("scratch float acc[1];\npartial<<<cdiv(N, 256), 256>>>(x, acc, N);\n"
+              "finish<<<1, 1>>>(acc, y);")
+    task = Task(name="gpu_sum", level=1, description="y = sum(x)", sizes={"eval": {"N": 1 << 20}, "small": {"N": 4096}},
+                inputs=(Buffer("x", "float32", ("N",)),), outputs=(Buffer("y", "float32", (1,)),),
+                reference=lambda xp, x: x.astype(xp.float64).sum().reshape(1), solution="",
+                tolerance={"float32": (0.5, 1e-3)})
+    res = evaluate_text(device, task, text(cuda, launch), CONFIG.replace(timed_runs=100))
+    assert res.status is Status.CORRECT, res.message
+    assert res.trials == 5
+
+
+# ---- sticky errors: one fresh process each ---------------------------------------------------------
+def run_scenario(name: str, timeout: float = 180.0) -> dict:
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), name], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert lines, f"scenario {name} printed no result; rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+def test_misaligned_access_is_runtime_error_and_poisons_the_process():
+    out = run_scenario("misaligned")
+    assert out["raised"] == "FatalDeviceError" and out["status"] == "runtime_error"
+    assert "misaligned address" in out["message"]
+    assert out["healthy"] is False and out["raw_cuda_after"] == "error"
+    assert out["next_eval"] == "FatalDeviceError"
+    # a new process recovers
+    assert run_scenario("correct")["status"] == "correct"
+
+
+def test_null_pointer_write_is_runtime_error():
+    out = run_scenario("null_write")
+    assert out["status"] == "runtime_error" and "illegal memory access" in out["message"]
+
+
+def test_out_of_bounds_write_far_past_the_end():
+    # 32 GiB past the end of y: unmapped on an H200, so an illegal address (runtime_error). A write
+    # that lands in memory the process owns would instead be caught as wrong_output or
+    # input_modified by the poison / input checks.
+    out = run_scenario("oob_far")
+    print(f"\nout-of-bounds far write: {out}")
+    assert out["status"] in ("runtime_error", "wrong_output")
+
+
+def test_hang_is_timeout_and_marks_the_worker_for_replacement():
+    out = run_scenario("hang")
+    assert out["status"] == "timeout" and out["raised"] == "FatalDeviceError" and out["healthy"] is False
+
+
+def _scenario(name: str) -> dict:
+    import cupy
+    from kernels_env.backends.base import FatalDeviceError
+    from kernels_env.backends.cupy_backend import CupyDevice
+    dev = CupyDevice()
+    config = CONFIG.replace(timing=name == "correct")
+    if name == "hang":
+        config = config.replace(limits=StageLimits(correctness=1.0))
+    out: dict = {"scenario": name}
+    try:
+        res = evaluate_text(dev, add_task(), text(KERNELS[name], ADD_LAUNCH), config)
+        out.update(raised=None, status=res.status.value, message=res.message)
+    except FatalDeviceError as e:
+        res = e.result
+        out.update(raised="FatalDeviceError", status=res.status.value, message=res.message)
+    out["healthy"] = dev.healthy
+    if not dev.healthy:
+        try:
+            evaluate_text(dev, add_task(), text(KERNELS["correct"], ADD_LAUNCH), config)
+            out["next_eval"] = "ok"
+        except FatalDeviceError:
+            out["next_eval"] = "FatalDeviceError"
+        if name == "hang":
+            return out  # the kernel is still running; os._exit tears the context down
+        try:
+            float(cupy.arange(4, dtype=cupy.float32).sum())
+            cupy.cuda.get_current_stream().synchronize()
+            out["raw_cuda_after"] = "ok"
+        except Exception:
+            out["raw_cuda_after"] = "error"
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(_scenario(sys.argv[1])), flush=True)
+    os._exit(0)  # skip CUDA teardown of a poisoned (or still busy) context
