@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 python -m pip install -q -e ".[env,train]"
 if [ "${1:-}" = "test" ]; then
   python -m pip install -q -e ".[dev]"
+  # parity extra: pin torch to the CPU wheel (a plain `torch` would pull a multi-GB CUDA build)
+  python -m pip install -q "torch==2.13.0" -e ".[parity]"
 fi
