@@ -119,6 +119,19 @@ class Tokenizer:
             finally:
                 self._tk.encode_special_tokens = old
 
+    def encode_batch(self, texts: Sequence[str], allow_special: bool = True) -> list[list[int]]:
+        """`encode` of each text (one call into the Rust tokenizer, parallel there)."""
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"Tokenizer.encode_batch expects strs, got {type(t).__name__}")
+        with self._lock:
+            old = self._tk.encode_special_tokens
+            self._tk.encode_special_tokens = not allow_special
+            try:
+                return [list(e.ids) for e in self._tk.encode_batch(list(texts), add_special_tokens=False)]
+            finally:
+                self._tk.encode_special_tokens = old
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self._tk.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 

@@ -70,6 +70,14 @@ def test_encode_decode_roundtrip(tok):
         assert tok.decode(ids) == text
 
 
+def test_encode_batch_matches_encode(tok):
+    texts = CORPUS + ["a<|im_end|>b", ""]
+    assert tok.encode_batch(texts) == [tok.encode(t) for t in texts]
+    assert tok.encode_batch(texts, allow_special=False) == [tok.encode(t, allow_special=False) for t in texts]
+    with pytest.raises(TypeError, match="int"):
+        tok.encode_batch(["ok", 3])
+
+
 def test_special_strings_in_text(tok):
     im_end = tok.token_id(IM_END)
     assert tok.encode("a<|im_end|>b").count(im_end) == 1
