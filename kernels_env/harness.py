@@ -517,6 +517,17 @@ class _Run:
         return [float(t) for t in times]
 
 
+def plan_callable(device: Device, program: Program, task: Task, submission: Submission,
+                  sizes: dict[str, int], config: EnvConfig, trial: int = 0) -> Callable[[], None]:
+    """A zero-argument function that launches the whole plan (no sync) on fresh trial inputs: exactly
+    what the timing stage measures. For benchmarks; raises PlanError / ConfigError for bad plans."""
+    kernels = dict(getattr(program, "kernels", {}) or {})
+    kernels.update(submission.kernels)
+    plan = bind_plan(submission, task, sizes, kernels)
+    arrays, _ = _Run(device, program, task, plan, sizes, config).fresh_arrays(trial, config.seed)
+    return lambda: _launch_all(device, program, plan, arrays, None)
+
+
 def evaluate(device: Device, program: Program, task: Task, submission: Submission,
              sizes: dict[str, int], config: EnvConfig) -> Result:
     """Correctness trials, then timing, of a loaded submission on `device` (DESIGN 3.3 steps 3-4).

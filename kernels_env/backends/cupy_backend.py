@@ -1,6 +1,6 @@
 """CupyDevice: the GPU backend of the `Device` protocol (DESIGN 3.5, 3.6), driven by CuPy.
 
-It loads NVRTC cubins as CUDA modules, launches kernels on the current stream, maps CUDA errors to
+It loads NVRTC cubins as CUDA modules (cuModuleLoadData), launches kernels on the current stream, maps CUDA errors to
 the environment's exceptions and times with CUDA events after an L2 flush. Trials, poisoning and
 comparison live in `kernels_env.harness`.
 
@@ -22,8 +22,6 @@ inputs' and the L2-flush buffer's included, to the driver.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -38,6 +36,7 @@ STICKY_ERRORS = {
     715: "illegal instruction", 716: "misaligned address", 717: "invalid address space",
     718: "invalid program counter", 719: "launch failure",
 }
+CUDA_ERROR_NOT_FOUND = 500
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel gets without opting in
 
 
@@ -47,7 +46,7 @@ class DeviceHang(FatalDeviceError, KernelTimeout):
 
 @dataclass
 class CupyProgram:
-    """A loaded CUDA module: the signatures and the launchable RawKernels by name."""
+    """A loaded CUDA module: the signatures and the launchable cupy Functions by name."""
     kernels: dict[str, KernelSignature]
     functions: dict[str, Any]
     arch: str
@@ -121,7 +120,7 @@ class CupyDevice:
                 raise self._map(e, "loading the module") from e
             first_error = e
         from kernels_env.compile import compile_cuda
-        arch = config.arch or self.arch
+        arch = self.arch  # the cubin for compiled.arch was refused: build for this GPU
         rebuilt = compile_cuda(compiled.source, arch, config)
         try:
             prog = self._load_cubin(rebuilt.cubin, rebuilt.kernels or compiled.kernels, rebuilt.arch)
@@ -132,16 +131,17 @@ class CupyDevice:
         return prog
 
     def _load_cubin(self, cubin: bytes, kernels: dict[str, KernelSignature], arch: str) -> CupyProgram:
-        fd, path = tempfile.mkstemp(suffix=".cubin", prefix="kernels_env_")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(cubin)
-            module = self.cp.RawModule(path=path)
-            functions = {name: module.get_function(name) for name in kernels}
-            for fn in functions.values():  # force cuModuleLoad now, while the file exists
-                _ = fn.kernel
-        finally:
-            os.unlink(path)
+        module = self.cp.cuda.function.Module()
+        module.load(bytes(cubin))  # cuModuleLoadData: no temporary file
+        functions = {}
+        for name in kernels:
+            try:
+                functions[name] = module.get_function(name)
+            except self.cp.cuda.driver.CUDADriverError as e:
+                if getattr(e, "status", None) != CUDA_ERROR_NOT_FOUND:
+                    raise
+                # found by the source scan but not in the binary (e.g. under #if 0): launching it
+                # raises KernelRuntimeError below
         return CupyProgram(kernels=dict(kernels), functions=functions, arch=arch)
 
     # ---- execution -------------------------------------------------------------------------------
@@ -158,8 +158,10 @@ class CupyDevice:
                 raise KernelRuntimeError(
                     f"too much dynamic shared memory: {shared_bytes} bytes requested, this GPU allows at "
                     f"most {self.max_smem_optin} bytes per block ({self.arch})")
+            drv = self.cp.cuda.driver
             try:
-                fn.max_dynamic_shared_size_bytes = int(shared_bytes)
+                drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     int(shared_bytes))
             except errors as e:
                 raise self._map(e, f"setting {shared_bytes} bytes of dynamic shared memory") from e
             program.smem_optin[kernel] = int(shared_bytes)

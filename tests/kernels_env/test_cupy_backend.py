@@ -1,6 +1,6 @@
 """GPU tests of CupyDevice + the harness on real kernels (marked `gpu`; skipped without a GPU).
 
-Kernels that leave a sticky CUDA error (misaligned or illegal address, a hang) poison the whole
+The first tests (error classification) run anywhere. Kernels that leave a sticky CUDA error (misaligned or illegal address, a hang) poison the whole
 process's context, so those scenarios run in a fresh subprocess: this file is also a script,
 `python tests/kernels_env/test_cupy_backend.py SCENARIO`, printing one JSON line.
 """
@@ -22,7 +22,7 @@ from kernels_env.config import EnvConfig, StageLimits  # noqa: E402
 from kernels_env.status import Status  # noqa: E402
 from kernels_env.tasks.spec import Buffer, Task  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+gpu = pytest.mark.gpu
 
 N = 1 << 22
 CONFIG = EnvConfig(warmup_runs=10, timed_runs=100)
@@ -62,6 +62,55 @@ KERNELS = {
 }
 
 
+# ---- error classification (no GPU needed) ------------------------------------------------------------
+class _FakeCudaError(RuntimeError):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+
+
+def _bare_device():
+    from kernels_env.backends.cupy_backend import CupyDevice
+    dev = CupyDevice.__new__(CupyDevice)  # no CUDA: only the error mapping is exercised
+    dev.healthy = True
+    return dev
+
+
+def test_sticky_cuda_errors_are_fatal_and_others_are_runtime_errors():
+    from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError
+    dev = _bare_device()
+    e = dev._map(_FakeCudaError(1, "CUDA_ERROR_INVALID_VALUE: invalid argument"), "kernel launch failed")
+    assert type(e) is KernelRuntimeError and "invalid argument" in str(e) and dev.healthy
+    for status, text in ((700, "an illegal memory access was encountered"), (716, "misaligned address"),
+                         (719, "unspecified launch failure"), (715, "an illegal instruction was encountered")):
+        dev = _bare_device()
+        e = dev._map(_FakeCudaError(status, text), "kernel execution failed")
+        assert isinstance(e, FatalDeviceError) and text in str(e) and not dev.healthy
+        with pytest.raises(FatalDeviceError, match="unusable"):
+            dev._check_healthy()
+
+
+def test_device_hang_maps_to_timeout_and_propagates():
+    from kernels_env.backends.base import FatalDeviceError
+    from kernels_env.backends.cupy_backend import DeviceHang
+    from kernels_env.program import Call, Dim3, KernelParam, KernelSignature, Launch, LaunchPlan, Name, Num, Submission
+    from kernels_env.testing.fake_device import FakeDevice
+
+    def hangs(*args):
+        raise DeviceHang("the kernel is still running after 1 s")
+
+    p = lambda n, ptr=True: KernelParam(n, "float*" if ptr else "int", "float" if ptr else "int", ptr, False)
+    sig = KernelSignature("add", (p("a"), p("b"), p("y"), p("n", False)))
+    sub = Submission("", "", LaunchPlan((), (Launch("add", Dim3(Call("cdiv", (Name("N"), Num(256)))), Dim3(Num(256)),
+                                                    None, (Name("a"), Name("b"), Name("y"), Name("N")), 1),)),
+                     {"add": sig})
+    dev = FakeDevice()
+    dev.register("add", hangs)
+    with pytest.raises(FatalDeviceError) as info:
+        harness.evaluate(dev, None, add_task(), sub, {"N": 1024}, CONFIG)
+    assert info.value.result.status is Status.TIMEOUT and "still running" in info.value.result.message
+
+
 def evaluate_text(device, task, submission_text, config=CONFIG, sizes=None):
     """parse -> NVRTC -> load -> harness, as the pipeline does, but returning the harness's Result."""
     from kernels_env.compile import compile_cuda
@@ -81,6 +130,7 @@ def device():
 
 
 # ---- in-process (no sticky errors) ------------------------------------------------------------------
+@gpu
 def test_correct_vector_add_is_correct_with_timing(device):
     flushes = device.flushes
     res = evaluate_text(device, add_task(), text(KERNELS["correct"], ADD_LAUNCH))
@@ -95,6 +145,7 @@ def test_correct_vector_add_is_correct_with_timing(device):
     print(f"\nvector add N={N}: {res.message}")
 
 
+@gpu
 def test_pipeline_score_on_cupy(device):
     from kernels_env.pipeline import score
     res = score(add_task(), text(KERNELS["correct"], ADD_LAUNCH), CONFIG.replace(timed_runs=100), device=device)
@@ -102,6 +153,7 @@ def test_pipeline_score_on_cupy(device):
     assert res.resources.get("add") is not None and res.backend == "cupy"
 
 
+@gpu
 def test_unwritten_last_element_is_wrong_output(device):
     res = evaluate_text(device, add_task(), text(KERNELS["unwritten_last"], ADD_LAUNCH))
     assert res.status is Status.WRONG_OUTPUT
@@ -109,12 +161,14 @@ def test_unwritten_last_element_is_wrong_output(device):
     assert device.healthy
 
 
+@gpu
 def test_kernel_writing_its_input_is_input_modified(device):
     res = evaluate_text(device, add_task(), text(KERNELS["writes_input"], ADD_LAUNCH))
     assert res.status is Status.WRONG_OUTPUT and res.mismatch.reason == "input_modified"
     assert res.mismatch.buffer == "a" and res.mismatch.first_bad_index == [0]
 
 
+@gpu
 def test_fp16_kernel(device):
     cuda = r'''
 #include <cuda_fp16.h>
@@ -126,6 +180,7 @@ extern "C" __global__ void add(const __half* a, const __half* b, __half* y, int 
     assert res.status is Status.CORRECT, res.message
 
 
+@gpu
 def test_dynamic_shared_memory_above_48k(device):
     cuda = r'''
 extern "C" __global__ void add(const float* a, const float* b, float* y, int n) {
@@ -146,6 +201,7 @@ extern "C" __global__ void add(const float* a, const float* b, float* y, int n) 
     assert device.healthy
 
 
+@gpu
 def test_two_kernel_plan_with_scratch(device):
     cuda = r'''
 extern "C" __global__ void partial(const float* x, float* acc, int n) {
@@ -180,6 +236,7 @@ def run_scenario(name: str, timeout: float = 180.0) -> dict:
     return json.loads(lines[-1])
 
 
+@gpu
 def test_misaligned_access_is_runtime_error_and_poisons_the_process():
     out = run_scenario("misaligned")
     assert out["raised"] == "FatalDeviceError" and out["status"] == "runtime_error"
@@ -190,11 +247,13 @@ def test_misaligned_access_is_runtime_error_and_poisons_the_process():
     assert run_scenario("correct")["status"] == "correct"
 
 
+@gpu
 def test_null_pointer_write_is_runtime_error():
     out = run_scenario("null_write")
     assert out["status"] == "runtime_error" and "illegal memory access" in out["message"]
 
 
+@gpu
 def test_out_of_bounds_write_far_past_the_end():
     # 32 GiB past the end of y: unmapped on an H200, so an illegal address (runtime_error). A write
     # that lands in memory the process owns would instead be caught as wrong_output or
@@ -204,6 +263,7 @@ def test_out_of_bounds_write_far_past_the_end():
     assert out["status"] in ("runtime_error", "wrong_output")
 
 
+@gpu
 def test_hang_is_timeout_and_marks_the_worker_for_replacement():
     out = run_scenario("hang")
     assert out["status"] == "timeout" and out["raised"] == "FatalDeviceError" and out["healthy"] is False

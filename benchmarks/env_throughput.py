@@ -1,0 +1,254 @@
+"""Kernel-environment throughput: evaluations/s through the process pool, NVRTC compile latency,
+cache-hit latency and the harness's own overhead per correctness trial (DESIGN 5).
+
+Runs the suite's known-good solutions (level 1 by default). Every submitted text is made unique by a
+`#define` line (it survives the cache's normalisation), so the pool's cache and in-flight
+de-duplication never hit during the throughput phase: every job is parsed, compiled (in parallel
+compile workers) and executed. Afterwards one text is resubmitted to measure a cache hit.
+
+    python benchmarks/env_throughput.py                      # H200: cupy, eval sizes, all level-1 tasks
+    python benchmarks/env_throughput.py --backend cpu --sizes small --limit 5
+    python benchmarks/env_throughput.py --json               # one JSON object instead of the table
+
+Goals on an H200: >= 20 evaluations/s, compile p50 <= 100 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+GOAL_EVALS_PER_S = 20.0
+GOAL_COMPILE_P50_MS = 100.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 100]) of a non-empty list."""
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def variant(text: str, tag: str) -> str:
+    """The same submission with a unique, codegen-neutral `#define` in its (last) cuda block."""
+    marker = "```cuda\n"
+    i = text.rfind(marker)
+    if i < 0:
+        raise ValueError("solution text has no ```cuda block")
+    j = i + len(marker)
+    return text[:j] + f"#define LEAP_BENCH_VARIANT_{tag} 1\n" + text[j:]
+
+
+def measure_compile(tasks: list[Any], arch: str, config: Any, reps: int) -> dict[str, Any]:
+    """NVRTC latency of each solution's device code, serial in this process (no GPU needed)."""
+    from kernels_env.compile import compile_cuda
+    from kernels_env.submission import parse_submission
+    times, failures = [], []
+    try:  # first use loads NVRTC and its headers (~1 s): not a per-compile cost
+        compile_cuda(parse_submission(variant(tasks[0].solution, "c_warm")).cuda_source, arch, config)
+    except Exception:
+        pass
+    for rep in range(reps):
+        for t in tasks:
+            src = parse_submission(variant(t.solution, f"c{rep}")).cuda_source
+            t0 = time.perf_counter()
+            try:
+                compile_cuda(src, arch, config)
+            except Exception as e:  # report, keep measuring the rest
+                failures.append(f"{t.name}: {type(e).__name__}: {str(e)[:200]}")
+                continue
+            times.append((time.perf_counter() - t0) * 1e3)
+    return {"compile_ms_p50": percentile(times, 50), "compile_ms_p95": percentile(times, 95),
+            "compile_count": len(times), "compile_failures": failures}
+
+
+def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits: int,
+                 gpu_workers: int | None, compile_workers: int | None) -> dict[str, Any]:
+    """evaluations/s through EvalPool(process) on unique texts, then cache-hit latency."""
+    from kernels_env.cache import ResultCache
+    from kernels_env.pool import EvalPool, Job
+    t_start = time.perf_counter()
+    pool = EvalPool(mode="process", backend=backend, gpu_workers=gpu_workers, compile_workers=compile_workers,
+                    cache=ResultCache(), config=config)
+    try:
+        # Warm-up (not counted): worker start-up, CUDA context creation, first-use costs.
+        warm = pool.map([Job(t.name, variant(t.solution, "warm"), config) for t in tasks[:2]])
+        startup_s = time.perf_counter() - t_start
+        jobs = [Job(t.name, variant(t.solution, f"r{r}"), config) for r in range(repeat) for t in tasks]
+        t0 = time.perf_counter()
+        results = pool.map(jobs)
+        wall = time.perf_counter() - t0
+        statuses: dict[str, int] = {}
+        not_correct = []
+        for job, res in zip(jobs, results):
+            statuses[res.status.value] = statuses.get(res.status.value, 0) + 1
+            if not res.correct:
+                not_correct.append(f"{job.task}: {res.status.value}: {res.message[:160]}")
+        stage = lambda name: [r.stage_seconds[name] * 1e3 for r in results if name in r.stage_seconds]
+        hit_job = jobs[0]
+        hit_ms = []
+        for _ in range(hits):
+            t1 = time.perf_counter()
+            r = pool.submit(hit_job).result()
+            hit_ms.append((time.perf_counter() - t1) * 1e3)
+            assert r.cached, "resubmitting a scored text should be a cache hit"
+        speedups = [r.speedup for r in results if r.correct and r.speedup is not None]
+        return {
+            "backend": pool.backend, "exec_workers": getattr(pool, "exec_workers", None),
+            "compile_workers": getattr(pool, "compile_workers", None), "startup_s": startup_s,
+            "warmup_statuses": [r.status.value for r in warm],
+            "jobs": len(jobs), "wall_s": wall, "evals_per_s": len(jobs) / wall if wall > 0 else float("nan"),
+            "statuses": statuses, "not_correct": not_correct[:20],
+            "pool_compile_ms_p50": percentile(stage("compile"), 50),
+            "pool_compile_ms_p95": percentile(stage("compile"), 95),
+            "correctness_ms_p50": percentile(stage("correctness"), 50),
+            "timing_ms_p50": percentile(stage("timing"), 50),
+            "speedup_median": statistics.median(speedups) if speedups else None,
+            "cache_hit_ms_p50": percentile(hit_ms, 50), "cache_hit_ms_p95": percentile(hit_ms, 95),
+            "pool_stats": pool.stats(),
+        }
+    finally:
+        pool.close()
+
+
+def measure_overhead(tasks: list[Any], config: Any, backend: str, trials: int) -> dict[str, Any]:
+    """Harness wall time per correctness trial minus the plan's own device time, in this process."""
+    from kernels_env import harness
+    from kernels_env.backends import get_device
+    from kernels_env.pipeline import Prepared, prepare
+    device = get_device(backend, config)
+    cfg = config.replace(timing=False, correctness_trials=trials)
+    rows, failures = [], []
+    try:
+        for t in tasks:
+            prep = prepare(t, t.solution, cfg, arch=getattr(device, "arch", None))
+            if not isinstance(prep, Prepared):
+                failures.append(f"{t.name}: {prep.status.value}: {prep.message[:160]}")
+                continue
+            program = device.load(prep.compiled, cfg)
+            res = harness.evaluate(device, program, t, prep.submission, prep.sizes, cfg)
+            if not res.correct or res.trials == 0:
+                failures.append(f"{t.name}: {res.status.value}: {res.message[:160]}")
+                continue
+            per_trial_ms = res.stage_seconds["correctness"] * 1e3 / res.trials
+            fn = harness.plan_callable(device, program, t, prep.submission, prep.sizes, cfg)
+            kernel_ms = statistics.median(device.time_ms(fn, 1, 5, False))
+            rows.append({"task": t.name, "trial_ms": per_trial_ms, "kernel_ms": kernel_ms,
+                         "overhead_ms": per_trial_ms - kernel_ms})
+            end_job = getattr(device, "end_job", None)
+            if end_job:
+                end_job()
+    finally:
+        device.close()
+    over = [r["overhead_ms"] for r in rows]
+    return {"overhead_ms_p50": percentile(over, 50), "overhead_ms_max": max(over) if over else float("nan"),
+            "trial_ms_p50": percentile([r["trial_ms"] for r in rows], 50),
+            "kernel_ms_p50": percentile([r["kernel_ms"] for r in rows], 50),
+            "overhead_rows": rows, "overhead_failures": failures}
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """The report as an aligned text table."""
+    on_gpu = report.get("backend") == "cupy"
+    ok = lambda good: ("yes" if good else "NO") if on_gpu else "-"
+    eps = report.get("evals_per_s", float("nan"))
+    c50 = report.get("compile_ms_p50", float("nan"))
+    rows = [
+        ("backend / sizes", f"{report.get('backend')} / {report['sizes']}", "", ""),
+        ("tasks x repeat = jobs", f"{report['tasks']} x {report['repeat']} = {report.get('jobs', 0)}", "", ""),
+        ("workers (exec / compile)", f"{report.get('exec_workers')} / {report.get('compile_workers')}", "", ""),
+        ("pool start-up + warm-up, s", f"{report.get('startup_s', float('nan')):.2f}", "", ""),
+        ("evaluations / s", f"{eps:.2f}", f">= {GOAL_EVALS_PER_S:g}", ok(eps >= GOAL_EVALS_PER_S)),
+        ("statuses", json.dumps(report.get("statuses", {})), "all correct",
+         "yes" if set(report.get("statuses", {})) <= {"correct"} else "NO"),
+        ("NVRTC compile p50 / p95, ms (serial)", f"{c50:.1f} / {report.get('compile_ms_p95', float('nan')):.1f}",
+         f"p50 <= {GOAL_COMPILE_P50_MS:g}", ok(c50 <= GOAL_COMPILE_P50_MS)),
+        ("compile in pool p50 / p95, ms", f"{report.get('pool_compile_ms_p50', float('nan')):.1f} / "
+                                          f"{report.get('pool_compile_ms_p95', float('nan')):.1f}", "", ""),
+        ("correctness stage p50, ms", f"{report.get('correctness_ms_p50', float('nan')):.1f}", "", ""),
+        ("timing stage p50, ms", f"{report.get('timing_ms_p50', float('nan')):.1f}", "", ""),
+        ("cache hit p50 / p95, ms", f"{report.get('cache_hit_ms_p50', float('nan')):.3f} / "
+                                    f"{report.get('cache_hit_ms_p95', float('nan')):.3f}", "", ""),
+        ("harness overhead / trial p50 (max), ms", f"{report.get('overhead_ms_p50', float('nan')):.2f} "
+                                                   f"({report.get('overhead_ms_max', float('nan')):.2f})", "", ""),
+        ("trial wall p50 / kernel p50, ms", f"{report.get('trial_ms_p50', float('nan')):.2f} / "
+                                            f"{report.get('kernel_ms_p50', float('nan')):.3f}", "", ""),
+        ("median speedup of solutions", f"{report['speedup_median']:.2f}" if report.get("speedup_median") else "-",
+         "", ""),
+    ]
+    w = [max(len(r[i]) for r in rows + [("metric", "value", "goal", "ok")]) for i in range(4)]
+    line = lambda r: "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip()
+    out = [line(("metric", "value", "goal", "ok")), line(tuple("-" * x for x in w))] + [line(r) for r in rows]
+    for key in ("not_correct", "compile_failures", "overhead_failures"):
+        if report.get(key):
+            out.append(f"\n{key}:")
+            out.extend(f"  {s}" for s in report[key])
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="auto", choices=("auto", "cupy", "cpu"))
+    ap.add_argument("--sizes", default="eval", choices=("eval", "small"))
+    ap.add_argument("--level", type=int, default=1, help="task level (default 1)")
+    ap.add_argument("--limit", type=int, default=None, help="first N tasks only")
+    ap.add_argument("--repeat", type=int, default=None, help="copies of each solution (default 3 cupy, 1 cpu)")
+    ap.add_argument("--trials", type=int, default=5, help="correctness trials per evaluation")
+    ap.add_argument("--timed-runs", type=int, default=None, help="timed runs (default 100 cupy, 2 cpu)")
+    ap.add_argument("--warmup-runs", type=int, default=None, help="warm-up runs (default 10 cupy, 0 cpu)")
+    ap.add_argument("--compile-reps", type=int, default=2)
+    ap.add_argument("--hits", type=int, default=50, help="cache-hit submissions to time")
+    ap.add_argument("--overhead-tasks", type=int, default=8, help="tasks for the harness-overhead measurement")
+    ap.add_argument("--gpu-workers", type=int, default=None)
+    ap.add_argument("--compile-workers", type=int, default=None)
+    ap.add_argument("--skip", default="", help="comma list of phases to skip: compile,pool,overhead")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = ap.parse_args(argv)
+
+    from kernels_env.backends import resolve_backend
+    from kernels_env.config import EnvConfig
+    from kernels_env.tasks import list_tasks
+    backend = resolve_backend(args.backend)
+    gpu = backend == "cupy"
+    tasks = list_tasks(level=args.level)
+    if args.limit is not None:
+        if args.limit < 1:
+            ap.error(f"--limit={args.limit}; expected >= 1")
+        tasks = tasks[: args.limit]
+    if not tasks:
+        ap.error(f"no tasks at level {args.level}")
+    repeat = args.repeat or (3 if gpu else 1)
+    config = EnvConfig(backend=backend, sizes=args.sizes, correctness_trials=args.trials,
+                       timed_runs=args.timed_runs or (100 if gpu else 2),
+                       warmup_runs=args.warmup_runs if args.warmup_runs is not None else (10 if gpu else 0))
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    report: dict[str, Any] = {"backend": backend, "sizes": args.sizes, "tasks": len(tasks), "repeat": repeat,
+                              "config": config.to_dict()}
+    arch = config.arch or "sm_90"
+    if "compile" not in skip:
+        report.update(measure_compile(tasks, arch, config, args.compile_reps))
+    if "pool" not in skip:
+        report.update(measure_pool(tasks, config, backend, repeat, args.hits, args.gpu_workers,
+                                   args.compile_workers))
+    if "overhead" not in skip:
+        report.update(measure_overhead(tasks[: args.overhead_tasks], config, backend, args.trials))
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        print(render_table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
