@@ -1,0 +1,208 @@
+"""CpuDevice: the `cpu` backend's Device (kernels_env.backends.base) over translated, host-built kernels.
+
+load() translates the module's device code (translate.py), builds it (build.py, cached) and opens
+the shared object; launch() runs the whole grid synchronously in the calling thread through the
+native runtime (cpu_runtime.h). Runtime failures are kept and raised by the next synchronize() or
+to_host(), as CUDA reports asynchronous errors. Timings are CPU times and marked not comparable.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
+from kernels_env.backends.cpu import build as _build
+from kernels_env.backends.cpu.memory import describe_address, guarded_empty
+from kernels_env.backends.cpu.translate import UnsupportedFeature, translate
+from kernels_env.config import EnvConfig
+from kernels_env.program import CompiledModule, KernelSignature
+
+# C base types of kernel parameters -> the NumPy dtype a by-value argument is passed as.
+_SCALAR_DTYPES = {
+    "float": np.float32, "double": np.float64, "int": np.int32, "signed": np.int32,
+    "signed int": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32, "int32_t": np.int32,
+    "uint32_t": np.uint32, "long long": np.int64, "long long int": np.int64, "long": np.int64,
+    "long int": np.int64, "int64_t": np.int64, "unsigned long long": np.uint64,
+    "unsigned long": np.uint64, "uint64_t": np.uint64, "size_t": np.uint64, "ptrdiff_t": np.int64,
+    "short": np.int16, "unsigned short": np.uint16, "int16_t": np.int16, "uint16_t": np.uint16,
+    "char": np.int8, "signed char": np.int8, "unsigned char": np.uint8, "int8_t": np.int8,
+    "uint8_t": np.uint8, "bool": np.bool_, "__half": np.float16, "half": np.float16,
+}
+
+E_OK, E_FAULT, E_TIMEOUT, E_TRAP, E_FPE, E_STACK, E_CONFIG, E_ABORT, E_ILL, E_SMEM = range(10)
+_MSG_LEN = 512
+_LAUNCH_LOCK = threading.Lock()  # the runtime's state is per process: one launch at a time
+
+
+def _compile_error(log: str) -> Exception:
+    from kernels_env.compile import CompileError
+    return CompileError(log)
+
+
+@dataclass
+class CpuProgram:
+    """A loaded module: the shared object, its kernel launchers, and whether fibers are needed."""
+    kernels: dict[str, KernelSignature]
+    path: Path
+    uses_sync: bool
+    timeout_s: float
+    lib: Any = field(repr=False, default=None)
+    run: Any = field(repr=False, default=None)
+    entries: dict[str, int] = field(default_factory=dict, repr=False)
+
+
+class CpuDevice:
+    """Runs CUDA C kernels on the host CPU (DESIGN 3.6): correctness only, timings not comparable."""
+
+    name = "cpu"
+    xp = np
+    timing_device = "cpu"
+    timing_comparable = False
+    arch = None  # NVRTC arch: default (sm_90)
+
+    def __init__(self, config: EnvConfig | None = None) -> None:
+        self.config = config or EnvConfig()
+        self._pending: Exception | None = None
+        self._launches = 0
+        self.healthy = True
+
+    # ---- module loading --------------------------------------------------------------------
+    def load(self, compiled: CompiledModule, config: EnvConfig | None = None) -> CpuProgram:
+        """Translate and build `compiled.source`; raises CompileError naming what cannot be built."""
+        cfg = config or self.config
+        try:
+            tr = translate(compiled.source, compiled.kernels.keys())
+        except UnsupportedFeature as e:
+            raise _compile_error(f"cpu backend: {e}") from None
+        try:
+            path = _build.build(tr.cpp, cfg.cpu_compiler, cfg.cpu_opt_level, timeout_s=cfg.limits.compile)
+        except _build.BuildError as e:
+            raise _compile_error(
+                "cpu backend: the host C++ compiler could not build this code, which NVRTC accepted "
+                "(a CUDA feature the cpu emulation lacks?); run it on the cupy backend.\n" + e.log) from None
+        lib = ctypes.CDLL(str(path))
+        fn = lib["__cpu_launch"]
+        fn.restype = ctypes.c_int
+        fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_int,
+                       ctypes.POINTER(ctypes.c_ulonglong))
+        entries = {k: ctypes.cast(getattr(lib, f"__cpu_entry_{k}"), ctypes.c_void_p).value
+                   for k in compiled.kernels}
+        timeout = float(max(cfg.limits.correctness, cfg.limits.timing))
+        return CpuProgram(kernels=dict(compiled.kernels), path=path, uses_sync=tr.uses_sync,
+                          timeout_s=timeout, lib=lib, run=fn, entries=entries)
+
+    # ---- launching -------------------------------------------------------------------------
+    def _marshal(self, sig: KernelSignature, args: Sequence[Any]) -> tuple[Any, list[Any]]:
+        if len(args) != len(sig.params):
+            raise KernelRuntimeError(f"{sig.name}: {len(args)} arguments given, the kernel takes "
+                                     f"{len(sig.params)}")
+        keep: list[Any] = []
+        ptrs = (ctypes.c_void_p * max(1, len(args)))()
+        for i, (a, p) in enumerate(zip(args, sig.params)):
+            if p.pointer:
+                if not isinstance(a, np.ndarray):
+                    raise KernelRuntimeError(f"{sig.name}: argument {i} ({p.name}) is a pointer; expected "
+                                             f"a device array, got {type(a).__name__}")
+                if not a.flags.c_contiguous:
+                    raise KernelRuntimeError(f"{sig.name}: argument {i} ({p.name}) is not contiguous")
+                cell = np.array([a.ctypes.data], dtype=np.uintp)
+                keep.append(a)
+            else:
+                dt = _SCALAR_DTYPES.get(" ".join(p.base_type.split()))
+                cell = np.array([a], dtype=dt) if dt is not None else np.array([a])
+            keep.append(cell)
+            ptrs[i] = cell.ctypes.data
+        keep.append(ptrs)
+        return ptrs, keep
+
+    def launch(self, program: CpuProgram, kernel: str, grid: tuple[int, int, int],
+               block: tuple[int, int, int], shared_bytes: int, args: Sequence[Any]) -> None:
+        """Run the whole grid now; a failure is raised by the next synchronize() (like CUDA)."""
+        if self._pending is not None:
+            return  # the stream is broken: later launches do not run
+        if kernel not in program.entries:
+            raise KernelRuntimeError(f"no kernel named {kernel!r} in the module; it has "
+                                     f"{sorted(program.entries)}")
+        grid = tuple(int(g) for g in grid)
+        block = tuple(int(b) for b in block)
+        if len(grid) != 3 or len(block) != 3 or min(grid) < 1 or min(block) < 1 \
+                or block[0] * block[1] * block[2] > 1024 or block[2] > 64:
+            raise KernelRuntimeError(f"invalid configuration argument: grid={grid}, block={block}")
+        ptrs, keep = self._marshal(program.kernels[kernel], args)
+        dims = (ctypes.c_longlong * 6)(*grid, *block)
+        msg = ctypes.create_string_buffer(_MSG_LEN)
+        addr = ctypes.c_ulonglong(0)
+        with _LAUNCH_LOCK:
+            order = self._launches % 3
+            self._launches += 1
+            code = program.run(program.entries[kernel], ptrs, dims, int(shared_bytes),
+                                            int(program.uses_sync), order, program.timeout_s, msg,
+                                            _MSG_LEN, ctypes.byref(addr))
+        del keep
+        if code != E_OK:
+            self._pending = self._error(code, msg.value.decode(errors="replace"), addr.value, kernel)
+
+    @staticmethod
+    def _error(code: int, msg: str, addr: int, kernel: str) -> Exception:
+        text = f"{kernel}: {msg}"
+        if code in (E_FAULT,):
+            near = describe_address(addr)
+            if near:
+                return KernelRuntimeError(f"{kernel}: illegal memory access ({near}); {msg}")
+            # an address outside every buffer's guard pages: memory elsewhere may be corrupted
+            return FatalDeviceError(f"{kernel}: {msg}")
+        if code == E_TIMEOUT:
+            return KernelTimeout(text)
+        if code == E_CONFIG:
+            return KernelRuntimeError(f"{kernel}: invalid launch: {msg}")
+        return KernelRuntimeError(text)
+
+    def synchronize(self, timeout_s: float | None = None) -> None:
+        """Raise (once) the error of a failed launch since the last synchronize."""
+        err, self._pending = self._pending, None
+        if err is not None:
+            if isinstance(err, FatalDeviceError):
+                self.healthy = False
+            raise err
+
+    # ---- memory ------------------------------------------------------------------------------
+    def empty(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        return guarded_empty(tuple(shape), dtype)
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        return guarded_empty(tuple(shape), dtype)  # fresh anonymous pages are zero
+
+    def to_device(self, host_array: Any) -> np.ndarray:
+        src = np.asarray(host_array)
+        out = guarded_empty(src.shape, src.dtype)
+        out[...] = src
+        return out
+
+    def to_host(self, array: Any) -> np.ndarray:
+        self.synchronize()
+        return np.array(array, copy=True)
+
+    # ---- timing ------------------------------------------------------------------------------
+    def time_ms(self, fn: Callable[[], Any], warmup: int, runs: int, flush_l2: bool) -> list[float]:
+        """CPU time per run of fn() (thread CPU clock); no L2 flush: timings are not comparable."""
+        for _ in range(warmup):
+            fn()
+            self.synchronize()
+        out = []
+        for _ in range(runs):
+            self.synchronize()
+            t0 = time.thread_time()
+            fn()
+            self.synchronize()
+            out.append((time.thread_time() - t0) * 1e3)
+        return out
+
+    def close(self) -> None:
+        self._pending = None

@@ -1,0 +1,93 @@
+"""Guarded device buffers for the cpu backend: NumPy arrays between inaccessible pages.
+
+Each buffer gets its own anonymous mapping: [guard page][data pages][guard page]. The END of the
+array is placed at the end of the data pages (rounded up to 16 bytes, the widest CUDA vector
+alignment), so a write or read past the end hits the trailing PROT_NONE page and faults; a negative
+index hits the leading one. The runtime turns the fault into "illegal memory access", as a GPU does.
+A registry of live buffers lets the device say which buffer an address was next to.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+PAGE = mmap.PAGESIZE
+ALIGN = 16
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc.mprotect.restype = ctypes.c_int
+
+_lock = threading.Lock()
+_live: dict[int, tuple[int, int, weakref.ref]] = {}  # id -> (start, nbytes, ref to the mmap)
+
+
+def _addr(m: mmap.mmap) -> int:
+    buf = (ctypes.c_char * 1).from_buffer(m)
+    try:
+        return ctypes.addressof(buf)
+    finally:
+        del buf
+
+
+class _Mapping(mmap.mmap):
+    """An mmap that unregisters itself when the last array over it is gone."""
+
+
+def guarded_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A zero-filled C-contiguous array whose memory is fenced by PROT_NONE pages on both sides."""
+    dt = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"buffer shape {shape} has a negative dimension")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    nbytes = count * dt.itemsize
+    padded = (nbytes + ALIGN - 1) // ALIGN * ALIGN
+    data_pages = max(1, (padded + PAGE - 1) // PAGE)
+    total = (data_pages + 2) * PAGE
+    m = _Mapping(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = _addr(m)
+    for off in (0, (data_pages + 1) * PAGE):
+        if _libc.mprotect(base + off, PAGE, 0) != 0:
+            raise OSError(ctypes.get_errno(), "mprotect of a guard page failed")
+    offset = PAGE + data_pages * PAGE - padded
+    arr = np.frombuffer(m, dtype=dt, count=count, offset=offset).reshape(shape)
+    start = base + offset
+    key = id(m)
+    with _lock:
+        _live[key] = (start, nbytes, weakref.ref(m))
+    weakref.finalize(m, _forget, key)
+    return arr
+
+
+def _forget(key: int) -> None:
+    with _lock:
+        _live.pop(key, None)
+
+
+def describe_address(addr: int) -> str:
+    """Where `addr` lies relative to the nearest live guarded buffer (for error messages)."""
+    best = None
+    with _lock:
+        items = list(_live.values())
+    for start, nbytes, ref in items:
+        if ref() is None:
+            continue
+        if start + nbytes <= addr < start + nbytes + PAGE + ALIGN:
+            d = addr - (start + nbytes)
+            cand = (d, f"{d} bytes past the end of a {nbytes}-byte buffer")
+        elif start - PAGE <= addr < start:
+            d = start - addr
+            cand = (d, f"{d} bytes before the start of a {nbytes}-byte buffer")
+        else:
+            continue
+        if best is None or cand[0] < best[0]:
+            best = cand
+    return best[1] if best else ""
