@@ -138,7 +138,9 @@ class ModelConfig:
         if model_type == "llama":
             d["attention_bias"] = self.qkv_bias
             d["mlp_bias"] = False
-        elif self.qkv_bias is False:
+        elif model_type == "qwen2" and self.qkv_bias is False:
             raise ValueError("Qwen2 checkpoints always carry q/k/v biases; set qkv_bias=True or use Llama")
+        elif model_type == "mistral" and self.qkv_bias:
+            raise ValueError("Mistral checkpoints have no q/k/v biases; set qkv_bias=False or use Llama")
         d.update(self.extra_hf)
         return d

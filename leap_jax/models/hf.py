@@ -50,6 +50,19 @@ def read_hf_config(path: str, **overrides: Any) -> ModelConfig:
         raise CheckpointError(f"{cfg_path}: hidden_act={d['hidden_act']!r}; only 'silu' (SwiGLU) is supported")
     if d.get("mlp_bias"):
         raise CheckpointError(f"{cfg_path}: mlp_bias=true is not supported (our MLP has no biases)")
+    rope = d.get("rope_parameters") or {}
+    if isinstance(rope, dict) and rope.get("rope_type", "default") != "default":
+        raise CheckpointError(f"{cfg_path}: rope_parameters={rope!r}; only plain RoPE "
+                              "(rope_type 'default') is supported")
+    if d.get("use_sliding_window"):
+        raise CheckpointError(f"{cfg_path}: use_sliding_window=true; sliding-window attention is not "
+                              "supported (full causal attention only)")
+    window = d.get("sliding_window")
+    if (d.get("model_type") == "mistral" or "MistralForCausalLM" in (d.get("architectures") or [])) \
+            and window is not None and window < d.get("max_position_embeddings", 4096):
+        raise CheckpointError(f"{cfg_path}: sliding_window={window} < max_position_embeddings="
+                              f"{d.get('max_position_embeddings')}; sliding-window attention is not "
+                              "supported (full causal attention only)")
     try:
         config = ModelConfig.from_hf_dict(d)
     except (ValueError, KeyError) as e:
@@ -264,6 +277,11 @@ def save_hf_checkpoint(path: str, config: ModelConfig, params: dict[str, Any], *
     hf_config = config.to_hf_dict()  # raises for layouts HF cannot express (e.g. Qwen2 without biases)
     hf_config["torch_dtype"] = target.name
     hf_config["dtype"] = target.name
+    # full attention everywhere: transformers' Mistral defaults to a 4096 sliding window otherwise
+    if config.architecture == "MistralForCausalLM":
+        hf_config.setdefault("sliding_window", None)
+    elif config.architecture == "Qwen2ForCausalLM":
+        hf_config.setdefault("use_sliding_window", False)
 
     planned = _plan_tensors(config, specs, params, target)
     shards = _split_shards(planned, max_shard_bytes)

@@ -211,6 +211,31 @@ def test_unsupported_architecture(tmp_path):
         load_hf_checkpoint(path)
 
 
+@pytest.mark.parametrize("changes, match", [
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}}, "rope_type"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+    ({"use_sliding_window": True}, "use_sliding_window"),
+    ({"mlp_bias": True}, "mlp_bias"),
+])
+def test_unsupported_config_features(tmp_path, changes, match):
+    path = write_hf_dir(tmp_path / "m", QWEN, hf_tensors(QWEN, random_params(QWEN)), **changes)
+    with pytest.raises(CheckpointError, match=match):
+        load_hf_checkpoint(path)
+
+
+def test_mistral_sliding_window(tmp_path):
+    c = LLAMA.replace(architecture="MistralForCausalLM")
+    t = hf_tensors(c, random_params(c))
+    bad = write_hf_dir(tmp_path / "a", c, t, sliding_window=32, max_position_embeddings=4096)
+    with pytest.raises(CheckpointError, match="sliding_window=32"):
+        load_hf_checkpoint(bad)
+    cfg, _ = load_hf_checkpoint(write_hf_dir(tmp_path / "b", c, t, sliding_window=None), as_numpy=True)
+    assert cfg.architecture == "MistralForCausalLM"
+    save_hf_checkpoint(str(tmp_path / "o"), cfg, random_params(c))
+    d = json.load(open(tmp_path / "o" / "config.json"))
+    assert d["model_type"] == "mistral" and "sliding_window" in d and d["sliding_window"] is None
+
+
 def test_missing_tensor_names_it_shape_and_file(tmp_path):
     t = hf_tensors(QWEN, random_params(QWEN))
     del t["model.layers.2.self_attn.k_proj.bias"]

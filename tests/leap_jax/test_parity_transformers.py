@@ -209,6 +209,10 @@ OUR_CASES = {
                                    tie_word_embeddings=True, rope_theta=10000.0, rms_norm_eps=1e-5,
                                    architecture="LlamaForCausalLM", max_position_embeddings=64,
                                    dtype="float32", param_dtype="float32"),
+    "mistral": ModelConfig(vocab_size=80, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4,
+                           num_kv_heads=2, qkv_bias=False, rope_theta=1e6, rms_norm_eps=1e-5,
+                           architecture="MistralForCausalLM", max_position_embeddings=64,
+                           dtype="float32", param_dtype="float32"),
 }
 
 
