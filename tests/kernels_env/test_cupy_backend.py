@@ -131,6 +131,29 @@ def device():
 
 # ---- in-process (no sticky errors) ------------------------------------------------------------------
 @gpu
+def test_inputs_are_generated_on_the_gpu_deterministically(device):
+    import cupy
+    import numpy as np
+    from kernels_env.inputs import make_inputs
+    task = Task(name="gpu_inputs", level=1, description="", sizes={"eval": {"N": N}, "small": {"N": 4096}},
+                inputs=(Buffer("x", "float16", ("N",)),
+                        Buffer("i", "int64", ("N",), distributions=("indices",), high="N")),
+                outputs=(), reference=lambda xp, **k: (), solution="")
+    for trial in range(3):
+        a = make_inputs(task, {"N": N}, trial, 5, cupy)
+        b = make_inputs(task, {"N": N}, trial, 5, cupy)
+        assert isinstance(a["x"], cupy.ndarray) and a["x"].dtype == cupy.float16 and a["x"].shape == (N,)
+        assert bool(cupy.all(a["x"] == b["x"])) and bool(cupy.all(a["i"] == b["i"]))
+        assert bool(cupy.all(cupy.isfinite(a["x"])))
+        assert 0 <= int(a["i"].min()) and int(a["i"].max()) < N
+    x = make_inputs(task, {"N": N}, 1, 5, cupy)["x"].astype(cupy.float32)  # normal(0, 1)
+    assert abs(float(x.mean())) < 0.01 and abs(float(x.std()) - 1) < 0.01
+    c = make_inputs(task, {"N": N}, 0, 6, cupy)["x"]
+    assert not bool(cupy.all(c == make_inputs(task, {"N": N}, 0, 5, cupy)["x"]))
+    assert np.asarray(cupy.asnumpy(x)).shape == (N,)
+
+
+@gpu
 def test_correct_vector_add_is_correct_with_timing(device):
     flushes = device.flushes
     res = evaluate_text(device, add_task(), text(KERNELS["correct"], ADD_LAUNCH))

@@ -191,6 +191,17 @@ def test_correct_kernel_is_correct_with_timing_and_speedup():
     assert dev.launches[0] == ("add", (4, 1, 1), (256, 1, 1), 0)
 
 
+def test_reference_is_timed_once_per_device_task_and_settings():
+    dev = device_with(add=(add_kernel, 0.25))
+    first = run(dev, add_task(), ADD_SUB)
+    calls_after_first = len(dev.time_calls)
+    second = run(dev, add_task(), ADD_SUB)
+    assert len(dev.time_calls) - calls_after_first == 2  # kernel probe + kernel runs only
+    assert second.timing.ref_median_ms == first.timing.ref_median_ms
+    run(dev, add_task(), ADD_SUB, config=FAST.replace(timed_runs=50))  # other settings: measured anew
+    assert len(dev.time_calls) - calls_after_first == 6
+
+
 def test_timing_off_and_non_comparable_device():
     dev = device_with(add=add_kernel)
     res = run(dev, add_task(), ADD_SUB, config=FAST.replace(timing=False))
