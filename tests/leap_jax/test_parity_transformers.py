@@ -272,3 +272,33 @@ def test_bad_directories_give_clear_errors(hf_dir, tmp_path):
     with pytest.raises(CheckpointError, match=r"'model.embed_tokens.weight' in .*model.safetensors has "
                                               r"shape \[127, 32\]; expected \[128, 32\]"):
         load_hf_checkpoint(str(d))
+
+
+# A ChatML template in Jinja, with transformers' {% generation %} markers around what is trainable.
+CHATML_JINJA = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['role'] == 'assistant' %}"
+    "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
+    "{% else %}{{ message['content'] + '<|im_end|>' + '\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_chat_rendering_matches_transformers_apply_chat_template(tmp_path):
+    from leap_jax.models.chat import render_chat, render_text
+    from leap_jax.models.tokenizer import Tokenizer
+    from tests.leap_jax.test_tokenizer_chat import CONVO, _build_tokenizer_json
+    path = str(tmp_path / "tokenizer.json")
+    _build_tokenizer_json(path)
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=path)
+    hf.chat_template = CHATML_JINJA
+    ours = Tokenizer.from_file(path)
+    msgs = [{"role": m.role, "content": m.content} for m in CONVO]
+    for gen in (False, True):
+        text = hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+        assert text == render_text(CONVO, add_generation_prompt=gen)
+        out = hf.apply_chat_template(msgs, tokenize=True, add_generation_prompt=gen, return_dict=True,
+                                     return_assistant_tokens_mask=True)
+        ids, mask = render_chat(ours, CONVO, add_generation_prompt=gen)
+        assert list(out["input_ids"]) == ids
+        assert list(out["assistant_masks"]) == [int(m) for m in mask]
+        assert sum(mask) > 0
