@@ -24,12 +24,11 @@ from kernels_env.result import Result
 from kernels_env.status import Status
 from kernels_env.tasks import get_task
 from leap_jax.rollout.policy import GenRequest, GenResponse, Policy
-from leap_jax.rollout.prompts import Message, feedback_message, initial_messages
+from leap_jax.models.chat import Message
+from leap_jax.rollout.prompts import feedback_message, initial_messages
 
 # DCP decision codes (leap_jax.rl.dcp)
 EASY, DEBUG, HOPELESS, PAD = 0, 1, 2, -1
-
-RenderFn = Callable[[list[Message], bool], list[int]]
 
 
 @dataclass
@@ -95,39 +94,35 @@ class RolloutOutput:
 
 
 class ChatStreams:
-    """Token-level conversation building on top of a chat renderer.
+    """Token-level ChatML conversations grown piece by piece (leap_jax.models.chat).
 
-    `render(messages, add_generation_prompt) -> ids`. The between-turn tokens (what follows an
-    assistant's end-of-turn token, then the feedback user turn, then the next assistant header) are
-    derived from the renderer itself, so the streams match what the chat template would produce.
+    A conversation's ids are the concatenation of its pieces, so a row's stream is: the rendered
+    first prompt, then per turn the sampled response (trainable), the closing `<|im_end|>` if the
+    model did not emit it and the newline (not trainable), and for a further turn the feedback user
+    message and the next assistant header (not trainable).
     """
 
-    def __init__(self, render: RenderFn, end_ids: Sequence[int]):
-        if not end_ids:
-            raise ValueError("ChatStreams needs the end-of-turn token ids (tokenizer.eos_ids); got none")
-        self.render = render
-        self.end_ids = [int(i) for i in end_ids]
-        probe = [Message("user", "u"), Message("assistant", "r")]
-        a = list(render(probe, False))
-        ends = [i for i, t in enumerate(a) if t in self.end_ids]
-        if not ends:
-            raise ValueError("the chat renderer does not end an assistant turn with any of the "
-                             f"end-of-turn ids {self.end_ids}")
-        self.after_end = a[ends[-1] + 1:]  # e.g. the newline after <|im_end|>
-        self._prefix_len = len(a)
-        self._probe = probe
+    def __init__(self, tokenizer: Any):
+        from leap_jax.models import chat
+        self._chat = chat
+        self.tokenizer = tokenizer
+        self.end_ids = list(chat.stop_token_ids(tokenizer))
+        if not self.end_ids:
+            raise ValueError("the tokenizer has no end-of-turn token (<|im_end|> or an EOS id)")
+        self.im_end = tokenizer.token_id(chat.IM_END)
 
     def initial(self, messages: list[Message]) -> list[int]:
-        return list(self.render(messages, True))
+        return self._chat.render_chat(self.tokenizer, messages, add_generation_prompt=True)[0]
+
+    def close(self, response_ids: Sequence[int]) -> list[int]:
+        """The untrainable tokens that close a sampled assistant turn."""
+        ids, _ = self._chat.close_assistant_turn(self.tokenizer, response_ids)
+        return ids[len(response_ids):]
 
     def feedback_delta(self, feedback: Message) -> list[int]:
-        """Tokens after the previous response's end-of-turn id, up to the next assistant header."""
-        b = list(self.render(self._probe + [feedback], True))
-        a = list(self.render(self._probe, False))
-        if b[:len(a)] != a:
-            raise ValueError("the chat renderer is not prefix-stable (rendering more messages changed "
-                             "the earlier tokens); multi-turn streams need a prefix-stable template")
-        return self.after_end + b[len(a):]
+        """The feedback user turn plus the next assistant header."""
+        return (self._chat.render_turn(self.tokenizer, feedback)[0]
+                + self._chat.generation_prompt(self.tokenizer))
 
 
 class MultiTurnRollout:
@@ -250,8 +245,7 @@ class MultiTurnRollout:
                 lp = None if resp.logprobs is None else np.asarray(resp.logprobs)[:len(ids)]
                 start = len(row.tokens)
                 row.append(ids, True, lp, t)
-                if not resp.finished or not ids or ids[-1] not in self.streams.end_ids:
-                    row.append(self.streams.end_ids[:1], False, None, 0)  # close the truncated turn
+                row.append(self.streams.close(ids), False, None, 0)
                 row.turns.append(TurnRecord(t, start, len(ids), resp.text, res, resp.scripted, resp.finished))
                 gen_tokens[t - 1] += 0 if resp.scripted else len(ids)
                 scripted += int(resp.scripted)

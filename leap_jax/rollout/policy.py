@@ -91,7 +91,7 @@ class ScriptedPolicy:
         out = []
         for r in requests:
             text = self.text_for(r, seed)
-            ids = list(self.tokenizer.encode(text)) + self.end_ids
+            ids = list(self.tokenizer.encode(text, allow_special=False)) + self.end_ids
             out.append(GenResponse(ids, None, text, True, scripted=True))
         return out
 

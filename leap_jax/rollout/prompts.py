@@ -6,9 +6,8 @@ any task's own solution, so the prompt never leaks an answer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kernels_env.tasks.spec import Task
+from leap_jax.models.chat import Message
 
 SYSTEM_PROMPT = (
     "You are an expert CUDA engineer. You write correct, fast CUDA kernels. "
@@ -40,13 +39,6 @@ FORMAT_RULES = """Submission format:
 - Everything outside those two blocks (your reasoning) is ignored."""
 
 FEEDBACK_SUFFIX = "Fix the problem and answer again in the same format (a ```cuda and a ```launch block)."
-
-
-@dataclass(frozen=True)
-class Message:
-    """A chat message; mirrors leap_jax.models.chat.Message so prompts need no model import."""
-    role: str
-    content: str
 
 
 def task_prompt(task: Task, sizes: str = "eval") -> str:

@@ -1,0 +1,408 @@
+"""The LEAP trainer loop (DESIGN 4.8): prompts -> rollouts -> credit -> update -> metrics -> checkpoint.
+
+`Trainer(cfg)` builds the tokenizer, model, optimizer, sampler policy, evaluation pool and rollout
+from a resolved `Config`; `train()` runs `train.steps` steps, `evaluate()` runs held-out tasks
+without training. State that makes a resumed run continue exactly as an uninterrupted one: params,
+optimizer state, the RNG key, the task cursor (epoch, position), the DCP history and the step, all
+in the orbax checkpoint. SIGINT/SIGTERM finish the current step, save, and stop.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels_env.config import EnvConfig, StageLimits
+from leap_jax.models.config import ModelConfig
+from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics
+from leap_jax.rollout.policy import MixedPolicy, SamplerPolicy, ScriptedPolicy
+from leap_jax.rollout.prompts import corpus_texts
+from leap_jax.train import algorithms
+from leap_jax.train.checkpoint import Checkpointer
+from leap_jax.train.config import Config, ConfigError, save_config, to_dict
+from leap_jax.train.metrics import EVAL_FILE, MetricsWriter, truncate_metrics
+from leap_jax.train.update import (build_batch, fill_old_logprobs, init_value_head, make_logprob_fn,
+                                   make_optimizer, make_update, make_value_fn, prepare_ppo)
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+# ---- construction helpers ---------------------------------------------------------------------
+def build_tokenizer(cfg: Config, run_dir: Path, tasks: Sequence[Any]):
+    """The run's tokenizer. kind=bpe trains a byte-level BPE on the suite's prompts and solutions
+    (ChatML special tokens included) once and caches it as RUN_DIR/tokenizer.json."""
+    from leap_jax.models.tokenizer import Tokenizer
+    t = cfg.tokenizer
+    if t.kind == "hf":
+        return Tokenizer.from_dir(t.path or cfg.model.path)
+    if t.kind == "file":
+        return Tokenizer.from_file(t.path, eos_token="<|im_end|>")
+    path = run_dir / "tokenizer.json"
+    if not path.is_file():
+        from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
+        tk = HFTokenizer(models.BPE())
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=t.vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+        tk.train_from_iterator(corpus_texts(list(tasks), cfg.env.sizes), trainer=trainer)
+        tmp = path.with_suffix(".tmp")
+        tk.save(str(tmp))
+        tmp.replace(path)
+    return Tokenizer.from_file(str(path), eos_token="<|im_end|>", pad_token="<|endoftext|>")
+
+
+def build_model(cfg: Config, tokenizer: Any, rng: jax.Array) -> tuple[ModelConfig, Any]:
+    """(ModelConfig, decoder params): a fresh random decoder, or a local HF checkpoint."""
+    from leap_jax.models import decoder
+    from leap_jax.models.chat import stop_token_ids
+    m = cfg.model
+    if m.source == "hf":
+        from leap_jax.models.hf import load_hf_checkpoint
+        mcfg, params = load_hf_checkpoint(m.path, compute_dtype=m.dtype)
+        mcfg = mcfg.replace(remat=m.remat)
+        if tokenizer.vocab_size > mcfg.vocab_size:
+            raise ConfigError(f"tokenizer has {tokenizer.vocab_size} ids but the model's vocab_size is "
+                              f"{mcfg.vocab_size}; tokenizer and model do not match")
+        return mcfg, params
+    mcfg = ModelConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+        num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+        rope_theta=m.rope_theta, max_position_embeddings=m.max_position_embeddings,
+        tie_word_embeddings=m.tie_word_embeddings, qkv_bias=m.qkv_bias, dtype=m.dtype,
+        param_dtype=m.param_dtype, remat=m.remat, architecture="LlamaForCausalLM",
+        eos_token_ids=stop_token_ids(tokenizer), pad_token_id=tokenizer.pad_id)
+    return mcfg, decoder.init(mcfg, rng)
+
+
+def env_config(cfg: Config) -> EnvConfig:
+    e = cfg.env
+    return EnvConfig(backend=e.backend, arch=e.arch, sizes=e.sizes, correctness_trials=e.correctness_trials,
+                     timing=e.timing, warmup_runs=e.warmup_runs, timed_runs=e.timed_runs, seed=cfg.train.seed,
+                     limits=StageLimits(compile=e.compile_timeout, correctness=e.correctness_timeout,
+                                        timing=e.timing_timeout))
+
+
+def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
+    """(train, held_out) task names from config (explicit names, else every task of `levels`)."""
+    from kernels_env.tasks import get_task, split_tasks, task_names
+    if cfg.tasks.names:
+        for n in cfg.tasks.names:
+            get_task(n)  # raises a clear KeyError for an unknown name
+        names = sorted(set(cfg.tasks.names))
+    else:
+        names = sorted(n for lv in cfg.tasks.levels for n in task_names(level=lv))
+    if not names:
+        raise ConfigError(f"no tasks selected (tasks.names={cfg.tasks.names}, tasks.levels={cfg.tasks.levels})")
+    if cfg.tasks.held_out_fraction == 0 or len(names) < 2:
+        return names, []
+    return split_tasks(names, cfg.tasks.held_out_fraction, cfg.tasks.split_seed)
+
+
+def _prompt_buckets(max_context: int) -> tuple[int, ...]:
+    out, b = [], 128
+    while b < max_context:
+        out.append(b)
+        b *= 2
+    out.append(max_context if not out or max_context > out[-1] else b)
+    return tuple(out)
+
+
+def _seed_from_key(key: jax.Array) -> int:
+    return int(jax.random.randint(key, (), 0, 2 ** 31 - 1))
+
+
+# ---- the trainer ------------------------------------------------------------------------------
+class Trainer:
+    """Owns every component of a run; `train()` / `evaluate()` are the two entry points.
+
+    `evaluator` and `policy` may be injected (tests: a scripted policy, a fake or inline evaluator);
+    by default the evaluator is an `EvalPool` from config and the policy is the JAX sampler (mixed
+    with scripted responses when `rollout.scripted_mix.enabled`).
+    """
+
+    def __init__(self, cfg: Config, *, evaluator: Any = None, policy: Any = None, resume: bool = False):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.train.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.train_tasks, self.held_out = select_tasks(cfg)
+        from kernels_env.tasks import get_task
+        all_tasks = [get_task(n) for n in sorted(set(self.train_tasks) | set(self.held_out))]
+        self.tokenizer = build_tokenizer(cfg, self.run_dir, all_tasks)
+        key = jax.random.key(cfg.train.seed)
+        init_key, self.rng = jax.random.split(key)
+        self.model_config, model_params = build_model(cfg, self.tokenizer, init_key)
+        self.algorithm = cfg.algorithm.name
+        self.ppo = self.algorithm == "ppo"
+        self.params: dict[str, Any] = {"model": model_params}
+        if self.ppo:
+            self.params["value"] = init_value_head(self.model_config)
+        self.total_updates = cfg.train.steps * cfg.loss.ppo_epochs
+        self.tx, self.schedule = make_optimizer(cfg.optimizer, self.total_updates)
+        self.opt_state = self.tx.init(self.params)
+        self.step = 0
+        self.updates_done = 0
+        self.cursor = {"epoch": 0, "pos": 0}
+        self.dcp_history: dict[str, Any] | None = None
+        if cfg.dcp.history:
+            from leap_jax.rl.dcp import init_history
+            h = init_history(max(len(self.train_tasks), 1))
+            self.dcp_history = {"debugged": h.debugged, "recovered": h.recovered}
+        self.env_config = env_config(cfg)
+        self._owned_pool = evaluator is None
+        self.evaluator = evaluator
+        self._policy_override = policy
+        self._sampler = None
+        self.streams = ChatStreams(self.tokenizer)
+        self.logprob_fn = make_logprob_fn(self.model_config)
+        self.value_fn = make_value_fn(self.model_config) if self.ppo else None
+        r, s = cfg.rollout, cfg.sampling
+        self.update_fn = make_update(
+            self.model_config, self.tx, self.schedule, micro_batch_size=cfg.optimizer.micro_batch_size,
+            eps_low=cfg.loss.eps_low, eps_high=cfg.loss.eps_high, aggregation=cfg.loss.aggregation,
+            max_len=float(s.max_new_tokens * r.max_turns), ppo=self.ppo, value_coef=cfg.loss.value_coef,
+            value_clip=cfg.loss.value_clip, donate=jax.default_backend() != "cpu")
+        self.checkpointer = Checkpointer(self.run_dir, keep_last=cfg.checkpoint.keep_last)
+        self._stop_signal: int | None = None
+        if resume:
+            self.restore()
+
+    # -- components built lazily (eval and train need different ones) --
+    def _pool(self) -> Any:
+        if self.evaluator is None:
+            from kernels_env.pool import EvalPool
+            e = self.cfg.env
+            self.evaluator = EvalPool(mode=e.pool_mode, backend=e.backend, gpu_workers=e.gpu_workers,
+                                      compile_workers=e.compile_workers, cache=e.cache, config=self.env_config)
+        return self.evaluator
+
+    def _sampler_policy(self, sampling: Any) -> SamplerPolicy:
+        from leap_jax.sampling.sampler import Sampler
+        r = self.cfg.rollout
+        if self._sampler is None:
+            self._sampler = Sampler(self.model_config, max_batch=max(r.prompts_per_step * r.group_size, 1),
+                                    prompt_buckets=_prompt_buckets(r.max_context_tokens),
+                                    max_new_tokens=self.cfg.sampling.max_new_tokens,
+                                    pad_id=self.tokenizer.pad_id)
+        return SamplerPolicy(self._sampler, self.tokenizer, sampling, end_ids=self.streams.end_ids)
+
+    def _policy(self, sampling: Any, allow_scripted_mix: bool = True) -> Any:
+        if self._policy_override is not None:
+            pol = self._policy_override
+        else:
+            pol = self._sampler_policy(sampling)
+            mix = self.cfg.rollout.scripted_mix
+            if mix.enabled and allow_scripted_mix:
+                scripted = ScriptedPolicy(self.tokenizer, p_good=mix.p_good, end_ids=[self.streams.im_end])
+                pol = MixedPolicy(pol, scripted, mix.fraction)
+        if hasattr(pol, "params"):
+            pol.params = self.params["model"]
+        base = getattr(pol, "base", None)
+        if base is not None and hasattr(base, "params"):
+            base.params = self.params["model"]
+        return pol
+
+    def _sampling(self, temperature: float | None = None) -> Any:
+        from leap_jax.sampling.params import SamplingParams
+        s = self.cfg.sampling
+        return SamplingParams(temperature=s.temperature if temperature is None else temperature,
+                              top_p=s.top_p, top_k=s.top_k, max_new_tokens=s.max_new_tokens,
+                              stop_token_ids=tuple(self.streams.end_ids))
+
+    def _rollout(self, group_size: int, max_turns: int, dcp_mode: str) -> MultiTurnRollout:
+        r = self.cfg.rollout
+        return MultiTurnRollout(
+            self.streams, self._pool(), self.env_config, group_size=group_size, max_turns=max_turns,
+            dcp_mode=dcp_mode, t_min=self.cfg.dcp.t_min, t_max=self.cfg.dcp.t_max,
+            feedback_budget_chars=r.feedback_budget_chars, max_new_tokens=self.cfg.sampling.max_new_tokens,
+            max_context_tokens=r.max_context_tokens, overlap_chunks=r.overlap_chunks if r.overlap else 1,
+            sizes=self.cfg.env.sizes)
+
+    # -- data cursor --
+    def next_tasks(self) -> list[str]:
+        """The next prompts_per_step training tasks: a seeded permutation per epoch, walked in order."""
+        if not self.train_tasks:
+            raise ConfigError("no training tasks (all selected tasks are held out)")
+        out = []
+        n = self.cfg.rollout.prompts_per_step
+        while len(out) < n:
+            perm = np.random.default_rng([self.cfg.train.seed, self.cursor["epoch"]]).permutation(
+                len(self.train_tasks))
+            take = min(n - len(out), len(perm) - self.cursor["pos"])
+            out += [self.train_tasks[i] for i in perm[self.cursor["pos"]:self.cursor["pos"] + take]]
+            self.cursor["pos"] += take
+            if self.cursor["pos"] >= len(perm):
+                self.cursor = {"epoch": self.cursor["epoch"] + 1, "pos": 0}
+        return out
+
+    # -- one training step --
+    def train_step(self) -> dict[str, Any]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        self.rng, k_roll = jax.random.split(self.rng)
+        tasks = self.next_tasks()
+        rollout = self._rollout(cfg.rollout.group_size, cfg.rollout.max_turns,
+                                algorithms.dcp_mode(self.algorithm))
+        out = rollout.run(tasks, self._policy(self._sampling()), seed=_seed_from_key(k_roll), step=self.step)
+        t_roll = time.perf_counter()
+        a = cfg.algorithm
+        credit = algorithms.compute_credit(
+            self.algorithm, out.correct, out.attempted, out.speedup, out.status_rank, out.row_mask,
+            credit=a.credit, eps=a.eps, kevin_gamma=a.kevin_gamma, kevin_correct_bonus=a.kevin_correct_bonus,
+            rank_speedup_tiebreak=a.rank_speedup_tiebreak, rank_status_tiebreak=a.rank_status_tiebreak)
+        batch = build_batch(out.rows, credit.advantages, out.row_mask, out.group_size,
+                            micro_batch_size=cfg.optimizer.micro_batch_size,
+                            pad_to_multiple=cfg.optimizer.pad_to_multiple, pad_id=self.tokenizer.pad_id or 0,
+                            row_reward=credit.row_reward if self.ppo else None)
+        metrics: dict[str, Any] = {}
+        t_upd0 = time.perf_counter()
+        if batch is not None:
+            metrics["update/recomputed_old_logprobs"] = fill_old_logprobs(self.logprob_fn, self.params, batch)
+            if self.ppo:
+                prepare_ppo(self.value_fn, self.params, batch, a.gamma, a.gae_lambda)
+            jb = {k: jnp.asarray(v) for k, v in batch.items()}
+            for _ in range(cfg.loss.ppo_epochs):
+                lr = float(self.schedule(self.updates_done))
+                self.params, self.opt_state, um = self.update_fn(self.params, self.opt_state, jb)
+                self.updates_done += 1
+            metrics.update({k: float(v) for k, v in jax.device_get(um).items()})
+            metrics["optim/lr"] = lr
+            metrics["update/rows"] = float(batch["tokens"].shape[0])
+            metrics["update/seq_len"] = float(batch["tokens"].shape[1])
+            metrics["update/trainable_tokens"] = float(batch["mask"].sum())
+        else:
+            metrics["update/skipped"] = 1.0
+        t_end = time.perf_counter()
+        if self.dcp_history is not None:
+            self._update_history(out, tasks)
+        metrics.update(self.step_metrics(out, credit))
+        metrics["time/rollout"] = t_roll - t0
+        metrics["time/update"] = t_end - t_upd0
+        metrics["time/step"] = t_end - t0
+        metrics["time/generate"] = out.stats["time/generate"]
+        metrics["time/evaluate"] = out.stats["time/evaluate_wait"] + out.stats["time/evaluate_submit"]
+        self.step += 1
+        return metrics
+
+    def step_metrics(self, out: RolloutOutput, credit: algorithms.Credit) -> dict[str, Any]:
+        m: dict[str, Any] = dict(outcome_metrics(out))
+        m.update(out.stats)
+        valid = out.row_mask
+        m["reward/mean"] = float(credit.row_reward[valid].mean()) if valid.any() else None
+        m["reward/std"] = float(credit.row_reward[valid].std()) if valid.any() else None
+        att = out.attempted & valid[..., None]
+        m["advantage/mean"] = float(credit.advantages[att].mean()) if att.any() else None
+        m["advantage/abs_mean"] = float(np.abs(credit.advantages[att]).mean()) if att.any() else None
+        return m
+
+    def _update_history(self, out: RolloutOutput, tasks: list[str]) -> None:
+        from leap_jax.rl.dcp import DCPHistory, update_history
+        ids = np.asarray([self.train_tasks.index(t) for t in tasks], np.int32)
+        h = update_history(DCPHistory(**self.dcp_history), ids, out.decisions, out.correct, out.attempted,
+                           out.row_mask)
+        self.dcp_history = {"debugged": h.debugged, "recovered": h.recovered}
+
+    # -- checkpoints --
+    def _arrays(self) -> dict[str, Any]:
+        arrays = {"params": self.params, "opt_state": self.opt_state, "rng": jax.random.key_data(self.rng)}
+        if self.dcp_history is not None:
+            arrays["dcp_history"] = self.dcp_history
+        return arrays
+
+    def save(self) -> None:
+        meta = {"step": self.step, "updates_done": self.updates_done, "cursor": dict(self.cursor),
+                "config": to_dict(self.cfg), "algorithm": self.algorithm}
+        self.checkpointer.save(self.step, self._arrays(), meta)
+
+    def restore(self, step: int | None = None, checkpointer: Checkpointer | None = None) -> int:
+        ck = checkpointer or self.checkpointer
+        arrays, meta, got = ck.restore(self._arrays(), step)
+        self.params, self.opt_state = arrays["params"], arrays["opt_state"]
+        self.rng = jax.random.wrap_key_data(arrays["rng"])
+        if "dcp_history" in arrays:
+            self.dcp_history = arrays["dcp_history"]
+        self.step, self.updates_done = int(meta["step"]), int(meta["updates_done"])
+        self.cursor = {k: int(v) for k, v in meta["cursor"].items()}
+        return got
+
+    # -- loops --
+    def _install_signals(self) -> dict[int, Any]:
+        def handler(signum, frame):
+            if self._stop_signal is not None:  # second signal: stop now
+                raise KeyboardInterrupt
+            self._stop_signal = signum
+            print(f"\n[leap_jax] signal {signum}: finishing step {self.step}, saving a checkpoint, stopping",
+                  flush=True)
+        old = {}
+        for s in (signal.SIGINT, signal.SIGTERM):
+            try:
+                old[s] = signal.signal(s, handler)
+            except ValueError:  # not the main thread
+                pass
+        return old
+
+    def train(self, max_steps: int | None = None) -> list[dict[str, Any]]:
+        """Run until train.steps (or `max_steps` more steps); returns this call's step records."""
+        cfg = self.cfg
+        target = cfg.train.steps if max_steps is None else min(cfg.train.steps, self.step + max_steps)
+        truncate_metrics(self.run_dir, self.step - 1)
+        writer = MetricsWriter(self.run_dir, jsonl=cfg.logging.jsonl, tensorboard=cfg.logging.tensorboard,
+                               progress_bar=cfg.logging.progress_bar, total_steps=cfg.train.steps,
+                               initial_step=self.step)
+        old = self._install_signals()
+        records = []
+        try:
+            while self.step < target:
+                m = self.train_step()
+                step_done = self.step - 1
+                writer.write(step_done, m)
+                records.append({"step": step_done, **m})
+                if cfg.checkpoint.enabled and (self.step % cfg.checkpoint.interval == 0 or self.step == target
+                                               or self._stop_signal is not None):
+                    self.save()
+                if self._stop_signal is not None:
+                    break
+        finally:
+            writer.close()
+            for s, h in old.items():
+                signal.signal(s, h)
+        return records
+
+    def evaluate(self, checkpoint: str | None = None) -> dict[str, Any]:
+        """Held-out tasks, eval.turns turns, every failing row debugged; no training."""
+        cfg = self.cfg
+        src = checkpoint or cfg.eval.checkpoint
+        restored = None
+        if src is not None or self.checkpointer.latest_step() is not None:
+            ck = Checkpointer(src or self.run_dir, keep_last=cfg.checkpoint.keep_last) if src else self.checkpointer
+            if ck.latest_step() is None:
+                raise FileNotFoundError(f"eval.checkpoint={src!r}: no checkpoint found under it")
+            restored = self.restore(checkpointer=ck)
+        tasks = self.held_out or self.train_tasks
+        rollout = self._rollout(cfg.eval.samples, cfg.eval.turns, "all")
+        t0 = time.perf_counter()
+        # never the smoke scripted mix here: eval measures the policy alone
+        out = rollout.run(tasks, self._policy(self._sampling(cfg.eval.temperature), allow_scripted_mix=False),
+                          seed=cfg.train.seed + 1_000_003, step=-1)
+        m = outcome_metrics(out)
+        result = {"checkpoint_step": restored, "tasks": list(tasks), "held_out": bool(self.held_out),
+                  "samples": cfg.eval.samples, "turns": cfg.eval.turns, **m,
+                  "env/evaluations": out.stats["env/evaluations"], "env/env_errors": out.stats["env/env_errors"],
+                  "rollout/scripted_frac": out.stats["rollout/scripted_frac"],
+                  "time/eval": time.perf_counter() - t0,
+                  "per_task": {t: [r.solved_turn for r in out.rows if r.task == t] for t in tasks}}
+        (self.run_dir / EVAL_FILE).write_text(json.dumps(result, indent=2))
+        return result
+
+    def close(self) -> None:
+        if self._owned_pool and self.evaluator is not None and hasattr(self.evaluator, "close"):
+            self.evaluator.close()
+        self.checkpointer.close()

@@ -1,0 +1,243 @@
+"""The policy update (DESIGN 4.7): batch assembly from conversation streams and the jitted step.
+
+`build_batch` turns rollout rows into padded [B, L] arrays: inputs are the stream, targets the
+stream shifted left, the loss mask marks targets that are sampled response tokens (every assistant
+turn), old log-probs come from the sampler (NaN where unknown, e.g. scripted responses; those are
+filled by `fill_old_logprobs` with the current params before the update), and per-token
+advantages come from the algorithm's [P, G, T] credit.
+
+`make_update(...)` returns a jitted `(params, opt_state, batch) -> (params, opt_state, metrics)`:
+micro-batches run in a `lax.scan`, each contributing grad(loss_sum_k / denom_total); the
+denominators depend only on the mask, so they are computed for the whole batch first and the
+accumulated gradient equals the full-batch gradient exactly. AdamW with grad-norm clipping and a
+schedule via optax. For `ppo`, params carry a value head and the loss adds the clipped value loss.
+Train params are `{"model": decoder params[, "value": {"w": [D], "b": []}]}`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from leap_jax.models.config import ModelConfig
+from leap_jax.models.decoder import forward
+from leap_jax.models.logprobs import hidden_logprobs
+from leap_jax.rl import losses as loss_lib
+from leap_jax.rl.advantages import gae
+
+BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "mask", "old_logp", "advantages")
+PPO_KEYS = ("rewards", "old_values", "returns")
+
+
+def _round_up(n: int, m: int) -> int:
+    return max(m, -(-n // m) * m)
+
+
+def _length_bucket(n: int, minimum: int) -> int:
+    """Sequence length bucket: `minimum` times a power of two (few distinct shapes -> few compiles)."""
+    b = max(int(minimum), 1)
+    while b < n:
+        b *= 2
+    return b
+
+
+def build_batch(rows: Sequence[Any], advantages: np.ndarray, row_mask: np.ndarray, group_size: int, *,
+                micro_batch_size: int, pad_to_multiple: int, pad_id: int = 0,
+                row_reward: np.ndarray | None = None) -> dict[str, np.ndarray] | None:
+    """Padded training arrays from rollout rows (see module docstring); None if nothing is trainable.
+
+    `advantages` [P, G, T] per (group, row, turn); rows with row_mask False (env_error) are left out.
+    With `row_reward` [P, G] (ppo) a `rewards` array carries it on each row's last trainable target.
+    """
+    keep = [r for k, r in enumerate(rows)
+            if row_mask[k // group_size, k % group_size] and any(r.trainable[1:])]
+    if not keep:
+        return None
+    T = advantages.shape[-1]
+    B = _round_up(len(keep), micro_batch_size)
+    L = _length_bucket(max(len(r.tokens) - 1 for r in keep), pad_to_multiple)
+    out = {
+        "tokens": np.full((B, L), pad_id, np.int32),
+        "positions": np.zeros((B, L), np.int32),
+        "segment_ids": np.zeros((B, L), np.int32),
+        "targets": np.full((B, L), pad_id, np.int32),
+        "mask": np.zeros((B, L), bool),
+        "old_logp": np.zeros((B, L), np.float32),
+        "advantages": np.zeros((B, L), np.float32),
+        "rewards": np.zeros((B, L), np.float32),
+    }
+    for b, r in enumerate(keep):
+        n = len(r.tokens) - 1
+        toks = np.asarray(r.tokens, np.int32)
+        out["tokens"][b, :n] = toks[:-1]
+        out["targets"][b, :n] = toks[1:]
+        out["positions"][b, :n] = np.arange(n)
+        out["segment_ids"][b, :n] = 1
+        m = np.asarray(r.trainable[1:], bool)
+        out["mask"][b, :n] = m
+        out["old_logp"][b, :n] = np.where(m, np.asarray(r.logprobs[1:], np.float32), 0.0)
+        turn = np.asarray(r.turn_of[1:], np.int64)  # 1..T on trainable tokens, 0 elsewhere
+        adv_row = advantages[r.group, r.index]  # [T]
+        out["advantages"][b, :n] = np.where(m & (turn >= 1), adv_row[np.clip(turn - 1, 0, T - 1)], 0.0)
+        if row_reward is not None and m.any():
+            out["rewards"][b, int(np.flatnonzero(m)[-1])] = row_reward[r.group, r.index]
+    if row_reward is None:
+        del out["rewards"]
+    return out
+
+
+def missing_old_logprobs(batch: dict[str, np.ndarray]) -> bool:
+    return bool(np.any(batch["mask"] & ~np.isfinite(batch["old_logp"])))
+
+
+def make_logprob_fn(model_config: ModelConfig) -> Callable:
+    """Jitted (params, batch) -> fp32 [B, L] log-probs of the targets under `params`."""
+    @jax.jit
+    def fn(params, tokens, positions, segment_ids, targets):
+        hidden, _ = forward(params["model"], model_config, tokens, positions,
+                            segment_ids=segment_ids, return_hidden=True)
+        return hidden_logprobs(params["model"], model_config, hidden, targets)[0]
+    return fn
+
+
+def fill_old_logprobs(logprob_fn: Callable, params: Any, batch: dict[str, np.ndarray]) -> int:
+    """Replace NaN old log-probs on trainable tokens by the current policy's; returns how many."""
+    bad = batch["mask"] & ~np.isfinite(batch["old_logp"])
+    if not bad.any():
+        return 0
+    lp = np.asarray(logprob_fn(params, batch["tokens"], batch["positions"], batch["segment_ids"],
+                               batch["targets"]))
+    batch["old_logp"] = np.where(bad, lp, batch["old_logp"]).astype(np.float32)
+    return int(bad.sum())
+
+
+# ---- value head (ppo) ---------------------------------------------------------------------------
+def init_value_head(model_config: ModelConfig) -> dict[str, jax.Array]:
+    return {"w": jnp.zeros((model_config.hidden_size,), jnp.float32), "b": jnp.zeros((), jnp.float32)}
+
+
+def _values(params: Any, hidden: jax.Array) -> jax.Array:
+    return hidden.astype(jnp.float32) @ params["value"]["w"] + params["value"]["b"]
+
+
+def make_value_fn(model_config: ModelConfig) -> Callable:
+    @jax.jit
+    def fn(params, tokens, positions, segment_ids):
+        hidden, _ = forward(params["model"], model_config, tokens, positions,
+                            segment_ids=segment_ids, return_hidden=True)
+        return _values(params, hidden)
+    return fn
+
+
+def prepare_ppo(value_fn: Callable, params: Any, batch: dict[str, np.ndarray], gamma: float,
+                lam: float) -> None:
+    """Old values, then GAE advantages and value targets over the trainable tokens (in place)."""
+    v = value_fn(params, batch["tokens"], batch["positions"], batch["segment_ids"])
+    adv, ret = gae(batch["rewards"], v, batch["mask"], gamma=gamma, lam=lam)
+    batch["old_values"] = np.where(batch["mask"], np.asarray(v), 0.0).astype(np.float32)
+    batch["advantages"] = np.asarray(adv, np.float32)
+    batch["returns"] = np.asarray(ret, np.float32)
+
+
+# ---- optimizer ----------------------------------------------------------------------------------
+def make_optimizer(opt_cfg: Any, total_updates: int) -> tuple[optax.GradientTransformation, Callable]:
+    """AdamW with global-norm clipping and a (warmup +) constant / linear / cosine schedule."""
+    total = max(int(total_updates), 1)
+    warm = min(int(opt_cfg.warmup_steps), total)
+    if opt_cfg.schedule == "constant":
+        main = optax.constant_schedule(opt_cfg.lr)
+    elif opt_cfg.schedule == "linear":
+        main = optax.linear_schedule(opt_cfg.lr, 0.0, max(total - warm, 1))
+    elif opt_cfg.schedule == "cosine":
+        main = optax.cosine_decay_schedule(opt_cfg.lr, max(total - warm, 1))
+    else:
+        raise ValueError(f"optimizer.schedule={opt_cfg.schedule!r}; expected constant, linear or cosine")
+    schedule = (optax.join_schedules([optax.linear_schedule(0.0, opt_cfg.lr, warm), main], [warm])
+                if warm > 0 else main)
+    parts = []
+    if opt_cfg.grad_clip > 0:
+        parts.append(optax.clip_by_global_norm(opt_cfg.grad_clip))
+    parts.append(optax.adamw(schedule, b1=opt_cfg.b1, b2=opt_cfg.b2, eps=opt_cfg.eps,
+                             weight_decay=opt_cfg.weight_decay))
+    return optax.chain(*parts), schedule
+
+
+# ---- the jitted update --------------------------------------------------------------------------
+def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, schedule: Callable, *,
+                micro_batch_size: int, eps_low: float = 0.2, eps_high: float = 0.28,
+                aggregation: str = "token-mean", max_len: float | None = None, ppo: bool = False,
+                value_coef: float = 0.5, value_clip: float | None = 0.2,
+                donate: bool = False) -> Callable:
+    """The jitted update step; see the module docstring. `max_len` is the constant of
+    seq-mean-token-sum-norm (e.g. max_new_tokens * T)."""
+    mb = int(micro_batch_size)
+
+    def loss_fn(params, m, denom_pg, denom_v):
+        hidden, _ = forward(params["model"], model_config, m["tokens"], m["positions"],
+                            segment_ids=m["segment_ids"], return_hidden=True)
+        logp, ent = hidden_logprobs(params["model"], model_config, hidden, m["targets"])
+        s, _, pm = loss_lib.policy_loss(logp, m["old_logp"], m["advantages"], m["mask"],
+                                        eps_low=eps_low, eps_high=eps_high, mode=aggregation,
+                                        max_len=max_len, entropy=ent)
+        loss = s / denom_pg
+        aux = {"pg": pm, "pg_loss_sum": jax.lax.stop_gradient(s)}
+        if ppo:
+            values = _values(params, hidden)
+            vs, _, vm = loss_lib.value_loss(values, m["old_values"], m["returns"], m["mask"],
+                                            clip_eps=value_clip, mode="token-mean")
+            loss = loss + value_coef * vs / denom_v
+            aux["vf"] = vm
+            aux["vf_loss_sum"] = jax.lax.stop_gradient(vs)
+        return loss, aux
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
+
+    def update(params, opt_state, batch):
+        B = batch["tokens"].shape[0]
+        if B % mb:
+            raise ValueError(f"batch of {B} rows is not a multiple of micro_batch_size={mb}")
+        mask = batch["mask"]
+        _, denom_pg = loss_lib.aggregate(jnp.zeros(mask.shape, jnp.float32), mask, aggregation, max_len)
+        denom_pg = jnp.maximum(denom_pg, 1.0)
+        denom_v = jnp.maximum(jnp.sum(mask).astype(jnp.float32), 1.0)
+        keys = BATCH_KEYS + (PPO_KEYS if ppo else ())
+        stacked = {k: batch[k].reshape((B // mb, mb) + batch[k].shape[1:]) for k in keys}
+        zero_g = jax.tree_util.tree_map(jnp.zeros_like, params)
+
+        def body(carry, m):
+            g_acc, aux_acc = carry
+            g, aux = grad_fn(params, m, denom_pg, denom_v)
+            g_acc = jax.tree_util.tree_map(jnp.add, g_acc, g)
+            aux_acc = aux if aux_acc is None else _combine(aux_acc, aux)
+            return (g_acc, aux_acc), None
+
+        first = {k: v[0] for k, v in stacked.items()}
+        g0, aux0 = grad_fn(params, first, denom_pg, denom_v)
+        rest = {k: v[1:] for k, v in stacked.items()}
+        (grads, aux), _ = jax.lax.scan(body, (jax.tree_util.tree_map(jnp.add, zero_g, g0), aux0), rest)
+        grad_norm = optax.global_norm(grads)
+        updates, new_opt_state = tx.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        pm = loss_lib.finalize_metrics(aux["pg"])
+        metrics = {f"policy/{k}": v for k, v in pm.items()}
+        metrics["loss/policy"] = aux["pg_loss_sum"] / denom_pg
+        metrics["optim/grad_norm"] = grad_norm
+        if ppo:
+            metrics["loss/value"] = aux["vf_loss_sum"] / denom_v
+            metrics["value/clipped_frac"] = aux["vf"]["vf_clipped"] / denom_v
+        return new_params, new_opt_state, metrics
+
+    return jax.jit(update, donate_argnums=(0, 1) if donate else ())
+
+
+def _combine(a: dict, b: dict) -> dict:
+    out = {}
+    for k in a:
+        if isinstance(a[k], dict):
+            out[k] = loss_lib.combine_metrics(a[k], b[k])
+        else:
+            out[k] = a[k] + b[k]
+    return out
