@@ -8,6 +8,7 @@ reference, a backend bug) become `env_error`.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import statistics
@@ -220,13 +221,18 @@ def _check_config(grid: tuple[int, int, int], block: tuple[int, int, int], share
 
 
 # ---- device helpers -----------------------------------------------------------------------------
-def _sync(device: Device, timeout_s: float | None) -> None:
-    """device.synchronize(), passing a soft timeout where the backend accepts one."""
+@functools.lru_cache(maxsize=64)
+def _sync_takes_timeout(device_type: type) -> bool:
     try:
-        params = inspect.signature(device.synchronize).parameters
-    except (TypeError, ValueError):
-        params = {}
-    if "timeout_s" in params:
+        return "timeout_s" in inspect.signature(device_type.synchronize).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _sync(device: Device, timeout_s: float | None) -> None:
+    """device.synchronize(), passing a soft timeout where the backend accepts one
+    (`synchronize(timeout_s=...)` is an optional extension of the Device protocol)."""
+    if _sync_takes_timeout(type(device)):
         device.synchronize(timeout_s=timeout_s)
     else:
         device.synchronize()

@@ -505,3 +505,15 @@ def test_timing_stage_projection_is_timeout():
     res = run(dev, add_task(), ADD_SUB, config=cfg)
     assert res.status is Status.TIMEOUT and res.message.startswith("timing")
     assert all(c["runs"] == 1 for c in dev.time_calls)  # only the probe ran
+
+
+def test_soft_timeout_is_passed_to_devices_that_accept_it():
+    class TimedSyncDevice(FakeDevice):
+        def synchronize(self, timeout_s=None):
+            self.timeouts = getattr(self, "timeouts", []) + [timeout_s]
+
+    dev = TimedSyncDevice()
+    dev.register("add", add_kernel)
+    res = run(dev, add_task(), ADD_SUB, config=FAST.replace(timing=False, limits=StageLimits(correctness=7.0)))
+    assert res.status is Status.CORRECT
+    assert len(dev.timeouts) == 5 and all(0 < t <= 7.0 for t in dev.timeouts)
