@@ -140,10 +140,10 @@ extern "C" __global__ void scale_by_norm(const float* __restrict__ x, const floa
 }
 """
 
-_FROB_LAUNCH = """scratch float partial[1024];
+_FROB_LAUNCH = """scratch float partial[min(cdiv(M * N, 256), 1024)];
 scratch float total[1];
-sumsq_partial<<<1024, 256>>>(x, partial, M * N);
-finish_sum<<<1, 1024>>>(partial, total, 1024, 1.0);
+sumsq_partial<<<min(cdiv(M * N, 256), 1024), 256>>>(x, partial, M * N);
+finish_sum<<<1, 1024>>>(partial, total, min(cdiv(M * N, 256), 1024), 1.0);
 scale_by_norm<<<min(cdiv(M * N, 256), 8192), 256>>>(x, total, y, M * N);"""
 
 

@@ -12,9 +12,9 @@ from kernels_env.tasks import common
 from kernels_env.tasks.registry import register
 from kernels_env.tasks.spec import Buffer, Task
 
-MID_EVAL = {"B": 128, "D": 256, "I": 2048}  # 64M fp32 elements read
+MID_EVAL = {"B": 256, "D": 256, "I": 2048}  # 128M fp32 elements (512 MB) read: >= 0.1 ms at HBM speed
 MID_SMALL = {"B": 3, "D": 17, "I": 67}
-ROW_EVAL = {"M": 4096, "N": 16384}
+ROW_EVAL = {"M": 8192, "N": 16384}  # 512 MB read
 ROW_SMALL = {"M": 9, "N": 1000}
 
 
@@ -129,7 +129,7 @@ TASKS = [
     mid_reduce_task("prod", "the product", "1.0f", "acc *= v;", "acc", lambda xp, x: xp.prod(x, axis=1),
                     tolerance={"float32": (1e-4, 1e-3)},
                     inputs=Buffer("x", "float32", ("B", "D", "I"), distributions=("uniform",), low=0.5, high=1.5),
-                    sizes={"eval": {"B": 512, "D": 64, "I": 2048}, "small": {"B": 3, "D": 13, "I": 67}},
+                    sizes={"eval": {"B": 1024, "D": 64, "I": 2048}, "small": {"B": 3, "D": 13, "I": 67}},
                     edge="Inputs are drawn from [0.5, 1.5] so products stay in range."),
     arg_task("argmax", "int64"),
     arg_task("argmin", "int32"),

@@ -104,8 +104,9 @@ def pair_loss_task(name: str, description: str, expr: str, ref: Any, *, target: 
             + _PAIR_LOSS.replace("NAME", name).replace("TTYPE", ttype).replace("EXPR", expr)
             .replace("SCALARS", "".join(f", float {s.name}" for s in scalars)))
     sargs = "".join(f", {s.name}" for s in scalars)
-    launch = (f"scratch float partial[1024];\n{name}_partial<<<1024, 256>>>(pred, target, partial, N{sargs});\n"
-              f"finish_sum<<<1, 1024>>>(partial, loss, 1024, N);")
+    launch = (f"scratch float partial[min(cdiv(N, 256), 1024)];\n"
+              f"{name}_partial<<<min(cdiv(N, 256), 1024), 256>>>(pred, target, partial, N{sargs});\n"
+              f"finish_sum<<<1, 1024>>>(partial, loss, min(cdiv(N, 256), 1024), N);")
     return Task(name=name, level=1, description=description,
                 sizes={"eval": {"N": 64 * 1024 * 1024}, "small": {"N": 3001}},
                 inputs=(Buffer("pred", "float32", ("N",)), target),
