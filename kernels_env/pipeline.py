@@ -8,6 +8,7 @@ traceback in `details`.
 """
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -50,7 +51,10 @@ def _key(task_name: str, text: str, config: EnvConfig) -> str:
 
 
 def _env_error(where: str, task_name: str, key: str = "", stage_seconds: dict | None = None) -> Result:
-    r = Result.env_error(f"the environment failed during {where} (not the submission's fault)",
+    """env_error for the exception being handled, with its traceback in details."""
+    exc = sys.exc_info()[1]
+    what = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+    r = Result.env_error(f"the environment failed during {where} (not the submission's fault){what}"[:500],
                          task=task_name, details=traceback.format_exc(limit=20)[-8000:])
     r.key = key
     r.stage_seconds = dict(stage_seconds or {})
@@ -92,8 +96,9 @@ def prepare(task: Any, text: str, config: EnvConfig | None = None, arch: str | N
 
 
 def execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
-            evaluate: Evaluate | None = None) -> tuple[Result, bool]:
-    """Load and evaluate a Prepared submission on `device`.
+            evaluate: Evaluate | None = None, task: Any = None) -> tuple[Result, bool]:
+    """Load and evaluate a Prepared submission on `device` (`task`: the Task object, else looked up
+    by the prepared name).
 
     Returns (result, fatal): `fatal` is True when the device is unusable afterwards (a sticky CUDA
     error): the caller must drop the device (the pool replaces the worker).
@@ -104,7 +109,7 @@ def execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
     backend = getattr(device, "name", "")
     fatal = False
     try:
-        task = resolve_task(prepared.task)
+        task = resolve_task(prepared.task if task is None else task)
         t0 = time.perf_counter()
         try:
             program = device.load(prepared.compiled, config)
@@ -161,7 +166,7 @@ def score(task: Any, text: str, config: EnvConfig | None = None, device: Any = N
         if isinstance(prep, Result):
             prep.backend = prep.backend or getattr(device, "name", "")
             return prep
-        return execute(prep, device, config, evaluate)[0]
+        return execute(prep, device, config, evaluate, task=task)[0]
     except Exception:
         return _env_error("setup", task_name)
     finally:

@@ -141,6 +141,7 @@ class _Worker:
         self.proc: Any = None
         self.conn: Any = None
         self.info: dict[str, Any] = {}
+        self.busy = False
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe(duplex=True)
@@ -181,12 +182,16 @@ class _Worker:
                 raise _Died(self.proc.exitcode)
 
     def request(self, kind: str, payload: Any, timeout: float) -> tuple[str, Any]:
+        self.busy = True
         try:
-            self.conn.send((kind, payload))
-        except (OSError, EOFError, BrokenPipeError):
-            self.proc.join(2)
-            raise _Died(self.proc.exitcode) from None
-        return self._recv(timeout)
+            try:
+                self.conn.send((kind, payload))
+            except (OSError, EOFError, BrokenPipeError):
+                self.proc.join(2)
+                raise _Died(self.proc.exitcode) from None
+            return self._recv(timeout)
+        finally:
+            self.busy = False
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.is_alive():
@@ -241,6 +246,7 @@ class EvalPool:
                        "crashes": 0, "env_errors": 0}
         self._closed = False
         self._threads: list[threading.Thread] = []
+        self._workers: set[_Worker] = set()
         self._device = None
         self.arch: str | None = self.config.arch
         self._arch_known = threading.Event()
@@ -359,6 +365,9 @@ class EvalPool:
         if self._closed:
             return
         self._closed = True
+        for w in list(self._workers):  # unblock threads waiting on a busy worker
+            if w.busy:
+                w.kill()
         if self.mode == "inline":
             if self._device is not None:
                 try:
@@ -417,8 +426,10 @@ class EvalPool:
 
     def _resolve_futures(self, pend: _Pending, result: Result) -> None:
         for i, f in enumerate(pend.futures):
-            if not f.done():
+            try:
                 f.set_result(result if i == 0 else Result.from_dict(result.to_dict()))
+            except cf.InvalidStateError:  # already resolved (closing raced a finishing job)
+                pass
 
     def _complete(self, pend: _Pending, result: Result) -> None:
         try:
@@ -444,6 +455,7 @@ class EvalPool:
             w = holder[0]
             if w is not None and not w.alive:  # exited after a sticky device error
                 w.kill()
+                self._workers.discard(w)
                 w = holder[0] = None
                 self._count("restarts")
             if w is None:
@@ -458,10 +470,11 @@ class EvalPool:
                 failure = _exit_desc(d.exitcode)
                 self._count("crashes")
             w.kill()
+            self._workers.discard(w)
             holder[0] = None
-            self._count("restarts")
             if self._closed:
                 break
+            self._count("restarts")
         return "", None, failure
 
     def _count(self, name: str) -> None:
@@ -469,8 +482,11 @@ class EvalPool:
             self._stats[name] += 1
 
     def _new_worker(self, role: str, env: dict[str, str]) -> _Worker:
+        if self._closed:
+            raise RuntimeError("EvalPool is closed")
         w = _Worker(self._ctx, role, self.backend, env, self.evaluator if role == "exec" else None, self.config)
         w.start()
+        self._workers.add(w)
         if role == "exec" and not self._arch_known.is_set():
             self.arch = self.arch or w.info.get("arch")
             self._arch_known.set()
@@ -500,6 +516,7 @@ class EvalPool:
         finally:
             if holder[0] is not None:
                 holder[0].stop()
+                self._workers.discard(holder[0])
 
     def _compile_loop(self, env: dict[str, str]) -> None:
         self._loop(self._compile_q, "compile", env, self._handle_compile)
@@ -513,7 +530,9 @@ class EvalPool:
         limit = cfg.limits.parse + cfg.limits.compile
         kind, payload, failure = self._run_on(holder, "compile", env, "prepare",
                                               (pend.job.task, pend.job.text, cfg, self.arch), limit)
-        if failure is not None:
+        if failure is not None and self._closed:
+            self._complete(pend, Result.env_error("EvalPool closed while the job ran", task=pend.job.task))
+        elif failure is not None:
             what = (f"compilation did not finish within {limit:g} s" if failure == "overran"
                     else f"the compiler crashed on this code ({failure})")
             self._complete(pend, Result(Status.COMPILE_ERROR, message=what + " (retried once)",
@@ -534,7 +553,9 @@ class EvalPool:
             limit = lim.compile + lim.correctness + lim.timing  # load (cpu builds C++) + trials + timing
             request = ("execute", (pend.payload, cfg))
         kind, payload, failure = self._run_on(holder, "exec", env, request[0], request[1], limit)
-        if failure == "overran":
+        if failure is not None and self._closed:
+            res = Result.env_error("EvalPool closed while the job ran", task=pend.job.task)
+        elif failure == "overran":
             res = Result(Status.TIMEOUT, message=f"evaluation did not finish within {limit:g} s; the worker "
                          "was killed and replaced (retried once)", task=pend.job.task, backend=self.backend)
         elif failure is not None:

@@ -34,5 +34,5 @@ def scripted_evaluator(task: str, text: str, config: EnvConfig) -> Result:
             open(path, "w").close()
             os._exit(4)
     if text.startswith("sleep:"):
-        time.sleep(float(text.split(":", 1)[1]))
+        time.sleep(float(text.split(":", 1)[1].split()[0]))
     return Result(Status.CORRECT, message=text, task=task, backend="scripted", details=f"pid={os.getpid()}")

@@ -1,0 +1,122 @@
+"""score(): stages, statuses and bookkeeping, with real parsing + NVRTC and a numpy FakeDevice."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels_env.backends.base import FatalDeviceError
+from kernels_env.cache import cache_key
+from kernels_env.compile import CompileError
+from kernels_env.config import EnvConfig
+from kernels_env.pipeline import Prepared, execute, prepare, score
+from kernels_env.status import Status
+from kernels_env.tasks.spec import Buffer, Task
+from kernels_env.testing.fake_device import FakeDevice
+
+CUDA = r'''
+extern "C" __global__ void add(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+'''
+TASK = Task(name="vec_add_test", level=1, description="c = a + b",
+            sizes={"eval": {"N": 1000}, "small": {"N": 300}},
+            inputs=(Buffer("a", "float32", ("N",)), Buffer("b", "float32", ("N",))),
+            outputs=(Buffer("c", "float32", ("N",)),),
+            reference=lambda xp, a, b: a + b, solution="")
+CFG = EnvConfig(sizes="small", correctness_trials=2, warmup_runs=1, timed_runs=3)
+
+
+def submission(launch: str, cuda: str = CUDA) -> str:
+    return f"Here you go.\n```cuda\n{cuda}\n```\n```launch\n{launch}\n```\n"
+
+
+def fake_add(grid, block, shared, a, b, c, n):
+    """What the CUDA kernel does: only threads inside the grid write."""
+    covered = min(int(n), grid[0] * block[0])
+    c[:covered] = a[:covered] + b[:covered]
+
+
+def device(**kw) -> FakeDevice:
+    d = FakeDevice()
+    d.register("add", kw.get("fn", fake_add), ms=0.5)
+    return d
+
+
+def test_correct_submission_fills_everything():
+    text = submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);")
+    r = score(TASK, text, CFG, device())
+    assert r.status is Status.CORRECT, r.message
+    assert r.task == "vec_add_test" and r.backend == "fake" and r.trials == 2
+    assert r.key == cache_key("vec_add_test", text, CFG)
+    assert {"parse", "compile", "load", "correctness", "timing"} <= set(r.stage_seconds)
+    assert r.resources["add"].registers > 0  # from the real NVRTC/ptxas run
+    assert r.timing is not None and r.timing.speedup == pytest.approx(1.0 / 0.5)
+
+
+def test_too_small_grid_is_wrong_output():
+    r = score(TASK, submission("add<<<1, 128>>>(a, b, c, N);"), CFG, device())
+    assert r.status is Status.WRONG_OUTPUT
+    assert r.mismatch.reason == "unwritten" and r.mismatch.first_bad_index == [128]
+
+
+def test_format_error_stops_before_compile():
+    r = score(TASK, "```cuda\n" + CUDA + "\n```\nno launch", CFG, device())
+    assert r.status is Status.FORMAT_ERROR and "no ```launch block" in r.message
+    assert "compile" not in r.stage_seconds and r.backend == "fake"
+
+
+def test_static_check_error_names_the_line():
+    r = score(TASK, submission("// comment\nadd<<<1, 128>>>(a, b, c);"), CFG, device())
+    assert r.status is Status.FORMAT_ERROR
+    assert r.message.startswith("launch block line 2: kernel 'add' takes 4 arguments "
+                                "(const float* a, const float* b, float* c, int n), the launch passes 3")
+
+
+def test_compile_error_has_cleaned_log():
+    bad = CUDA.replace("a[i] + b[i]", "a[i] + bogus[i]")
+    r = score(TASK, submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);", bad), CFG, device())
+    assert r.status is Status.COMPILE_ERROR
+    assert 'kernel.cu(4): error: identifier "bogus" is undefined' in r.details
+    assert r.message.startswith("compilation failed: kernel.cu(4): error")
+
+
+def test_backend_refusing_the_code_is_compile_error():
+    class Refusing(FakeDevice):
+        def load(self, compiled, config):
+            raise CompileError("cpu backend: inline PTX (asm) is not supported")
+    d = Refusing()
+    r = score(TASK, submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);"), CFG, d)
+    assert r.status is Status.COMPILE_ERROR and "inline PTX" in r.details
+
+
+def test_fatal_device_error_is_reported_and_flagged():
+    def crash(grid, block, shared, *args):
+        raise FatalDeviceError("an illegal memory access was encountered")
+    prep = prepare(TASK, submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);"), CFG)
+    assert isinstance(prep, Prepared)
+    r, fatal = execute(prep, device(fn=crash), CFG, task=TASK)
+    assert fatal and r.status is Status.RUNTIME_ERROR and "illegal memory access" in r.message
+    assert r.task == "vec_add_test" and r.key == prep.key
+
+
+def test_harness_bug_is_env_error_with_traceback():
+    def broken_evaluate(*args):
+        raise ZeroDivisionError("harness bug")
+    r = score(TASK, submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);"), CFG, device(),
+              evaluate=broken_evaluate)
+    assert r.status is Status.ENV_ERROR and "ZeroDivisionError: harness bug" in r.message
+    assert "Traceback" in r.details and r.task == "vec_add_test"
+
+
+def test_unknown_task_name_is_env_error_not_a_raise():
+    r = score("no_such_task_xyz", submission("add<<<1, 1>>>(a, b, c, N);"), CFG, device())
+    assert r.status is Status.ENV_ERROR and "unknown task 'no_such_task_xyz'" in r.message
+
+
+def test_prepare_is_picklable():
+    import pickle
+    prep = prepare(TASK, submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);"), CFG)
+    back = pickle.loads(pickle.dumps(prep))
+    assert back.compiled.cubin == prep.compiled.cubin and back.submission == prep.submission
+    assert back.sizes == {"N": 300}

@@ -1,0 +1,124 @@
+"""EvalPool: order, cache, timeouts and crash recovery with injected evaluators (no GPU needed)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kernels_env.config import EnvConfig, StageLimits
+from kernels_env.pool import EvalPool, Job
+from kernels_env.status import Status
+from kernels_env.testing.evaluators import scripted_evaluator
+
+# The evaluator's limit is the sum of the stage limits: 2 s here.
+CFG = EnvConfig(backend="cpu", limits=StageLimits(parse=0.5, compile=0.5, correctness=0.5, timing=0.5))
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with EvalPool(backend="cpu", config=CFG, evaluator=scripted_evaluator, cpu_workers=2) as p:
+        yield p
+
+
+def test_results_in_order_with_hangs_and_crashes(pool):
+    before = pool.stats()
+    jobs = [Job("t", "ok-1"), Job("t", "hang"), Job("t", "exit"), Job("t", "segv"), Job("t", "ok-2"),
+            Job("t", "raise")]
+    t0 = time.monotonic()
+    rs = pool.map(jobs)
+    assert time.monotonic() - t0 < 60
+    assert [r.status for r in rs] == [Status.CORRECT, Status.TIMEOUT, Status.RUNTIME_ERROR,
+                                      Status.RUNTIME_ERROR, Status.CORRECT, Status.ENV_ERROR]
+    assert [r.message for r in (rs[0], rs[4])] == ["ok-1", "ok-2"]
+    assert "did not finish within 2 s" in rs[1].message and "retried once" in rs[1].message
+    assert "crashed the evaluation worker" in rs[2].message and "exit code 3" in rs[2].message
+    assert "SIGSEGV" in rs[3].message
+    assert "scripted evaluator failure" in rs[5].details
+    assert all(r.task == "t" for r in rs)
+    after = pool.stats()
+    assert after["restarts"] - before["restarts"] >= 6  # each bad job: first try + retry
+    assert after["timeouts"] - before["timeouts"] == 2 and after["crashes"] - before["crashes"] == 4
+    # the pool keeps serving
+    again = pool.submit(Job("t", "ok-3")).result(timeout=60)
+    assert again.status is Status.CORRECT and again.message == "ok-3"
+
+
+def test_retry_once_recovers_a_flaky_worker(pool, tmp_path):
+    marker = tmp_path / "died-once"
+    r = pool.submit(Job("t", f"flaky:{marker}")).result(timeout=60)
+    assert r.status is Status.CORRECT and marker.exists()
+
+
+def test_cache_and_inflight_dedup(pool):
+    ev0 = pool.stats()["evaluations"]
+    a, b = pool.submit(Job("t", "sleep:0.3 same")), pool.submit(Job("t", "sleep:0.3 same"))
+    ra, rb = a.result(timeout=60), b.result(timeout=60)
+    assert ra.status is rb.status is Status.CORRECT and ra is not rb
+    c = pool.submit(Job("t", "sleep:0.3 same")).result(timeout=60)
+    assert c.cached and not ra.cached
+    assert pool.stats()["evaluations"] - ev0 == 1
+
+
+def test_env_error_is_not_cached(pool):
+    r1 = pool.submit(Job("t", "raise again")).result(timeout=60)
+    r2 = pool.submit(Job("t", "raise again")).result(timeout=60)
+    assert r1.status is r2.status is Status.ENV_ERROR and not r2.cached
+
+
+def test_close_resolves_pending_futures():
+    p = EvalPool(backend="cpu", config=CFG, evaluator=scripted_evaluator, cpu_workers=1)
+    futs = [p.submit(Job("t", "sleep:30")), p.submit(Job("t", "ok-queued"))]
+    time.sleep(0.5)
+    p.close()
+    rs = [f.result(timeout=30) for f in futs]
+    assert all(r.status is Status.ENV_ERROR and "closed" in r.message for r in rs)
+    late = p.submit(Job("t", "ok")).result(timeout=5)
+    assert late.status is Status.ENV_ERROR and "closed" in late.message
+
+
+def test_inline_mode_runs_in_this_process():
+    with EvalPool(mode="inline", backend="cpu", config=CFG, evaluator=scripted_evaluator) as p:
+        r = p.map([Job("t", "hello")])[0]
+    assert r.status is Status.CORRECT and r.details == f"pid={os.getpid()}"
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="mode='threads'"):
+        EvalPool(mode="threads")
+    with pytest.raises(ValueError, match="backend='tpu'"):
+        EvalPool(backend="tpu")
+    with EvalPool(mode="inline", backend="cpu", evaluator=scripted_evaluator) as p:
+        r = p.submit("not a job").result()  # type: ignore[arg-type]
+    assert r.status is Status.ENV_ERROR and "expects a Job, got str" in r.message
+
+
+def test_compile_stage_in_worker_processes():
+    """Real parse + NVRTC in spawned compile workers: format and compile errors come back from them."""
+    from kernels_env.tasks import list_tasks
+    task = list_tasks(level=1)[0]
+    out = task.outputs[0].name
+    bad_launch = "```cuda\nextern \"C\" __global__ void k(float* y) {}\n```\n```launch\nk<<<1, 1>>>();\n```"
+    bad_code = ("```cuda\nextern \"C\" __global__ void k(void* y) { nope = 1; }\n```\n"
+                f"```launch\nk<<<1, 1>>>({out});\n```")
+    cfg = EnvConfig(backend="cpu", sizes="small")
+    with EvalPool(backend="cpu", config=cfg, compile_workers=1, cpu_workers=1) as p:
+        r1, r2 = p.map([Job(task.name, bad_launch), Job(task.name, bad_code)])
+    assert r1.status is Status.FORMAT_ERROR and "takes 1 argument" in r1.message
+    assert r2.status is Status.COMPILE_ERROR and 'identifier "nope" is undefined' in r2.details
+
+
+def test_parent_never_imports_cupy():
+    code = ("import sys\n"
+            "from kernels_env.pool import EvalPool, Job\n"
+            "from kernels_env.testing.evaluators import scripted_evaluator\n"
+            "if __name__ == '__main__':\n"
+            "    with EvalPool(backend='cpu', evaluator=scripted_evaluator, cpu_workers=1) as p:\n"
+            "        assert p.map([Job('t', 'ok')])[0].correct\n"
+            "    assert 'cupy' not in sys.modules and 'cupy_backends' not in sys.modules, 'parent imported cupy'\n"
+            "    print('OK')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-2000:]
