@@ -117,6 +117,30 @@ def _write_rows(buf: jax.Array, new: jax.Array, index: jax.Array, lead: tuple) -
     return jax.vmap(one, in_axes=(n_lead, 0, 0), out_axes=n_lead)(buf, new, index)
 
 
+def unstack_layers(params: Params) -> Params:
+    """Params with `layers` as a tuple of per-layer dicts (for the unrolled decode path)."""
+    layers = params["layers"]
+    if isinstance(layers, (list, tuple)):
+        return params
+    n = jax.tree_util.tree_leaves(layers)[0].shape[0]
+    return dict(params, layers=tuple(jax.tree_util.tree_map(lambda a, i=i: a[i], layers)
+                                     for i in range(n)))
+
+
+def unstack_cache(cache: KVCache) -> KVCache:
+    """A cache whose k / v are tuples of per-layer [B, S, KV, hd] buffers (unrolled path)."""
+    if isinstance(cache.k, (list, tuple)):
+        return cache
+    return KVCache(tuple(cache.k), tuple(cache.v), cache.seg)
+
+
+def stack_cache(cache: KVCache) -> KVCache:
+    """Inverse of `unstack_cache`."""
+    if not isinstance(cache.k, (list, tuple)):
+        return cache
+    return KVCache(jnp.stack(cache.k), jnp.stack(cache.v), cache.seg)
+
+
 def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: jax.Array, *,
             segment_ids: jax.Array | None = None, cache: KVCache | None = None,
             cache_index: jax.Array | int | None = None, return_hidden: bool = False,
@@ -124,7 +148,15 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
     """Run the decoder on tokens [B, L] at RoPE positions [B, L].
 
     Returns (fp32 logits [B, L, V], or final-normed hidden [B, L, D] in the compute dtype when
-    `return_hidden`) and the updated cache (None without one). `unroll` is passed to the layer scan.
+    `return_hidden`) and the updated cache (None without one).
+
+    Layers run under `lax.scan` over the stacked layout (`unroll` is the scan's unroll factor).
+    If `params["layers"]` is a tuple of per-layer dicts (`unstack_layers`) they run as an unrolled
+    Python loop instead, and a cache must then be unstacked too (`unstack_cache`): each layer's
+    k / v is its own buffer, so decode steps update and read them in place without slicing a
+    stacked array (a sampler-side performance option; results are identical).
+    A Python-int `cache_index` (e.g. 0 for a prefill) limits attention to the statically known
+    slots < cache_index + L instead of the whole cache.
     """
     c = config
     if tokens.ndim != 2 or positions.shape != tokens.shape:
@@ -134,6 +166,10 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         raise ValueError(f"forward: segment_ids {segment_ids.shape} must match tokens {tokens.shape}")
     if cache is not None and cache_index is None:
         raise ValueError("forward: a cache needs cache_index (slot of the first new token)")
+    unstacked = isinstance(params["layers"], (list, tuple))
+    if cache is not None and unstacked != isinstance(cache.k, (list, tuple)):
+        raise ValueError("forward: params layers and cache k/v must be both stacked or both "
+                         "unstacked (see unstack_layers / unstack_cache)")
     dtype = _dtype(c.dtype)
     b, t = tokens.shape
     h, kvh, hd = c.num_heads, c.num_kv_heads, c.head_dim
@@ -147,22 +183,30 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         slot = jnp.arange(t)
         causal = slot[None, :, None] >= slot[None, None, :]
         mask = causal & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0)
-        new_seg, idx = None, None
+        new_seg, idx, hi = None, None, t
     else:
-        if cache.k.shape[1] != b:
-            raise ValueError(f"forward: cache batch {cache.k.shape[1]} != tokens batch {b}")
+        if cache.seg.shape[0] != b:
+            raise ValueError(f"forward: cache batch {cache.seg.shape[0]} != tokens batch {b}")
+        max_len = cache.seg.shape[1]
+        hi = max_len
+        if isinstance(cache_index, int):
+            if not 0 <= cache_index <= max_len - t:
+                raise ValueError(f"forward: cache_index={cache_index} with {t} tokens does not fit "
+                                 f"a cache of {max_len} slots")
+            hi = cache_index + t
         idx = jnp.asarray(cache_index, jnp.int32)
         if idx.ndim not in (0, 1) or (idx.ndim == 1 and idx.shape[0] != b):
             raise ValueError(f"forward: cache_index shape {idx.shape}; expected () or ({b},)")
         new_seg = _write_rows(cache.seg, seg, idx, ())
         qslot = jnp.broadcast_to(idx, (b,))[:, None] + jnp.arange(t)[None, :]  # [B, T]
-        kslot = jnp.arange(cache.seg.shape[1])
+        kslot = jnp.arange(hi)
+        kseg = new_seg[:, :hi]
         mask = ((kslot[None, None, :] <= qslot[:, :, None])
-                & (new_seg[:, None, :] == seg[:, :, None]) & (new_seg[:, None, :] != 0))
+                & (kseg[:, None, :] == seg[:, :, None]) & (kseg[:, None, :] != 0))
 
-    def block(carry, xs):
-        x, kc, vc = carry
-        lp, layer = xs
+    def block(x, lp, kc, vc, layer):
+        """One decoder layer; kc/vc: stacked caches (layer = traced index), per-layer buffers
+        (layer = None) or None."""
         hn = rms_norm(x, lp["attn_norm"], c.rms_norm_eps)
         q = dense(hn, lp["wq"], lp.get("bq")).reshape(b, t, h, hd)
         k = dense(hn, lp["wk"], lp.get("bk")).reshape(b, t, kvh, hd)
@@ -170,22 +214,44 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         if kc is not None:
-            kc = _write_rows(kc, k, idx, (layer,))
-            vc = _write_rows(vc, v, idx, (layer,))
-            k = jax.lax.dynamic_index_in_dim(kc, layer, 0, keepdims=False)
-            v = jax.lax.dynamic_index_in_dim(vc, layer, 0, keepdims=False)
+            lead = () if layer is None else (layer,)
+            kc = _write_rows(kc, k, idx, lead)
+            vc = _write_rows(vc, v, idx, lead)
+            if layer is None:
+                k, v = kc, vc
+            else:
+                k = jax.lax.dynamic_index_in_dim(kc, layer, 0, keepdims=False)
+                v = jax.lax.dynamic_index_in_dim(vc, layer, 0, keepdims=False)
+            if hi < k.shape[1]:
+                k, v = k[:, :hi], v[:, :hi]
         a = attention(q, k, v, mask)
         x = x + dense(a.reshape(b, t, h * hd), lp["wo"])
         hn = rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
         x = x + swiglu(hn, lp["w_gate"], lp["w_up"], lp["w_down"])
-        return (x, kc, vc), None
+        return x, kc, vc
 
-    if c.remat:
-        block = jax.checkpoint(block, prevent_cse=False)
-    kc0 = None if cache is None else cache.k
-    vc0 = None if cache is None else cache.v
-    xs = (params["layers"], jnp.arange(c.num_layers, dtype=jnp.int32))
-    (x, kc, vc), _ = jax.lax.scan(block, (x, kc0, vc0), xs, unroll=unroll)
+    if unstacked:
+        run = jax.checkpoint(block, prevent_cse=True, static_argnums=(4,)) if c.remat else block
+        ks, vs = [], []
+        for i, lp in enumerate(params["layers"]):
+            kc = None if cache is None else cache.k[i]
+            vc = None if cache is None else cache.v[i]
+            x, kc, vc = run(x, lp, kc, vc, None)
+            ks.append(kc)
+            vs.append(vc)
+        kc, vc = tuple(ks), tuple(vs)
+    else:
+        def body(carry, xs):
+            x, kc, vc = carry
+            x, kc, vc = block(x, xs[0], kc, vc, xs[1])
+            return (x, kc, vc), None
+
+        if c.remat:
+            body = jax.checkpoint(body, prevent_cse=False)
+        kc0 = None if cache is None else cache.k
+        vc0 = None if cache is None else cache.v
+        xs = (params["layers"], jnp.arange(c.num_layers, dtype=jnp.int32))
+        (x, kc, vc), _ = jax.lax.scan(body, (x, kc0, vc0), xs, unroll=unroll)
 
     hidden = rms_norm(x, params["final_norm"], c.rms_norm_eps)
     new_cache = None if cache is None else KVCache(kc, vc, new_seg)

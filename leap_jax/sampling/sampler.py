@@ -38,12 +38,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from leap_jax.models.config import ModelConfig
-from leap_jax.models.decoder import KVCache, Params, forward, init_cache, logits_from_hidden
+from leap_jax.models.decoder import (KVCache, Params, forward, init_cache, logits_from_hidden,
+                                     unstack_layers)
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
 from leap_jax.sampling.params import SamplingParams
 
 PADDINGS = ("left", "right")
+LAYER_LOOPS = ("scan", "unrolled")
+RNG_IMPLS = ("threefry", "rbg")
 
 
 class SampleOutput(NamedTuple):
@@ -125,7 +128,7 @@ def prefill(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Arr
         pos = jnp.broadcast_to(slot, (b, p))
     cache = cache._replace(seg=jnp.zeros_like(cache.seg))
     hidden, cache = forward(params, config, tokens, pos, segment_ids=seg, cache=cache,
-                            cache_index=jnp.int32(0), return_hidden=True, unroll=unroll)
+                            cache_index=0, return_hidden=True, unroll=unroll)
     if padding == "left":
         last = hidden[:, -1]
     else:
@@ -137,12 +140,14 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
            prompt_lengths: jax.Array, active: jax.Array, rng: jax.Array, temperature: jax.Array,
            top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, max_new: jax.Array, *,
            max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
-           unroll: int | bool = 1) -> tuple[DecodeResult, KVCache]:
+           unroll: int | bool = 1, rng_impl: str = "threefry") -> tuple[DecodeResult, KVCache]:
     """Sample up to `max_new` (traced, <= static `max_new_tokens`) tokens per row after `prefill`.
 
     logits [B, V]: prefill's last-token logits. active [B] bool: rows to generate (padding rows of
     a batch bucket are inactive and never delay the early exit). stop_ids [S] int32, padded with -1.
-    The cache must have >= prompt_slots + max_new_tokens - 1 slots.
+    The cache must have >= prompt_slots + max_new_tokens - 1 slots. rng_impl "threefry" draws
+    with `rng` as given (portable bit-exact streams); "rbg" derives an `unsafe_rbg` key from it
+    (XLA's RngBitGenerator: much cheaper per [B, V] draw, deterministic on a given backend/version).
     """
     b = logits.shape[0]
     n = max_new_tokens
@@ -150,6 +155,11 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     base = jnp.int32(prompt_slots) if padding == "left" else lens  # slot of the first new token
     stop_ids = stop_ids.astype(jnp.int32)
     max_new = jnp.minimum(jnp.asarray(max_new, jnp.int32), n)
+
+    if rng_impl == "rbg":  # XLA RngBitGenerator: far cheaper than threefry for [B, V] draws
+        rng = jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="unsafe_rbg")
+    elif rng_impl != "threefry":
+        raise ValueError(f"rng_impl={rng_impl!r}; expected one of {RNG_IMPLS}")
 
     def is_stop(tok):
         return jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
@@ -200,6 +210,10 @@ class Sampler:
     (cache slots); SamplingParams.max_new_tokens may lower it per call without recompiling.
     cache_dtype: KV cache dtype (default bfloat16 for bf16 models, else the compute dtype).
     unroll: layer-scan unroll factor inside prefill/decode (True = fully unrolled).
+    layer_loop: "unrolled" (default) runs the layers as a Python loop over per-layer weights and
+    per-layer cache buffers (updated and read in place each step, no slicing of stacked arrays;
+    compile time grows with depth, fine for a sampler) or "scan" (the stacked `lax.scan` path).
+    rng_impl: "threefry" (default) or "rbg" (see `decode`).
     `trace_counts` counts traces (= compilations) of the two jitted functions.
     """
 
@@ -207,9 +221,14 @@ class Sampler:
                  prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
                  max_new_tokens: int = 512, batch_buckets: Sequence[int] | None = None,
                  padding: str = "left", max_stop_ids: int = 8, cache_dtype: str | None = None,
-                 unroll: int | bool = 1, pad_id: int | None = None):
+                 unroll: int | bool = 1, pad_id: int | None = None,
+                 layer_loop: str = "unrolled", rng_impl: str = "threefry"):
         if padding not in PADDINGS:
             raise ValueError(f"Sampler padding={padding!r}; expected one of {PADDINGS}")
+        if layer_loop not in LAYER_LOOPS:
+            raise ValueError(f"Sampler layer_loop={layer_loop!r}; expected one of {LAYER_LOOPS}")
+        if rng_impl not in RNG_IMPLS:
+            raise ValueError(f"Sampler rng_impl={rng_impl!r}; expected one of {RNG_IMPLS}")
         if max_new_tokens < 1:
             raise ValueError(f"Sampler max_new_tokens={max_new_tokens}; expected a positive int")
         if max_stop_ids < 1:
@@ -228,6 +247,9 @@ class Sampler:
         default_cache = "bfloat16" if config.dtype == "bfloat16" else config.dtype
         self.cache_dtype = jnp.dtype(cache_dtype or default_cache)
         self.unroll = unroll
+        self.layer_loop = layer_loop
+        self.rng_impl = rng_impl
+        prep = unstack_layers if layer_loop == "unrolled" else (lambda p: p)
         self.pad_id = int(pad_id if pad_id is not None else (config.pad_token_id or 0))
         self.trace_counts: collections.Counter[str] = collections.Counter()
         self.last_timings: dict[str, float] = {}
@@ -235,16 +257,17 @@ class Sampler:
 
         def prefill_fn(params, cache, tokens, lengths):
             self.trace_counts["prefill"] += 1
-            return prefill(params, config, cache, tokens, lengths, padding=padding, unroll=unroll)
+            return prefill(prep(params), config, cache, tokens, lengths, padding=padding,
+                           unroll=unroll)
 
         def decode_fn(params, cache, logits, lengths, active, rng, temperature, top_p, top_k,
                       stop_ids, max_new):
             self.trace_counts["decode"] += 1
-            prompt_slots = cache.k.shape[2] - self.max_new_tokens
-            return decode(params, config, cache, logits, lengths, active, rng, temperature,
+            prompt_slots = cache.seg.shape[1] - self.max_new_tokens
+            return decode(prep(params), config, cache, logits, lengths, active, rng, temperature,
                           top_p, top_k, stop_ids, max_new, max_new_tokens=self.max_new_tokens,
                           prompt_slots=prompt_slots, padding=padding, pad_id=self.pad_id,
-                          unroll=unroll)
+                          unroll=unroll, rng_impl=rng_impl)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,))
@@ -257,6 +280,10 @@ class Sampler:
         else:
             self._cache = None  # free the old shape's buffer before allocating the new one
             cache = init_cache(self.config, batch, slots, self.cache_dtype)
+            if self.layer_loop == "unrolled":  # one buffer per layer
+                cache = KVCache(tuple(cache.k[i] for i in range(self.config.num_layers)),
+                                tuple(cache.v[i] for i in range(self.config.num_layers)),
+                                cache.seg)
         self._cache = None
         return cache
 

@@ -220,6 +220,30 @@ def test_kv_cache_per_row_offsets(params):
         np.testing.assert_allclose(np.stack([g[i] for g in got]), full[0, n:n + 2], atol=1e-5)
 
 
+def test_unstacked_layers_equal_stacked(params):
+    """The unrolled per-layer path (sampler option) gives the same logits and cache."""
+    rng = np.random.default_rng(7)
+    tok = rng.integers(0, 97, (2, 5)).astype(np.int32)
+    pos = np.tile(np.arange(5, dtype=np.int32), (2, 1))
+    up = decoder.unstack_layers(params)
+    assert isinstance(up["layers"], tuple) and len(up["layers"]) == 2
+    np.testing.assert_allclose(np.asarray(decoder.forward(up, CFG, tok, pos)[0]),
+                               np.asarray(jitted_forward(CFG)(params, tok, pos, None)), atol=1e-5)
+    g_r = jax.grad(lambda p: decoder.forward(p, CFG.replace(remat=True), tok, pos)[0].sum())(up)
+    g_s = jax.grad(lambda p: decoder.forward(p, CFG, tok, pos)[0].sum())(params)
+    np.testing.assert_allclose(np.asarray(g_r["layers"][1]["wq"]),
+                               np.asarray(g_s["layers"]["wq"][1]), atol=1e-5)
+    c0 = decoder.init_cache(CFG, 2, 8, dtype=jnp.float32)
+    lg_s, c_s = decoder.forward(params, CFG, tok, pos, cache=c0, cache_index=0)
+    lg_u, c_u = decoder.forward(up, CFG, tok, pos, cache=decoder.unstack_cache(c0), cache_index=0)
+    np.testing.assert_allclose(np.asarray(lg_u), np.asarray(lg_s), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(decoder.stack_cache(c_u).k), np.asarray(c_s.k), atol=1e-6)
+    with pytest.raises(ValueError, match="unstacked"):
+        decoder.forward(up, CFG, tok, pos, cache=c0, cache_index=0)
+    with pytest.raises(ValueError, match="does not fit"):
+        decoder.forward(params, CFG, tok, pos, cache=c0, cache_index=4)
+
+
 def test_remat_same_loss_and_grads(params):
     tok = np.random.default_rng(6).integers(0, 97, (2, 6)).astype(np.int32)
     pos = np.tile(np.arange(6, dtype=np.int32), (2, 1))
