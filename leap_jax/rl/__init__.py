@@ -51,6 +51,7 @@ from leap_jax.rl.rewards import (
     last_attempted_value,
     outcome_keys,
     rank_reward,
+    rank_reward_from_turns,
 )
 
 __all__ = [
@@ -60,6 +61,6 @@ __all__ = [
     "final_success_reward", "finalize_loss", "finalize_metrics", "first_correct_value", "gae",
     "group_mean_baseline", "group_zscore", "init_history", "k3_kl", "kevin_scores",
     "last_attempted_value", "leave_one_out", "n_failures", "outcome_keys", "per_turn_credit",
-    "policy_loss", "rank_reward", "recovery_rate", "resolve_thresholds", "token_advantages",
+    "policy_loss", "rank_reward", "rank_reward_from_turns", "recovery_rate", "resolve_thresholds", "token_advantages",
     "trajectory_credit", "update_history", "value_loss",
 ]

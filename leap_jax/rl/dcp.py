@@ -105,8 +105,9 @@ def dcp_decision(correct_t1: Array, group_mask: Array | None = None, t_min: Arra
     _check_threshold("t_min", t_min, g)
     if t_max is not None:
         _check_threshold("t_max", t_max, g)
-    if (isinstance(t_min, (int, np.integer)) and isinstance(t_max, (int, np.integer))
-            and not isinstance(t_min, bool) and int(t_min) > int(t_max)):
+    both_counts = all(isinstance(v, (int, np.integer)) for v in (t_min, t_max))
+    both_fractions = all(isinstance(v, (float, np.floating)) for v in (t_min, t_max))
+    if (both_counts or both_fractions) and t_min > t_max:
         raise ValueError(f"t_min={t_min} > t_max={t_max}: no group could ever be debugged")
     n_fail, n_valid = n_failures(correct_t1, row_mask, group_mask)
     lo, hi = resolve_thresholds(t_min, t_max, n_valid)

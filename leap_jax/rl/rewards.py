@@ -8,6 +8,7 @@ under `jax.jit` / `jax.vmap` with static shapes.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from leap_jax.rl._masks import Array, check_turn_shape, default_attempted, valid_rows
@@ -104,6 +105,24 @@ def rank_reward(keys: Array, row_mask: Array | None = None, group_mask: Array | 
     return jnp.where(valid & (n_valid >= 2), r, 0.0)
 
 
+def rank_reward_from_turns(correct: Array, attempted: Array | None = None, row_mask: Array | None = None,
+                           group_mask: Array | None = None, *, speedup: Array | None = None,
+                           status_rank: Array | None = None) -> jnp.ndarray:
+    """LEAP's reward straight from per-turn data [num_groups, G, T]: keys, optional finer keys, rank.
+
+    `speedup` [.., T] enables the speedup tie-break, read at each row's first correct turn;
+    `status_rank` [.., T] enables the failure tie-break, read at each never-solved row's last
+    attempted turn (where its trajectory ended). Both None: the plain rank reward.
+    """
+    correct = jnp.asarray(correct, dtype=bool)
+    check_turn_shape("correct", correct)
+    attempted = default_attempted(correct, attempted)
+    keys = outcome_keys(correct, attempted)
+    sp = None if speedup is None else first_correct_value(jnp.asarray(speedup, jnp.float32), correct, attempted)
+    st = None if status_rank is None else last_attempted_value(jnp.asarray(status_rank, jnp.float32), attempted)
+    return rank_reward(keys, row_mask, group_mask, num_turns=correct.shape[-1], speedup=sp, status_rank=st)
+
+
 def binary_reward(correct: Array, row_mask: Array | None = None,
                   group_mask: Array | None = None) -> jnp.ndarray:
     """1[correct] as float32 [num_groups, G] (single-turn GRPO: pass turn-1 correctness)."""
@@ -151,11 +170,11 @@ def discounted_returns(scores: Array, attempted: Array | None = None,
     if att.shape != scores.shape:
         raise ValueError(f"attempted must have the shape of scores {tuple(scores.shape)}; got {tuple(att.shape)}")
     gamma = jnp.asarray(gamma, jnp.float32)
-    s = jnp.where(att, scores, 0.0)
-    out = []
-    running = jnp.zeros(s.shape[:-1], jnp.float32)
-    for t in range(s.shape[-1] - 1, -1, -1):           # T is small and static
-        running = s[..., t] + gamma * running
-        out.append(running)
-    returns = jnp.stack(out[::-1], axis=-1)
-    return jnp.where(att, returns, 0.0)
+    s = jnp.moveaxis(jnp.where(att, scores, 0.0), -1, 0)
+
+    def step(running, s_t):
+        running = s_t + gamma * running
+        return running, running
+
+    _, returns = jax.lax.scan(step, jnp.zeros(s.shape[1:], jnp.float32), s, reverse=True)
+    return jnp.where(att, jnp.moveaxis(returns, 0, -1), 0.0)

@@ -69,7 +69,7 @@ def test_random_masks_agree_with_reference():
 
 
 @pytest.mark.parametrize("bad", [dict(t_min=9), dict(t_min=-1), dict(t_min=1.5), dict(t_max=-0.1),
-                                 dict(t_min=5, t_max=3), dict(t_min=True)])
+                                 dict(t_min=5, t_max=3), dict(t_min=0.8, t_max=0.5), dict(t_min=True)])
 def test_bad_thresholds_raise_clear_errors(bad):
     c = np.zeros((2, 8), bool)
     kwargs = dict(t_min=4, t_max=7) | bad

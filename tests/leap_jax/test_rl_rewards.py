@@ -206,3 +206,37 @@ def test_shape_errors_are_clear():
     with pytest.raises(ValueError, match="speedup"):
         rl.kevin_scores(np.zeros((1, 2, 3), bool), np.zeros((1, 2)))
     assert jnp.asarray(rl.rank_reward(np.ones((1, 1), np.int32))).item() == 0.0
+
+
+def _ref_from_turns(correct, attempted, speedup, status, row_mask, group_mask):
+    """Keys plus the finer keys read by hand: speedup at the first solve, status at the last attempt."""
+    t = correct.shape[-1]
+    keys = ref.outcome_keys(correct, attempted)
+    sp_row = np.zeros(keys.shape)
+    st_row = np.zeros(keys.shape)
+    for k, i in np.ndindex(keys.shape):
+        if keys[k, i] <= t:
+            sp_row[k, i] = speedup[k, i, keys[k, i] - 1]
+        done = np.flatnonzero(attempted[k, i])
+        st_row[k, i] = status[k, i, done[-1]] if len(done) else 0
+    return ref.rank_reward(keys, row_mask, group_mask, num_turns=t, speedup=sp_row, status_rank=st_row)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_rank_reward_from_turns_and_jit_once_per_shape(seed):
+    correct, attempted, speedup, status, row_mask, group_mask = _random_outcomes(seed)
+    traces = []
+
+    @jax.jit
+    def f(c, a, m, gm, sp, stt):
+        traces.append(1)
+        return rl.rank_reward_from_turns(c, a, m, gm, speedup=sp, status_rank=stt)
+
+    for c in (correct, ~correct, correct):
+        np.testing.assert_allclose(f(c, attempted, row_mask, group_mask, speedup, status),
+                                   _ref_from_turns(c, attempted, speedup, status, row_mask, group_mask),
+                                   atol=ATOL)
+    assert len(traces) == 1
+    plain = rl.rank_reward_from_turns(correct, attempted, row_mask, group_mask)
+    want = ref.rank_reward(ref.outcome_keys(correct, attempted), row_mask, group_mask)
+    np.testing.assert_allclose(plain, want, atol=ATOL)
