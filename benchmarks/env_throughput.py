@@ -112,6 +112,7 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
             "statuses": statuses, "not_correct": not_correct[:20],
             "pool_compile_ms_p50": percentile(stage("compile"), 50),
             "pool_compile_ms_p95": percentile(stage("compile"), 95),
+            "load_ms_p50": percentile(stage("load"), 50),
             "correctness_ms_p50": percentile(stage("correctness"), 50),
             "timing_ms_p50": percentile(stage("timing"), 50),
             "speedup_median": statistics.median(speedups) if speedups else None,
@@ -176,6 +177,7 @@ def render_table(report: dict[str, Any]) -> str:
          f"p50 <= {GOAL_COMPILE_P50_MS:g}", ok(c50 <= GOAL_COMPILE_P50_MS)),
         ("compile in pool p50 / p95, ms", f"{report.get('pool_compile_ms_p50', float('nan')):.1f} / "
                                           f"{report.get('pool_compile_ms_p95', float('nan')):.1f}", "", ""),
+        ("load stage p50, ms (module load / cpu build)", f"{report.get('load_ms_p50', float('nan')):.1f}", "", ""),
         ("correctness stage p50, ms", f"{report.get('correctness_ms_p50', float('nan')):.1f}", "", ""),
         ("timing stage p50, ms", f"{report.get('timing_ms_p50', float('nan')):.1f}", "", ""),
         ("cache hit p50 / p95, ms", f"{report.get('cache_hit_ms_p50', float('nan')):.3f} / "

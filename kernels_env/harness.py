@@ -368,9 +368,11 @@ def mismatch_message(m: Mismatch, size: int | None = None) -> str:
             "nan_or_inf": "NaN or Inf where the reference is finite",
             "mismatch": "differ from the reference"}.get(m.reason, m.reason)
     first = {"unwritten": "first unwritten", "nan_or_inf": "first non-finite"}.get(m.reason, "first mismatch")
+    errs = (f"; max abs err {m.max_abs_err:.3g}, max rel err {m.max_rel_err:.3g}"
+            + (" among the finite elements" if m.reason != "mismatch" else "")
+            if m.reason == "mismatch" or (m.max_abs_err or 0) > 0 else "")
     return (f"output {m.buffer}: {frac} wrong ({what}); {first} at {at}: expected {m.expected!r}, "
-            f"got {m.got!r}; max abs err {m.max_abs_err:.3g}, max rel err {m.max_rel_err:.3g} "
-            f"(atol {m.atol:g}, rtol {m.rtol:g}) {ctx}")
+            f"got {m.got!r}{errs} (atol {m.atol:g}, rtol {m.rtol:g}) {ctx}")
 
 
 # ---- the stages ---------------------------------------------------------------------------------
