@@ -52,7 +52,7 @@ def torch_worker(shape: dict, batches: list[int], prompt: int, new: int, reps: i
     for b in batches:
         ids = torch.randint(0, shape["vocab_size"], (b, prompt), device="cuda")
         mask = torch.ones_like(ids)
-        kw = dict(attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=True,
+        kw = dict(attention_mask=mask, max_new_tokens=new, do_sample=True,
                   temperature=1.0, top_p=1.0, top_k=0, cache_implementation="static",
                   pad_token_id=0, eos_token_id=None)
         with torch.inference_mode():
@@ -108,8 +108,19 @@ def measure_bandwidth(n_bytes: int, reps: int = 10) -> float:
     return 2 * n_bytes / best
 
 
-def parse_unroll(s: str):
-    return True if s in ("full", "true") else int(s)
+def parse_variant(s: str) -> dict:
+    """'unrolled-rbg', 'scan-threefry-u4', ... -> Sampler keyword arguments."""
+    parts = s.split("-")
+    if len(parts) not in (2, 3) or parts[0] not in ("unrolled", "scan") \
+            or parts[1] not in ("threefry", "rbg"):
+        raise SystemExit(f"bad variant {s!r}; expected LOOP-RNG[-uN] with LOOP in unrolled|scan, "
+                         f"RNG in threefry|rbg, e.g. scan-rbg-u4")
+    kw = dict(layer_loop=parts[0], rng_impl=parts[1])
+    if len(parts) == 3:
+        if not parts[2].startswith("u"):
+            raise SystemExit(f"bad variant {s!r}: the third part must be uN or ufull")
+        kw["unroll"] = True if parts[2] == "ufull" else int(parts[2][1:])
+    return kw
 
 
 def main() -> None:
@@ -118,8 +129,8 @@ def main() -> None:
     ap.add_argument("--batches", default=None, help="comma list (default 64,256; small: 2,4)")
     ap.add_argument("--prompt", type=int, default=None, help="prompt length (default 256; small 16)")
     ap.add_argument("--new", type=int, default=None, help="new tokens (default 256; small 8)")
-    ap.add_argument("--unroll", default="1", help="comma list of layer-scan unroll factors "
-                                                  "to compare, e.g. 1,full")
+    ap.add_argument("--variants", default="unrolled-threefry,unrolled-rbg,scan-threefry",
+                    help="comma list of sampler variants LOOP-RNG[-uN] to compare")
     ap.add_argument("--reps", type=int, default=2, help="timed repetitions (best is reported)")
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers reference")
     ap.add_argument("--torch-worker", default=None, help=argparse.SUPPRESS)
@@ -133,7 +144,7 @@ def main() -> None:
     batches = [int(b) for b in (a.batches or ("2,4" if a.small else "64,256")).split(",")]
     prompt = a.prompt or (16 if a.small else 256)
     new = a.new or (8 if a.small else 256)
-    unrolls = [parse_unroll(u) for u in a.unroll.split(",")]
+    variants = [(v, parse_variant(v)) for v in a.variants.split(",")]
 
     torch_res = None if a.no_torch else run_torch(shape, batches, prompt, new, a.reps)
 
@@ -158,10 +169,10 @@ def main() -> None:
     sp = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, stop_token_ids=())
     rng = np.random.default_rng(0)
     rows = []
-    for unroll in unrolls:
+    for name, kw in variants:
         for b in batches:
             s = Sampler(cfg, max_batch=b, prompt_buckets=(prompt,), max_new_tokens=new,
-                        batch_buckets=(b,), unroll=unroll)
+                        batch_buckets=(b,), **kw)
             prompts = rng.integers(0, cfg.vocab_size, (b, prompt)).tolist()
             t0 = time.perf_counter()
             s.generate(params, prompts, sp, rng=0)
@@ -181,7 +192,7 @@ def main() -> None:
             step_bytes = weight_bytes + kv_bytes
             steps = new - 1
             decode_s = tim["decode_s"]
-            rows.append(dict(impl=f"jax unroll={unroll}", batch=b, tok_s=n_new / wall,
+            rows.append(dict(impl=name, batch=b, tok_s=n_new / wall,
                              prefill_s=tim["prefill_s"], ms_step=1e3 * decode_s / max(steps, 1),
                              roofline=(steps * step_bytes / bw) / decode_s if steps else float("nan"),
                              step_gb=step_bytes / 1e9, compile_s=compile_s))
@@ -191,18 +202,18 @@ def main() -> None:
     print()
     print(f"prompt {prompt}, new {new} tokens/row, sampling T=1 (no stop); bandwidth "
           f"{bw / 1e9:.0f} GB/s")
-    hdr = (f"{'impl':<18}{'batch':>6}{'tok/s':>11}{'prefill s':>11}{'ms/step':>9}"
+    hdr = (f"{'impl (jax variant)':<22}{'batch':>6}{'tok/s':>11}{'prefill s':>11}{'ms/step':>9}"
            f"{'GB/step':>9}{'roofline':>10}{'vs HF':>8}{'warmup s':>10}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         hf = ref.get(r["batch"])
         ratio = f"{r['tok_s'] / hf['tokens_per_s']:.2f}x" if hf else "-"
-        print(f"{r['impl']:<18}{r['batch']:>6}{r['tok_s']:>11.0f}{r['prefill_s']:>11.3f}"
+        print(f"{r['impl']:<22}{r['batch']:>6}{r['tok_s']:>11.0f}{r['prefill_s']:>11.3f}"
               f"{r['ms_step']:>9.2f}{r['step_gb']:>9.3f}{r['roofline']:>10.1%}{ratio:>8}"
               f"{r['compile_s']:>10.1f}")
     for b, hf in sorted(ref.items()):
-        print(f"{'HF static':<18}{b:>6}{hf['tokens_per_s']:>11.0f}{'':>11}"
+        print(f"{'HF static cache':<22}{b:>6}{hf['tokens_per_s']:>11.0f}{'':>11}"
               f"{1e3 * hf['seconds'] / max(hf['new_tokens'], 1):>9.2f}{'':>9}{'':>10}{'1.00x':>8}")
     if torch_res:
         print(f"(HF: transformers {torch_res['transformers']}, torch {torch_res['torch']}; its "
