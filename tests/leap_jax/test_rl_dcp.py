@@ -140,6 +140,11 @@ def test_continue_mask_stops_correct_pruned_and_padding_rows():
     m3 = np.asarray(rl.continue_mask(decision, correct, att, 3, row_mask))
     np.testing.assert_array_equal(m2, [[0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]])
     np.testing.assert_array_equal(m3, [[0, 0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]])
+    # a row that stopped without solving (e.g. the trainer dropped it: context too long) stays stopped
+    att_dropped = np.asarray(att).copy()
+    att_dropped[0, 2, 1] = False
+    m3 = np.asarray(rl.continue_mask(decision, correct, att_dropped, 3, row_mask))
+    np.testing.assert_array_equal(m3, np.zeros((3, 4), bool))
     # num_turns caps the budget below the array's T
     assert not np.asarray(rl.continue_mask(decision, correct, att, 3, row_mask, num_turns=2)).any()
     with pytest.raises(ValueError, match="next_turn"):
