@@ -34,7 +34,8 @@ TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2,
 
 
 # ------------------------------------------------------------------------------ torch reference
-def torch_worker(shape: dict, batches: list[int], prompt: int, new: int, reps: int) -> None:
+def torch_worker(shape: dict, batches: list[int], prompt: int, new: int, reps: int,
+                 device: str = "cuda") -> None:
     """Time transformers' generate(cache_implementation='static'); prints one JSON line."""
     import torch
     import transformers
@@ -47,22 +48,23 @@ def torch_worker(shape: dict, batches: list[int], prompt: int, new: int, reps: i
         tie_word_embeddings=shape["tie_word_embeddings"],
         max_position_embeddings=shape["max_position_embeddings"])
     torch.manual_seed(0)
-    model = transformers.Qwen2ForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
+    model = transformers.Qwen2ForCausalLM(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = {"transformers": transformers.__version__, "torch": torch.__version__, "rows": []}
     for b in batches:
-        ids = torch.randint(0, shape["vocab_size"], (b, prompt), device="cuda")
+        ids = torch.randint(0, shape["vocab_size"], (b, prompt), device=device)
         mask = torch.ones_like(ids)
         kw = dict(attention_mask=mask, max_new_tokens=new, do_sample=True,
                   temperature=1.0, top_p=1.0, top_k=0, cache_implementation="static",
                   pad_token_id=0, eos_token_id=None)
         with torch.inference_mode():
             model.generate(ids, **kw)  # warm-up (compiles when transformers auto-compiles)
-            torch.cuda.synchronize()
+            sync()
             best = float("inf")
             for _ in range(reps):
                 t0 = time.perf_counter()
                 res = model.generate(ids, **kw)
-                torch.cuda.synchronize()
+                sync()
                 best = min(best, time.perf_counter() - t0)
         n_new = int(res.shape[1] - prompt)
         out["rows"].append({"batch": b, "seconds": best, "new_tokens": n_new,
@@ -137,7 +139,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.torch_worker:
         w = json.loads(a.torch_worker)
-        torch_worker(w["shape"], w["batches"], w["prompt"], w["new"], w["reps"])
+        torch_worker(w["shape"], w["batches"], w["prompt"], w["new"], w["reps"],
+                     w.get("device", "cuda"))
         return
 
     shape = TINY if a.small else QWEN2_05B
