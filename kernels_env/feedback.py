@@ -73,7 +73,7 @@ def _timing_lines(result: Result) -> list[str]:
     if t is None:
         return [f"passed {result.trials} correctness trials (not timed)."] if result.trials else []
     if not t.comparable or t.speedup is None:
-        return [f"kernel {t.kernel_median_ms:.4g} ms median ({t.device} timing on CPU, not comparable: "
+        return [f"kernel {t.kernel_median_ms:.4g} ms median (timing on CPU, not comparable: "
                 "no speedup)." if t.device == "cpu" else
                 f"kernel {t.kernel_median_ms:.4g} ms median ({t.device} timing, not comparable: no speedup)."]
     flag = " (suspicious, re-verified on new inputs)" if t.suspicious else ""

@@ -89,7 +89,7 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
             elif kind == "execute":
                 prepared, cfg = payload
                 r, fatal = pipeline.execute(prepared, device, cfg)
-                reply = ("result", r.to_dict())
+                reply = ("result_fatal" if fatal else "result", r.to_dict())
             else:
                 reply = ("result", Result.env_error(f"worker got unknown request {kind!r}").to_dict())
         except BaseException:
@@ -563,6 +563,12 @@ class EvalPool:
                          task=pend.job.task, backend=self.backend)
         else:
             res = Result.from_dict(payload)
+            if kind == "result_fatal":  # the worker's CUDA context is gone: replace it now
+                if holder[0] is not None:
+                    holder[0].kill()
+                    self._workers.discard(holder[0])
+                    holder[0] = None
+                self._count("restarts")
         if failure is not None and pend.payload is not None:
             res.stage_seconds = dict(pend.payload.stage_seconds)
             res.resources = dict(pend.payload.compiled.resources)

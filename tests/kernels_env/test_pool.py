@@ -122,3 +122,47 @@ def test_parent_never_imports_cupy():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-2000:]
+
+
+def _bad_kernels(task):
+    out = task.outputs[0].name
+    crash = ('```cuda\nextern "C" __global__ void bad(char* y) { ((float*)y)[1ll << 36] = 1.f; }\n```\n'
+             f"```launch\nbad<<<1, 1>>>({out});\n```")
+    spin = ('```cuda\nextern "C" __global__ void spin(char* y) { volatile char* p = y; while (true) { p[0] = 1; } }\n'
+            f"```\n```launch\nspin<<<1, 1>>>({out});\n```")
+    return crash, spin
+
+
+def _recovery_run(backend: str, cfg: EnvConfig):
+    from kernels_env.tasks import list_tasks
+    t, u = list_tasks(level=1)[:2]
+    crash, spin = _bad_kernels(t)
+    with EvalPool(backend=backend, config=cfg, compile_workers=1, cpu_workers=1) as p:
+        rs = p.map([Job(t.name, t.solution), Job(t.name, crash), Job(u.name, u.solution), Job(t.name, spin),
+                    Job(t.name, t.solution + "\n<!-- trailing prose -->")])
+        return rs, p.stats()
+
+
+def test_process_pool_real_kernels_on_cpu_backend():
+    """Real compile + CPU execution in workers: an illegal address replaces the worker, a spin times out."""
+    cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2,
+                    limits=StageLimits(parse=2, compile=20, correctness=2, timing=2))
+    rs, stats = _recovery_run("cpu", cfg)
+    assert [r.status for r in rs] == [Status.CORRECT, Status.RUNTIME_ERROR, Status.CORRECT, Status.TIMEOUT,
+                                      Status.CORRECT], [r.message for r in rs]
+    assert "illegal memory access" in rs[1].message
+    assert rs[4].cached or stats["evaluations"] == 4  # same normalised source: cache hit or in-flight share
+    assert stats["restarts"] >= 1 and all(r.backend == "cpu" for r in rs[:4])
+
+
+@pytest.mark.gpu
+def test_process_pool_real_kernels_on_gpu():
+    """On a GPU: solutions correct with a speedup; a sticky illegal address and a hang each cost one
+    worker, and the pool keeps serving."""
+    cfg = EnvConfig(backend="cupy", sizes="eval", correctness_trials=3, timed_runs=20, warmup_runs=3,
+                    limits=StageLimits(parse=2, compile=20, correctness=5, timing=20))
+    rs, stats = _recovery_run("cupy", cfg)
+    assert [r.status for r in rs] == [Status.CORRECT, Status.RUNTIME_ERROR, Status.CORRECT, Status.TIMEOUT,
+                                      Status.CORRECT], [r.message for r in rs]
+    assert rs[0].speedup is not None and rs[0].speedup > 0 and rs[0].resources
+    assert stats["restarts"] >= 2 and all(r.backend == "cupy" for r in rs[:4])
