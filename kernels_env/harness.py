@@ -565,32 +565,11 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
     result and replace the worker, whose CUDA context is unusable.
     """
     run = _Run(device, program, task, None, sizes, config)  # type: ignore[arg-type]
-    kernels = dict(getattr(program, "kernels", {}) or {})
-    kernels.update(submission.kernels)
     try:
-        try:
-            run.plan = bind_plan(submission, task, sizes, kernels)
-        except PlanError as e:
-            return run.result(Status.FORMAT_ERROR, f"launch plan: {e}", details=str(e))
-        except ConfigError as e:
-            return run.result(Status.RUNTIME_ERROR, str(e), details=str(e))
-        failure = run.correctness(config.seed, "correctness")
-        if failure is not None:
-            return failure
-        if not config.timing:
-            return run.result(Status.CORRECT, f"correct on {run.trials} trials (timing off)")
-        timing = run.timing()
-        if isinstance(timing, Result):
-            return timing
-        if timing.speedup is not None and timing.speedup > config.suspicious_speedup:
-            timing.suspicious = True
-            failure = run.correctness(config.seed + REVERIFY_SEED_OFFSET, "re-verification")
-            if failure is not None:
-                failure.message = (f"suspicious {timing.speedup:.1f}x speedup; {failure.message}")
-                return failure
-            timing.reverified = True
-        return run.result(Status.CORRECT, _timing_message(timing, run.trials), timing=timing,
-                          details=_timing_details(timing, config))
+        res = _evaluate(run, submission)
+        res.stage_seconds = {**res.stage_seconds, **run.stage_seconds}  # include the stage that failed
+        res.trials = run.trials
+        return res
     except FatalDeviceError as e:
         res = run._device_failure(e, run.stage)
         res.message += " (sticky CUDA error: the worker's context is unusable)"
@@ -608,6 +587,36 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
                 end_job()
             except Exception:
                 pass
+
+
+def _evaluate(run: _Run, submission: Submission) -> Result:
+    """evaluate()'s stages; exceptions are handled by the caller."""
+    task, config = run.task, run.config
+    kernels = dict(getattr(run.program, "kernels", {}) or {})
+    kernels.update(submission.kernels)
+    try:
+        run.plan = bind_plan(submission, task, run.sizes, kernels)
+    except PlanError as e:
+        return run.result(Status.FORMAT_ERROR, f"launch plan: {e}", details=str(e))
+    except ConfigError as e:
+        return run.result(Status.RUNTIME_ERROR, str(e), details=str(e))
+    failure = run.correctness(config.seed, "correctness")
+    if failure is not None:
+        return failure
+    if not config.timing:
+        return run.result(Status.CORRECT, f"correct on {run.trials} trials (timing off)")
+    timing = run.timing()
+    if isinstance(timing, Result):
+        return timing
+    if timing.speedup is not None and timing.speedup > config.suspicious_speedup:
+        timing.suspicious = True
+        failure = run.correctness(config.seed + REVERIFY_SEED_OFFSET, "re-verification")
+        if failure is not None:
+            failure.message = (f"suspicious {timing.speedup:.1f}x speedup; {failure.message}")
+            return failure
+        timing.reverified = True
+    return run.result(Status.CORRECT, _timing_message(timing, run.trials), timing=timing,
+                      details=_timing_details(timing, config))
 
 
 def _timing_message(t: Timing, trials: int) -> str:

@@ -241,6 +241,7 @@ def test_unwritten_last_element_is_detected_through_the_poison():
     assert m.expected == pytest.approx(float(x["a"][-1] + x["b"][-1]))
     assert m.frac_mismatched == pytest.approx(1 / N)
     assert "never written" in res.message and f"[{N - 1}]" in res.message
+    assert res.stage_seconds["correctness"] > 0 and res.trials == 1
 
 
 def test_grid_too_small_leaves_elements_unwritten():
