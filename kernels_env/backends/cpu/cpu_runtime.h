@@ -6,7 +6,7 @@
 // warp operation or its end. __syncthreads releases when every live thread of the block waits;
 // a warp operation (shuffle, vote, __syncwarp, __reduce_*) releases when the live lanes of its mask
 // wait, and the scheduler computes every lane's result from the values the lanes deposited.
-// The thread (and block) order of a pass changes with a per-launch `order` value (forward,
+// The thread order of a pass changes with a per-launch `order` value (forward,
 // reverse, interleaved) so that a missing barrier shows up as a wrong answer, as on a GPU.
 // Faults (SIGSEGV/SIGBUS: guard pages around buffers), SIGFPE, SIGABRT, __trap() and a CPU-time
 // timer (hangs) end the launch through siglongjmp back to __cpu_launch, which returns an error code.
@@ -343,12 +343,12 @@ static void on_signal(int sig, siginfo_t* si, void*) {
 static thread_local char* t_altstack;
 static const size_t kAltStack = 64 * 1024;
 
-static void run_grid(int use_fibers, int order) {
+// Blocks always run in ascending order: an out-of-bounds grid-wide pattern then reaches the guard
+// pages right after a buffer before it can reach memory further away.
+static void run_grid(int use_fibers) {
   long long nb = (long long)gridDim.x * gridDim.y * gridDim.z;
   int n = __cpu_nthreads;
-  bool rev_blocks = (order % 3) == 1;
-  for (long long k = 0; k < nb; ++k) {
-    long long b = rev_blocks ? nb - 1 - k : k;
+  for (long long b = 0; b < nb; ++b) {
     blockIdx = uint3{(unsigned)(b % gridDim.x), (unsigned)((b / gridDim.x) % gridDim.y),
                      (unsigned)(b / ((long long)gridDim.x * gridDim.y))};
     if (use_fibers) {
@@ -443,7 +443,7 @@ extern "C" __attribute__((visibility("default"))) int __cpu_launch(
   }
   if (sigsetjmp(__cpu_jmp, 1) == 0) {
     __cpu_armed = 1;
-    run_grid(use_fibers, order);
+    run_grid(use_fibers);
     __cpu_armed = 0;
   }
   __cpu_armed = 0;

@@ -69,7 +69,7 @@ class CpuDevice:
     def __init__(self, config: EnvConfig | None = None) -> None:
         self.config = config or EnvConfig()
         self._pending: Exception | None = None
-        self._launches = 0
+        self._launches: dict[tuple[int, str], int] = {}
         self.healthy = True
 
     # ---- module loading --------------------------------------------------------------------
@@ -140,8 +140,11 @@ class CpuDevice:
         msg = ctypes.create_string_buffer(_MSG_LEN)
         addr = ctypes.c_ulonglong(0)
         with _LAUNCH_LOCK:
-            order = self._launches % 3
-            self._launches += 1
+            # each kernel of a program cycles through the orders on its own, so a kernel launched
+            # once per trial meets forward, reverse and interleaved in consecutive trials
+            ck = (id(program), kernel)
+            order = self._launches.get(ck, 0) % 3
+            self._launches[ck] = order + 1
             code = program.run(program.entries[kernel], ptrs, dims, int(shared_bytes),
                                             int(program.uses_sync), order, program.timeout_s, msg,
                                             _MSG_LEN, ctypes.byref(addr))

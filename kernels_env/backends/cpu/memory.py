@@ -1,6 +1,6 @@
 """Guarded device buffers for the cpu backend: NumPy arrays between inaccessible pages.
 
-Each buffer gets its own anonymous mapping: [guard page][data pages][guard page]. The END of the
+Each buffer gets its own anonymous mapping: [guard page][data pages][TRAIL_PAGES guard pages]. The END of the
 array is placed at the end of the data pages (rounded up to 16 bytes, the widest CUDA vector
 alignment), so a write or read past the end hits the trailing PROT_NONE page and faults; a negative
 index hits the leading one. The runtime turns the fault into "illegal memory access", as a GPU does.
@@ -19,6 +19,7 @@ import numpy as np
 
 PAGE = mmap.PAGESIZE
 ALIGN = 16
+TRAIL_PAGES = 16  # a block's worth of wide stores past the end still lands in the guard
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
@@ -50,12 +51,12 @@ def guarded_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     nbytes = count * dt.itemsize
     padded = (nbytes + ALIGN - 1) // ALIGN * ALIGN
     data_pages = max(1, (padded + PAGE - 1) // PAGE)
-    total = (data_pages + 2) * PAGE
+    total = (data_pages + 1 + TRAIL_PAGES) * PAGE
     m = _Mapping(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
                  prot=mmap.PROT_READ | mmap.PROT_WRITE)
     base = _addr(m)
-    for off in (0, (data_pages + 1) * PAGE):
-        if _libc.mprotect(base + off, PAGE, 0) != 0:
+    for off, size in ((0, PAGE), ((data_pages + 1) * PAGE, TRAIL_PAGES * PAGE)):
+        if _libc.mprotect(base + off, size, 0) != 0:
             raise OSError(ctypes.get_errno(), "mprotect of a guard page failed")
     offset = PAGE + data_pages * PAGE - padded
     arr = np.frombuffer(m, dtype=dt, count=count, offset=offset).reshape(shape)
@@ -80,7 +81,7 @@ def describe_address(addr: int) -> str:
     for start, nbytes, ref in items:
         if ref() is None:
             continue
-        if start + nbytes <= addr < start + nbytes + PAGE + ALIGN:
+        if start + nbytes <= addr < start + nbytes + TRAIL_PAGES * PAGE + ALIGN:
             d = addr - (start + nbytes)
             cand = (d, f"{d} bytes past the end of a {nbytes}-byte buffer")
         elif start - PAGE <= addr < start:
