@@ -5,6 +5,12 @@ backend: it draws fresh inputs per trial, poisons outputs, launches the launch p
 inputs are untouched, runs the reference, compares, and, when correct, times kernel and reference
 with the device's timer. Policy code can only cause statuses here; environment faults (a broken
 reference, a backend bug) become `env_error`.
+
+Optional extensions of the Device protocol that the harness uses when present:
+  `synchronize(timeout_s=...)`  the soft time left in the stage, so a hang raises instead of blocking;
+  `end_job()`                   called after every evaluation (CupyDevice frees its memory pool);
+  `healthy`                     False after a sticky error (read by the pipeline to replace the worker).
+The reference's timing is measured once per (device, task, sizes, timing settings) and reused.
 """
 from __future__ import annotations
 
