@@ -518,3 +518,28 @@ def test_soft_timeout_is_passed_to_devices_that_accept_it():
     res = run(dev, add_task(), ADD_SUB, config=FAST.replace(timing=False, limits=StageLimits(correctness=7.0)))
     assert res.status is Status.CORRECT
     assert len(dev.timeouts) == 5 and all(0 < t <= 7.0 for t in dev.timeouts)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n_bad=st.integers(0, 5), scale=st.floats(1e-6, 10.0),
+       atol=st.sampled_from([1e-4, 1e-2]), rtol=st.sampled_from([1e-4, 1e-2]))
+def test_compare_output_agrees_with_an_independent_numpy_check(seed, n_bad, scale, atol, rtol):
+    rng = np.random.default_rng(seed)
+    e = rng.standard_normal(257).astype(np.float32)
+    g = e.copy()
+    idx = rng.choice(257, size=n_bad, replace=False)
+    g[idx] += np.float32(scale) * rng.choice([-1.0, 1.0], size=n_bad).astype(np.float32)
+    m = compare_output(np, "y", g, e, "float32", atol, rtol, 0, "normal")
+    d = np.abs(g.astype(np.float64) - e.astype(np.float64))
+    bad = d > atol + rtol * np.abs(e.astype(np.float64))
+    if not bad.any():
+        assert m is None
+    else:
+        assert m.reason == "mismatch" and m.frac_mismatched == pytest.approx(bad.mean())
+        assert m.first_bad_index == [int(np.argmax(bad))]
+        assert m.max_abs_err == pytest.approx(d.max())
+        assert m.expected == pytest.approx(float(e[m.first_bad_index[0]]))
+        assert m.got == pytest.approx(float(g[m.first_bad_index[0]]))
