@@ -22,7 +22,7 @@ KEY_VERSION = "1"
 
 
 def _strip_comments(src: str) -> str:
-    """Remove // and /* */ comments, leaving string literals intact."""
+    """Remove // and /* */ comments (keeping their newlines), leaving string literals intact."""
     out: list[str] = []
     i, n = 0, len(src)
     while i < n:
@@ -33,8 +33,9 @@ def _strip_comments(src: str) -> str:
             out.append(" ")
         elif src.startswith("/*", i):
             j = src.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            out.append(" ")
+            j = n if j < 0 else j + 2
+            out.append(" " + "\n" * src.count("\n", i, j))  # keep line numbers
+            i = j
         elif c in "\"'":
             j = i + 1
             while j < n and src[j] != c and src[j] != "\n":

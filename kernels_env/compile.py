@@ -45,13 +45,38 @@ def cuda_include_dirs() -> tuple[str, ...]:
     cands += ["/usr/local/cuda/include"] + sorted(glob.glob("/usr/local/cuda-*/include"), reverse=True)
     for sp in sys.path:
         cands += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "include")))
-    out: list[str] = []
     for d in cands:
         d = os.path.realpath(d)
-        if d not in out and os.path.isfile(os.path.join(d, "cuda_fp16.h")):
-            out.append(d)
-            break  # one CUDA header set; mixing versions breaks the headers
-    return tuple(out)
+        if os.path.isfile(os.path.join(d, "cuda_fp16.h")):
+            cccl = os.path.join(d, "cccl")  # libcu++ (cuda/std/...), needed by cooperative_groups.h
+            return (d, cccl) if os.path.isdir(cccl) else (d,)  # one CUDA header set, never mixed
+    return ()
+
+
+_INCLUDE_RE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*include(?:_next)?\b(.*)$", re.M)
+_HEADER_RE = re.compile(r"^\s*(?:<([^<>\n]+)>|\"([^\"\n]+)\")\s*$")
+
+
+def check_includes(source: str) -> None:
+    """Allow only `#include`s of headers that ship with CUDA (found under `cuda_include_dirs()`).
+
+    Untrusted code must not read other files of the machine through the preprocessor (their
+    contents would come back in the compiler log). Raises CompileError naming the line."""
+    from kernels_env.cache import _strip_comments  # comments removed, string literals kept
+    text = _strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
+    allowed = cuda_include_dirs()
+    for m in _INCLUDE_RE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        h = _HEADER_RE.match(m.group(1))
+        name = (h.group(1) or h.group(2)).strip() if h else None
+        ok = (name is not None and not name.startswith(("/", "~")) and ".." not in name.split("/")
+              and re.fullmatch(r"[A-Za-z0-9_./+-]+", name) is not None
+              and any(os.path.isfile(os.path.join(d, name)) for d in allowed))
+        if not ok:
+            shown = (m.group(1).strip() or "(nothing)")[:80]
+            raise CompileError(f"{SOURCE_NAME}({line}): error: #include {shown} is not allowed: only headers "
+                               "that ship with CUDA may be included (e.g. <cuda_fp16.h>, <cuda_bf16.h>, "
+                               "<mma.h>, <cooperative_groups.h>)")
 
 
 def nvrtc_options(arch: str) -> list[str]:
@@ -138,6 +163,7 @@ def compile_cuda(source: str, arch: str | None = None, config: EnvConfig | None 
         raise RuntimeError(f"NVRTC is not available through CuPy ({e}); install cupy-cuda13x and "
                            "nvidia-cuda-nvrtc") from e
     t0 = time.perf_counter()
+    check_includes(source)
     prog = nvrtc.createProgram(source, SOURCE_NAME, [], [])
     try:
         try:

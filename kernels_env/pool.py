@@ -8,6 +8,10 @@ The parent enforces per-stage wall-clock limits: a worker that overruns or dies 
 CUDA error, os._exit) is killed and replaced and the job retried once, then reported as `timeout`
 (overran) or `runtime_error` (died). Every future resolves to a Result. The parent never touches
 CUDA in process mode. Inline mode runs `score` in the calling process, for debugging.
+
+`worker_env` adds environment variables to every worker (e.g. CUPY_GPU_MEMORY_LIMIT="30%" when
+the GPU is shared with a JAX trainer). Workers are spawned: a script creating a pool must guard
+its entry point with `if __name__ == "__main__":`.
 """
 from __future__ import annotations
 
@@ -229,7 +233,7 @@ class EvalPool:
     def __init__(self, mode: str = "process", backend: str = "auto", gpu_workers: int | None = None,
                  compile_workers: int | None = None, cache: bool | ResultCache = True,
                  config: EnvConfig | None = None, evaluator: Evaluator | None = None,
-                 cpu_workers: int | None = None) -> None:
+                 cpu_workers: int | None = None, worker_env: dict[str, str] | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"EvalPool mode={mode!r}; expected one of {MODES}")
         if backend not in ("auto", "cupy", "cpu"):
@@ -258,19 +262,20 @@ class EvalPool:
         self._exec_q: queue.Queue = queue.Queue()
         self.backend = self._resolve_backend(backend, gpu_workers)
         n_cpu = os.cpu_count() or 2
+        extra = {str(k): str(v) for k, v in (worker_env or {}).items()}
         if self.backend == "cupy":
             n_exec = gpu_workers or max(1, self._probe_gpus())
-            envs = [{"CUDA_VISIBLE_DEVICES": str(self._visible_gpu(i))} for i in range(n_exec)]
+            envs = [{**extra, "CUDA_VISIBLE_DEVICES": str(self._visible_gpu(i))} for i in range(n_exec)]
         else:
             n_exec = cpu_workers or max(1, min(2, n_cpu))
-            envs = [{"CUDA_VISIBLE_DEVICES": ""} for _ in range(n_exec)]
+            envs = [{**extra, "CUDA_VISIBLE_DEVICES": ""} for _ in range(n_exec)]
         n_compile = 0 if evaluator is not None else (compile_workers or max(1, min(8, n_cpu - 1)))
         if evaluator is not None or self.arch is not None:
             self._arch_known.set()
         for i, env in enumerate(envs):
             self._spawn_thread(self._exec_loop, "exec", env, i)
         for i in range(n_compile):
-            self._spawn_thread(self._compile_loop, "compile", {"CUDA_VISIBLE_DEVICES": ""}, i)
+            self._spawn_thread(self._compile_loop, "compile", {**extra, "CUDA_VISIBLE_DEVICES": ""}, i)
         self.gpu_workers = n_exec if self.backend == "cupy" else 0
         self.exec_workers = n_exec
         self.compile_workers = n_compile

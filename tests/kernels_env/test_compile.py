@@ -53,9 +53,29 @@ def test_syntax_error_and_missing_header():
     src = '#include "missing_header.h"\nextern "C" __global__ void k(float* y) { y[0] = ; }\n'
     with pytest.raises(CompileError) as ei:
         compile_cuda(src, "sm_90", EnvConfig())
-    assert 'kernel.cu(1): catastrophic error: cannot open source file "missing_header.h"' in ei.value.log
+    assert 'kernel.cu(1): error: #include "missing_header.h" is not allowed' in ei.value.log
     with pytest.raises(CompileError, match=r"kernel.cu\(1\): error: expected an expression"):
         compile_cuda('extern "C" __global__ void k(float* y) { y[0] = ; }', "sm_90", EnvConfig())
+
+
+@pytest.mark.parametrize("directive", [
+    '#include "/etc/passwd"', "#include <../../../../etc/hostname>", '/* x\n */ # /**/ include "secret.h"',
+    '#define H "/etc/passwd"\n#include H', "%:include </etc/hosts>", "#include_next <x.h>",
+])
+def test_only_cuda_headers_may_be_included(directive):
+    """Untrusted code must not read the machine's files through the preprocessor."""
+    with pytest.raises(CompileError) as ei:
+        compile_cuda(directive + '\nextern "C" __global__ void k(float* y) {}', "sm_90", EnvConfig())
+    line = directive.count("\n") + 1
+    assert ei.value.log.startswith(f"kernel.cu({line}): error: #include ") and "is not allowed" in ei.value.log
+    assert "root:" not in ei.value.log
+
+
+@pytest.mark.skipif(not cuda_include_dirs(), reason="no CUDA headers found on this machine")
+def test_cuda_headers_are_allowed():
+    src = ("#include <cuda_fp16.h>\n#include \"cuda_bf16.h\"\n#include <mma.h>\n#include <cooperative_groups.h>\n"
+           'extern "C" __global__ void k(__nv_bfloat16* y) { y[0] = __float2bfloat16(1.0f); }')
+    assert compile_cuda(src, "sm_90", EnvConfig()).cubin
 
 
 def test_log_is_bounded_keeping_first_errors():

@@ -120,3 +120,39 @@ def test_prepare_is_picklable():
     back = pickle.loads(pickle.dumps(prep))
     assert back.compiled.cubin == prep.compiled.cubin and back.submission == prep.submission
     assert back.sizes == {"N": 300}
+
+
+def test_get_device_names():
+    from kernels_env.backends import get_device, gpu_count, resolve_backend
+    with pytest.raises(ValueError, match="unknown backend 'tpu'; expected one of auto, cupy, cpu"):
+        get_device("tpu")
+    assert resolve_backend("cpu") == "cpu"
+    assert resolve_backend("auto") == ("cupy" if gpu_count() > 0 else "cpu")
+    dev = get_device("cpu", EnvConfig(backend="cpu"))
+    try:
+        assert dev.name == "cpu" and dev.timing_comparable is False
+    finally:
+        dev.close()
+
+
+def test_score_on_cpu_backend_by_task_name():
+    """The real path: a suite task by name, NVRTC, the CPU backend, the harness."""
+    from kernels_env.tasks import list_tasks
+    t = list_tasks(level=1)[0]
+    r = score(t.name, t.solution, EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2))
+    assert r.status is Status.CORRECT, r.message
+    assert r.backend == "cpu" and r.trials == 2 and r.resources
+
+
+@pytest.mark.gpu
+def test_score_on_gpu_reports_speedup_and_arch():
+    from kernels_env.backends import get_device
+    from kernels_env.tasks import list_tasks
+    dev = get_device("cupy")
+    try:
+        for t in list_tasks(level=1)[:3]:
+            r = score(t, t.solution, EnvConfig(backend="cupy", timed_runs=20), dev)
+            assert r.status is Status.CORRECT, (t.name, r.message)
+            assert r.timing.comparable and r.speedup > 0 and r.resources
+    finally:
+        dev.close()
