@@ -98,7 +98,3 @@ def sigmoid(xp: Any, x: Any) -> Any:
     e = xp.exp(-xp.abs(x))
     return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
-
-def f32(xp: Any, a: Any) -> Any:
-    """Cast to float32 (outputs are returned in their declared dtype)."""
-    return a.astype(xp.float32)

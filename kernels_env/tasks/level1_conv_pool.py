@@ -23,7 +23,7 @@ def conv1d_ref(xp: Any, x: Any, w: Any) -> Any:
     y = xp.zeros((x.shape[0], w.shape[0], lo), dtype=xp.float32)
     for k in range(kw):
         y += xp.einsum("ncl,oc->nol", x[:, :, k:k + lo], w[:, :, k])
-    return y.astype(xp.float32)
+    return y.astype(xp.float32, copy=False)
 
 
 def conv2d_ref(xp: Any, x: Any, w: Any) -> Any:
@@ -34,7 +34,7 @@ def conv2d_ref(xp: Any, x: Any, w: Any) -> Any:
     for a in range(kh):
         for b in range(kw):
             y += xp.einsum("nchw,oc->nohw", x[:, :, a:a + oh, b:b + ow], w[:, :, a, b])
-    return y.astype(xp.float32)
+    return y.astype(xp.float32, copy=False)
 
 
 CONV1D_CUDA = r"""
@@ -127,7 +127,7 @@ def pool1d_ref(xp: Any, x: Any, kernel_size: int, stride: int, op: str) -> Any:
             out = xp.maximum(out, v)
     else:
         out = sum(win[1:], win[0]) / kernel_size
-    return out.astype(xp.float32)
+    return out.astype(xp.float32, copy=False)
 
 
 def pool2d_ref(xp: Any, x: Any, kernel_size: int, stride: int, op: str) -> Any:
@@ -141,7 +141,7 @@ def pool2d_ref(xp: Any, x: Any, kernel_size: int, stride: int, op: str) -> Any:
             out = xp.maximum(out, v)
     else:
         out = sum(win[1:], win[0]) / (kernel_size * kernel_size)
-    return out.astype(xp.float32)
+    return out.astype(xp.float32, copy=False)
 
 
 _POOL1D = r"""

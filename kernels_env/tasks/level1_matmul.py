@@ -103,31 +103,31 @@ TASKS = [
     _mm_task("matmul_square", "Square matrix product C = A @ B, with A, B, C of shape [N, N]. " + _RM,
              (Buffer("A", "float32", ("N", "N")), Buffer("B", "float32", ("N", "N"))), ("N", "N"),
              {"eval": {"N": 2048}, "small": {"N": 67}},
-             lambda xp, A, B: xp.matmul(A, B).astype(xp.float32), launch_sizes="N, N, N"),
+             lambda xp, A, B: xp.matmul(A, B).astype(xp.float32, copy=False), launch_sizes="N, N, N"),
     _mm_task("matmul_rect", "Rectangular matrix product C = A @ B with A [M, K], B [K, N], C [M, N]. " + _RM,
              (Buffer("A", "float32", ("M", "K")), Buffer("B", "float32", ("K", "N"))), ("M", "N"),
              {"eval": {"M": 1024, "K": 4096, "N": 2048}, "small": SMALL},
-             lambda xp, A, B: xp.matmul(A, B).astype(xp.float32)),
+             lambda xp, A, B: xp.matmul(A, B).astype(xp.float32, copy=False)),
     _mm_task("matmul_batched", "Batched matrix product C[b] = A[b] @ B[b] for b in [0, Bt), with A [Bt, M, K], "
              "B [Bt, K, N], C [Bt, M, N]. " + _RM,
              (Buffer("A", "float32", ("Bt", "M", "K")), Buffer("B", "float32", ("Bt", "K", "N"))), ("Bt", "M", "N"),
-             {"eval": {"Bt": 32, "M": 512, "K": 512, "N": 512}, "small": {"Bt": 3, "M": 33, "K": 20, "N": 17}},
-             lambda xp, A, B: xp.matmul(A, B).astype(xp.float32), batched=True),
+             {"eval": {"Bt": 64, "M": 512, "K": 512, "N": 512}, "small": {"Bt": 3, "M": 33, "K": 20, "N": 17}},
+             lambda xp, A, B: xp.matmul(A, B).astype(xp.float32, copy=False), batched=True),
     _mm_task("matmul_transposed_a", "Matrix product with A transposed: C = A^T @ B where A is stored as [K, M], "
              "B is [K, N] and C is [M, N] (C[m, n] = sum_k A[k, m] * B[k, n]). " + _RM,
              (Buffer("A", "float32", ("K", "M")), Buffer("B", "float32", ("K", "N"))), ("M", "N"),
              {"eval": {"M": 2048, "K": 2048, "N": 2048}, "small": SMALL},
-             lambda xp, A, B: xp.matmul(A.T, B).astype(xp.float32), a="t"),
+             lambda xp, A, B: xp.matmul(A.T, B).astype(xp.float32, copy=False), a="t"),
     _mm_task("matmul_transposed_b", "Matrix product with B transposed: C = A @ B^T where A is [M, K], B is stored "
              "as [N, K] and C is [M, N] (C[m, n] = sum_k A[m, k] * B[n, k]). " + _RM,
              (Buffer("A", "float32", ("M", "K")), Buffer("B", "float32", ("N", "K"))), ("M", "N"),
              {"eval": {"M": 2048, "K": 2048, "N": 2048}, "small": SMALL},
-             lambda xp, A, B: xp.matmul(A, B.T).astype(xp.float32), b="t"),
+             lambda xp, A, B: xp.matmul(A, B.T).astype(xp.float32, copy=False), b="t"),
     _mm_task("matmul_fp16", "Half-precision matrix product C = A @ B with A [M, K], B [K, N], C [M, N], all "
              "contiguous row-major __half. Accumulate in float32 and round the result to half once.",
              (Buffer("A", "float16", ("M", "K")), Buffer("B", "float16", ("K", "N"))), ("M", "N"),
              {"eval": {"M": 2048, "K": 2048, "N": 2048}, "small": SMALL},
-             lambda xp, A, B: xp.matmul(A.astype(xp.float32), B.astype(xp.float32)).astype(xp.float16),
+             lambda xp, A, B: xp.matmul(A.astype(xp.float32, copy=False), B.astype(xp.float32, copy=False)).astype(xp.float16, copy=False),
              dtype="float16"),
 ]
 
@@ -148,10 +148,10 @@ TASKS.append(Task(
     name="matvec", level=1,
     description="Matrix-vector product y = A @ x with A [M, K] (contiguous row-major float32), x float32 [K] "
                 "and y float32 [M] (y[m] = sum_k A[m, k] * x[k]).",
-    sizes={"eval": {"M": 8192, "K": 16384}, "small": {"M": 37, "K": 1000}},
+    sizes={"eval": {"M": 16384, "K": 16384}, "small": {"M": 37, "K": 1000}},
     inputs=(Buffer("A", "float32", ("M", "K")), Buffer("x", "float32", ("K",))),
     outputs=(Buffer("y", "float32", ("M",)),),
-    reference=lambda xp, A, x: xp.matmul(A, x).astype(xp.float32), tolerance=MM_TOL,
+    reference=lambda xp, A, x: xp.matmul(A, x).astype(xp.float32, copy=False), tolerance=MM_TOL,
     solution=common.solution(_MATVEC_CUDA, "matvec_kernel<<<M, 256>>>(A, x, y, M, K);"),
     tags=("matmul",)))
 

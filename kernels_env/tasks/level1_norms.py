@@ -56,28 +56,28 @@ _MAX_SUM = """    float m = -3.402823466e+38f;
 
 def _softmax_ref(xp, x):
     e = xp.exp(x - xp.max(x, axis=1, keepdims=True))
-    return (e / xp.sum(e, axis=1, keepdims=True)).astype(xp.float32)
+    return (e / xp.sum(e, axis=1, keepdims=True)).astype(xp.float32, copy=False)
 
 
 def _log_softmax_ref(xp, x):
     z = x - xp.max(x, axis=1, keepdims=True)
-    return (z - xp.log(xp.sum(xp.exp(z), axis=1, keepdims=True))).astype(xp.float32)
+    return (z - xp.log(xp.sum(xp.exp(z), axis=1, keepdims=True))).astype(xp.float32, copy=False)
 
 
 def _layer_norm_ref(xp, x, weight, bias, eps):
     mu = xp.mean(x, axis=1, keepdims=True)
     var = xp.mean((x - mu) ** 2, axis=1, keepdims=True)
-    return ((x - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32)
+    return ((x - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32, copy=False)
 
 
 def _rms_norm_ref(xp, x, weight, eps):
     ms = xp.mean(x * x, axis=1, keepdims=True)
-    return (x / xp.sqrt(ms + eps) * weight).astype(xp.float32)
+    return (x / xp.sqrt(ms + eps) * weight).astype(xp.float32, copy=False)
 
 
 def _l2_ref(xp, x, eps):
     n = xp.sqrt(xp.sum(x * x, axis=1, keepdims=True))
-    return (x / xp.maximum(n, eps)).astype(xp.float32)
+    return (x / xp.maximum(n, eps)).astype(xp.float32, copy=False)
 
 
 _ROWS = ("x is a contiguous row-major float32 matrix [M, N]; the output y is float32 [M, N].")
@@ -148,7 +148,7 @@ scale_by_norm<<<min(cdiv(M * N, 256), 8192), 256>>>(x, total, y, M * N);"""
 
 
 def _frob_ref(xp, x):
-    return (x / xp.sqrt(xp.sum(x * x))).astype(xp.float32)
+    return (x / xp.sqrt(xp.sum(x * x))).astype(xp.float32, copy=False)
 
 
 TASKS.append(Task(

@@ -63,17 +63,17 @@ _SCAN_TOL = {"float32": (2e-3, 1e-3)}
 
 TASKS = [
     scan_task("cumsum", "Inclusive cumulative sum along each row: y[m, j] = sum_{k <= j} x[m, k]. " + _ROWS,
-              "+", "0.0f", "j", lambda xp, x: xp.cumsum(x, axis=1).astype(xp.float32),
+              "+", "0.0f", "j", lambda xp, x: xp.cumsum(x, axis=1).astype(xp.float32, copy=False),
               {"eval": {"M": 8192, "N": 8192}, "small": {"M": 5, "N": 1000}}, _SCAN_TOL,
               Buffer("x", "float32", ("M", "N"))),
     scan_task("reverse_cumsum", "Reverse inclusive cumulative sum along each row: y[m, j] = sum_{k >= j} "
               "x[m, k] (suffix sums). " + _ROWS, "+", "0.0f", "N - 1 - (j)",
-              lambda xp, x: xp.flip(xp.cumsum(xp.flip(x, axis=1), axis=1), axis=1).astype(xp.float32),
+              lambda xp, x: xp.flip(xp.cumsum(xp.flip(x, axis=1), axis=1), axis=1).astype(xp.float32, copy=False),
               {"eval": {"M": 8192, "N": 8192}, "small": {"M": 5, "N": 1000}}, _SCAN_TOL,
               Buffer("x", "float32", ("M", "N"))),
     scan_task("cumprod", "Inclusive cumulative product along each row: y[m, j] = prod_{k <= j} x[m, k]. "
               + _ROWS + " Inputs are drawn from [0.9, 1.1] so products stay in range.", "*", "1.0f", "j",
-              lambda xp, x: xp.cumprod(x, axis=1).astype(xp.float32),
+              lambda xp, x: xp.cumprod(x, axis=1).astype(xp.float32, copy=False),
               {"eval": {"M": 262144, "N": 256}, "small": {"M": 6, "N": 300}}, {"float32": (1e-4, 1e-3)},
               Buffer("x", "float32", ("M", "N"), distributions=("uniform",), low=0.9, high=1.1)),
 ]
@@ -116,17 +116,17 @@ def pair_loss_task(name: str, description: str, expr: str, ref: Any, *, target: 
 
 
 def _mse_ref(xp, pred, target):
-    return xp.mean((pred - target) ** 2).reshape(1).astype(xp.float32)
+    return xp.mean((pred - target) ** 2).reshape(1).astype(xp.float32, copy=False)
 
 
 def _huber_ref(xp, pred, target, beta):
     d = xp.abs(pred - target)
-    return xp.mean(xp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)).reshape(1).astype(xp.float32)
+    return xp.mean(xp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)).reshape(1).astype(xp.float32, copy=False)
 
 
 def _hinge_ref(xp, pred, target):
-    y = 2.0 * target.astype(xp.float32) - 1.0
-    return xp.mean(xp.maximum(1.0 - y * pred, 0)).reshape(1).astype(xp.float32)
+    y = 2.0 * target.astype(xp.float32, copy=False) - 1.0
+    return xp.mean(xp.maximum(1.0 - y * pred, 0)).reshape(1).astype(xp.float32, copy=False)
 
 
 _VEC = "pred and target are contiguous float32 vectors of N elements; loss is a float32 buffer of 1 element."
@@ -166,7 +166,7 @@ def _ce_ref(xp, logits, target):
     m = xp.max(logits, axis=1, keepdims=True)
     lse = (m + xp.log(xp.sum(xp.exp(logits - m), axis=1, keepdims=True)))[:, 0]
     picked = xp.take_along_axis(logits, target.reshape(-1, 1), axis=1)[:, 0]
-    return xp.mean(lse - picked).reshape(1).astype(xp.float32)
+    return xp.mean(lse - picked).reshape(1).astype(xp.float32, copy=False)
 
 
 _KL_CUDA = common.REDUCE_CUDA + common.FINISH_SUM_CUDA + r"""
@@ -200,7 +200,7 @@ def _kl_ref(xp, p_logits, q_logits):
         z = z - xp.max(z, axis=1, keepdims=True)
         return z - xp.log(xp.sum(xp.exp(z), axis=1, keepdims=True))
     lp, lq = log_softmax(p_logits), log_softmax(q_logits)
-    return xp.mean(xp.sum(xp.exp(lp) * (lp - lq), axis=1)).reshape(1).astype(xp.float32)
+    return xp.mean(xp.sum(xp.exp(lp) * (lp - lq), axis=1)).reshape(1).astype(xp.float32, copy=False)
 
 
 _COS_CUDA = common.REDUCE_CUDA + common.FINISH_SUM_CUDA + r"""
@@ -226,7 +226,7 @@ extern "C" __global__ void cos_rows(const float* __restrict__ a, const float* __
 def _cos_ref(xp, a, b, eps):
     dot = xp.sum(a * b, axis=1)
     na, nb = xp.sqrt(xp.sum(a * a, axis=1)), xp.sqrt(xp.sum(b * b, axis=1))
-    return xp.mean(1.0 - dot / xp.maximum(na * nb, eps)).reshape(1).astype(xp.float32)
+    return xp.mean(1.0 - dot / xp.maximum(na * nb, eps)).reshape(1).astype(xp.float32, copy=False)
 
 
 _LOSS_TOL = {"float32": (1e-4, 1e-3)}

@@ -47,19 +47,19 @@ _BIAS = Buffer("bias", "float32", ("N",))
 TASKS = [
     _gemm_epilogue_task("matmul_bias_relu", "Linear layer with ReLU: y = max(x @ w + bias, 0), bias float32 [N] "
                         "broadcast over rows, y float32 [M, N]; " + _XW + ".", "fmaxf(v + bias[col], 0.0f)",
-                        lambda xp, x, w, bias: xp.maximum(_xw(xp, x, w) + bias, 0).astype(xp.float32),
+                        lambda xp, x, w, bias: xp.maximum(_xw(xp, x, w) + bias, 0).astype(xp.float32, copy=False),
                         extra=(_BIAS,)),
     _gemm_epilogue_task("matmul_bias_gelu", "Linear layer with tanh-approximated GELU: h = x @ w + bias, y = 0.5 h "
                         "(1 + tanh(sqrt(2/pi) (h + 0.044715 h^3))), bias float32 [N], y float32 [M, N]; " + _XW + ".",
                         "0.5f * (v + bias[col]) * (1.0f + tanhf(0.7978845608028654f * ((v + bias[col]) + 0.044715f"
                         " * (v + bias[col]) * (v + bias[col]) * (v + bias[col]))))",
                         lambda xp, x, w, bias: (lambda h: 0.5 * h * (1.0 + xp.tanh(_GELU_C * (h + 0.044715 * h ** 3))))(
-                            _xw(xp, x, w) + bias).astype(xp.float32),
+                            _xw(xp, x, w) + bias).astype(xp.float32, copy=False),
                         extra=(_BIAS,)),
     _gemm_epilogue_task("matmul_scale_residual", "Scaled linear output plus a residual: y = (x @ w) * scale + "
                         "residual, residual float32 [M, N], scale = 0.5, y float32 [M, N]; " + _XW + ".",
                         "v * scale + residual[(size_t)row * N + col]",
-                        lambda xp, x, w, residual, scale: (_xw(xp, x, w) * scale + residual).astype(xp.float32),
+                        lambda xp, x, w, residual, scale: (_xw(xp, x, w) * scale + residual).astype(xp.float32, copy=False),
                         extra=(Buffer("residual", "float32", ("M", "N")),),
                         scalars=(Scalar("scale", "float32", 0.5),), tags=("residual",)),
 ]
@@ -86,7 +86,7 @@ TASKS.append(Task(
     sizes={"eval": GEMM_EVAL, "small": GEMM_SMALL},
     inputs=(Buffer("x", "float32", ("M", "K")), Buffer("w", "float32", ("K", "N")), _BIAS),
     outputs=(Buffer("y", "float32", ("M",)),),
-    reference=lambda xp, x, w, bias: xp.sum(common.sigmoid(xp, _xw(xp, x, w) + bias), axis=1).astype(xp.float32),
+    reference=lambda xp, x, w, bias: xp.sum(common.sigmoid(xp, _xw(xp, x, w) + bias), axis=1).astype(xp.float32, copy=False),
     tolerance=MM_TOL,
     solution=common.solution(_SIGSUM_CUDA, f"scratch float h[M * N];\ngemm_bias_sigmoid<<<{_GEMM_LAUNCH}>>>"
                              "(x, w, bias, h, M, N, K);\nrow_sum<<<M, 256>>>(h, y, M, N);"),
@@ -101,7 +101,7 @@ _SWIGLU_CUDA = (gemm_kernel("gate_silu", epilogue="v / (1.0f + expf(-v))")
 
 def _swiglu_ref(xp, x, w_gate, w_up):
     g = xp.matmul(x, w_gate)
-    return (g * common.sigmoid(xp, g) * xp.matmul(x, w_up)).astype(xp.float32)
+    return (g * common.sigmoid(xp, g) * xp.matmul(x, w_up)).astype(xp.float32, copy=False)
 
 
 TASKS.append(Task(
@@ -143,10 +143,10 @@ def _conv_task(name: str, description: str, epilogue: str, reference: Any,
 TASKS += [
     _conv_task("conv2d_bias_relu", "2-D convolution, bias and ReLU: y[n, o] = max(conv2d(x, w)[n, o] + bias[o], 0). "
                + _CONV_DESC, "fmaxf(acc + bias[o], 0.0f)",
-               lambda xp, x, w, bias: xp.maximum(conv2d_ref(xp, x, w) + bias.reshape(1, -1, 1, 1), 0).astype(xp.float32)),
+               lambda xp, x, w, bias: xp.maximum(conv2d_ref(xp, x, w) + bias.reshape(1, -1, 1, 1), 0).astype(xp.float32, copy=False)),
     _conv_task("conv2d_bias_scale", "2-D convolution, bias, then a constant scale: y[n, o] = (conv2d(x, w)[n, o] + "
                "bias[o]) * scale with scale = 1.5. " + _CONV_DESC, "(acc + bias[o]) * scale",
-               lambda xp, x, w, bias, scale: ((conv2d_ref(xp, x, w) + bias.reshape(1, -1, 1, 1)) * scale).astype(xp.float32),
+               lambda xp, x, w, bias, scale: ((conv2d_ref(xp, x, w) + bias.reshape(1, -1, 1, 1)) * scale).astype(xp.float32, copy=False),
                scalars=(Scalar("scale", "float32", 1.5),)),
 ]
 
@@ -181,18 +181,18 @@ def _add_ln_ref(xp, x, residual, weight, bias, eps):
     h = x + residual
     mu = xp.mean(h, axis=1, keepdims=True)
     var = xp.mean((h - mu) ** 2, axis=1, keepdims=True)
-    return ((h - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32)
+    return ((h - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32, copy=False)
 
 
 def _rms_gate_ref(xp, x, gate, weight, eps):
     r = x / xp.sqrt(xp.mean(x * x, axis=1, keepdims=True) + eps) * weight
-    return (r * gate * common.sigmoid(xp, gate)).astype(xp.float32)
+    return (r * gate * common.sigmoid(xp, gate)).astype(xp.float32, copy=False)
 
 
 def _scaled_softmax_ref(xp, x, scale):
     z = x * scale
     e = xp.exp(z - xp.max(z, axis=1, keepdims=True))
-    return (e / xp.sum(e, axis=1, keepdims=True)).astype(xp.float32)
+    return (e / xp.sum(e, axis=1, keepdims=True)).astype(xp.float32, copy=False)
 
 
 _M_ROWS = Buffer("x", "float32", ("M", "N"))
@@ -262,7 +262,7 @@ extern "C" __global__ void softmax_inplace(float* s_rows, int rows, int L) {
 def _attn_ref(xp, q, k, scale):
     s = xp.matmul(q, xp.swapaxes(k, 1, 2)) * scale
     e = xp.exp(s - xp.max(s, axis=2, keepdims=True))
-    return (e / xp.sum(e, axis=2, keepdims=True)).astype(xp.float32)
+    return (e / xp.sum(e, axis=2, keepdims=True)).astype(xp.float32, copy=False)
 
 
 TASKS.append(Task(

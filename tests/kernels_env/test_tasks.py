@@ -446,3 +446,18 @@ def test_solution_compiles_nvrtc_sm90(task):
     assert mod.cubin and set(mod.kernels) == set(sub.kernels)
     for name, res in mod.resources.items():
         assert not res.spill_stores_bytes, (task.name, name, res)
+
+
+def test_references_use_only_functions_numpy_and_cupy_share():
+    # References run under cupy on the GPU; check statically that every `xp.<name>` exists in both.
+    cupy = pytest.importorskip("cupy")
+    import pathlib
+
+    import kernels_env.tasks as pkg
+
+    used = set()
+    for path in pathlib.Path(pkg.__file__).parent.glob("*.py"):
+        used |= set(re.findall(r"\bxp\.([A-Za-z_][A-Za-z0-9_]*)", path.read_text()))
+    assert {"exp", "matmul", "cumsum"} <= used
+    missing = sorted(n for n in used if not (hasattr(np, n) and hasattr(cupy, n)))
+    assert not missing, f"xp functions missing from numpy or cupy: {missing}"
