@@ -54,11 +54,6 @@ class CupyProgram:
     smem_optin: dict[str, int] = field(default_factory=dict)
 
 
-def _cuda_errors() -> tuple[type, ...]:
-    import cupy
-    return (cupy.cuda.driver.CUDADriverError, cupy.cuda.runtime.CUDARuntimeError)
-
-
 class CupyDevice:
     """One CUDA GPU through CuPy. `memory_limit`: a fraction of the GPU (0-1) or bytes for the pool."""
 
@@ -94,6 +89,9 @@ class CupyDevice:
                 raise ValueError(f"memory_limit={memory_limit!r}; expected a fraction in (0, 1] or bytes > 0")
 
     # ---- errors ----------------------------------------------------------------------------------
+    def _errors(self) -> tuple[type, ...]:
+        return (self.cp.cuda.driver.CUDADriverError, self.cp.cuda.runtime.CUDARuntimeError)
+
     def _map(self, e: Exception, what: str) -> Exception:
         status = getattr(e, "status", None)
         text = str(e)
@@ -115,7 +113,7 @@ class CupyDevice:
         self._check_healthy()
         try:
             return self._load_cubin(compiled.cubin, compiled.kernels, compiled.arch)
-        except _cuda_errors() as e:
+        except self._errors() as e:
             if getattr(e, "status", None) in STICKY_ERRORS:
                 raise self._map(e, "loading the module") from e
             first_error = e
@@ -124,7 +122,7 @@ class CupyDevice:
         rebuilt = compile_cuda(compiled.source, arch, config)
         try:
             prog = self._load_cubin(rebuilt.cubin, rebuilt.kernels or compiled.kernels, rebuilt.arch)
-        except _cuda_errors() as e:
+        except self._errors() as e:
             raise self._map(e, f"loading the module (cubin for {compiled.arch} failed with "
                                f"{first_error}; rebuilt for {arch})") from e
         prog.rebuilt_from_source = True
@@ -152,7 +150,7 @@ class CupyDevice:
         if fn is None:
             raise KernelRuntimeError(f"no kernel {kernel!r} in the loaded module "
                                      f"(has {', '.join(sorted(program.functions))})")
-        errors = _cuda_errors()
+        errors = self._errors()
         if shared_bytes > DEFAULT_SMEM_LIMIT and program.smem_optin.get(kernel, 0) < shared_bytes:
             if shared_bytes > self.max_smem_optin:
                 raise KernelRuntimeError(
@@ -190,7 +188,7 @@ class CupyDevice:
                 time.sleep(pause)
                 pause = min(pause * 2, 1e-3)
             event.synchronize()
-        except _cuda_errors() as e:
+        except self._errors() as e:
             raise self._map(e, "kernel execution failed") from e
 
     # ---- memory ----------------------------------------------------------------------------------
@@ -230,7 +228,7 @@ class CupyDevice:
                     ends[j].record(stream)
             stream.synchronize()
             times = [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)]
-        except _cuda_errors() as e:
+        except self._errors() as e:
             raise self._map(e, "kernel failed while being timed") from e
         finally:
             del flush

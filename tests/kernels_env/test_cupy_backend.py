@@ -111,6 +111,122 @@ def test_device_hang_maps_to_timeout_and_propagates():
     assert info.value.result.status is Status.TIMEOUT and "still running" in info.value.result.message
 
 
+class _FakeCupy:
+    """Just enough of the cupy namespace for CupyDevice's control flow (launch / sync / timing)."""
+
+    def __init__(self, fail_status=None, never_done=False):
+        import types
+        fc = self
+
+        class DriverError(RuntimeError):
+            def __init__(self, status):
+                super().__init__(f"CUDA_ERROR_{status}: fake driver error")
+                self.status = status
+
+        class RuntimeErr(DriverError):
+            pass
+
+        class Stream:
+            ptr = 0
+            def synchronize(self):
+                fc.syncs += 1
+                if fc.pending_error is not None:
+                    status, fc.pending_error = fc.pending_error, None
+                    raise RuntimeErr(status)
+
+        class Event:
+            def __init__(self, disable_timing=False):
+                self.t = None
+            def record(self, stream):
+                fc.clock += 1.0
+                self.t = fc.clock
+            @property
+            def done(self):
+                return not fc.never_done
+            def synchronize(self):
+                pass
+
+        self.syncs, self.clock, self.memsets, self.attrs, self.launches = 0, 0.0, 0, [], []
+        self.pending_error, self.fail_status, self.never_done = None, fail_status, never_done
+        driver = types.SimpleNamespace(CUDADriverError=DriverError, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
+                                       funcSetAttribute=lambda ptr, attr, v: self.attrs.append((ptr, attr, v)))
+        runtime = types.SimpleNamespace(CUDARuntimeError=RuntimeErr,
+                                        memsetAsync=lambda ptr, v, n, st: setattr(self, "memsets", self.memsets + 1))
+        stream = Stream()
+        self.cuda = types.SimpleNamespace(driver=driver, runtime=runtime, Event=Event,
+                                          get_current_stream=lambda: stream,
+                                          get_elapsed_time=lambda a, b: b.t - a.t)
+        self.uint8 = "uint8"
+
+    def empty(self, n, dtype=None):
+        import types
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=1234))
+
+    def kernel(self):
+        fc = self
+
+        class Fn:
+            ptr = 42
+            def __call__(self, grid, block, args, shared_mem=0):
+                fc.launches.append((grid, block, args, shared_mem))
+                if fc.fail_status is not None:
+                    fc.pending_error = fc.fail_status  # asynchronous: surfaces at the next sync
+        return Fn()
+
+
+def _fake_device(**kw):
+    from kernels_env.backends.cupy_backend import CupyDevice, CupyProgram
+    dev = CupyDevice.__new__(CupyDevice)
+    dev.cp = dev.xp = _FakeCupy(**kw)
+    dev.healthy, dev.arch, dev.l2_bytes, dev.flush_bytes = True, "sm_90", 50 << 20, 100 << 20
+    dev.max_smem_optin, dev.flushes, dev.last_timing = 227 * 1024, 0, {}
+    prog = CupyProgram(kernels={}, functions={"k": dev.cp.kernel()}, arch="sm_90")
+    return dev, prog
+
+
+def test_launch_opts_in_to_large_shared_memory_once_and_rejects_too_much():
+    from kernels_env.backends.base import KernelRuntimeError
+    dev, prog = _fake_device()
+    for _ in range(2):
+        dev.launch(prog, "k", (4, 1, 1), (256, 1, 1), 96 * 1024, [1, 2])
+    assert dev.cp.attrs == [(42, 8, 96 * 1024)]
+    assert dev.cp.launches[-1] == ((4, 1, 1), (256, 1, 1), (1, 2), 96 * 1024)
+    with pytest.raises(KernelRuntimeError, match="too much dynamic shared memory"):
+        dev.launch(prog, "k", (1, 1, 1), (1, 1, 1), 228 * 1024, [])
+    with pytest.raises(KernelRuntimeError, match="no kernel 'missing'"):
+        dev.launch(prog, "missing", (1, 1, 1), (1, 1, 1), 0, [])
+
+
+def test_asynchronous_sticky_error_surfaces_at_sync_as_fatal():
+    from kernels_env.backends.base import FatalDeviceError
+    dev, prog = _fake_device(fail_status=716)
+    dev.launch(prog, "k", (1, 1, 1), (32, 1, 1), 0, [])
+    with pytest.raises(FatalDeviceError, match="716"):
+        dev.synchronize()
+    assert not dev.healthy
+    with pytest.raises(FatalDeviceError, match="unusable"):
+        dev.launch(prog, "k", (1, 1, 1), (32, 1, 1), 0, [])
+
+
+def test_synchronize_with_a_timeout_raises_device_hang():
+    from kernels_env.backends.cupy_backend import DeviceHang
+    dev, prog = _fake_device(never_done=True)
+    dev.launch(prog, "k", (1, 1, 1), (32, 1, 1), 0, [])
+    with pytest.raises(DeviceHang, match="still running"):
+        dev.synchronize(timeout_s=0.02)
+    assert not dev.healthy
+
+
+def test_time_ms_flushes_and_syncs_before_every_run():
+    dev, prog = _fake_device()
+    times = dev.time_ms(lambda: dev.launch(prog, "k", (1, 1, 1), (32, 1, 1), 0, []), 3, 7, True)
+    assert len(times) == 7 and all(t == 1.0 for t in times)  # one fake clock tick between the events
+    assert dev.cp.memsets == 10 and dev.flushes == 10 and dev.cp.syncs >= 10
+    assert len(dev.cp.launches) == 10 and dev.last_timing["flush_bytes"] == 100 << 20
+    dev.time_ms(lambda: None, 0, 2, False)
+    assert dev.cp.memsets == 10 and dev.last_timing["flush_bytes"] == 0
+
+
 def evaluate_text(device, task, submission_text, config=CONFIG, sizes=None):
     """parse -> NVRTC -> load -> harness, as the pipeline does, but returning the harness's Result."""
     from kernels_env.compile import compile_cuda
