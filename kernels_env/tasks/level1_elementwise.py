@@ -37,17 +37,19 @@ extern "C" __global__ void {name}_kernel(const {ct}* __restrict__ x, {ct}* __res
 
 def unary_task(name: str, what: str, ref: Callable[..., Any], expr: str, *, dtype: str = "float32",
                scalars: tuple[Scalar, ...] = (), tags: tuple[str, ...] = (),
-               tolerance: dict[str, tuple[float, float]] | None = None) -> Task:
+               tolerance: dict[str, tuple[float, float]] | None = None, positive: bool = False) -> Task:
     """Build an element-wise task: `ref(xp, x32, **scalars)` computes in float32, `expr` is the C
-    expression of the solution over `float v` and the scalar names."""
+    expression of the solution over `float v` and the scalar names. `positive` draws inputs from the
+    positive-only distribution (for log / sqrt)."""
     sc = "".join(f", {s.name}" for s in scalars)
     sdesc = "".join(f" Scalar argument `{s.name}` = {s.value}." for s in scalars)
     description = (
         f"Element-wise {what}. Input `x` is a contiguous 1-D {dtype} vector of N elements; write "
         f"`y[i] = f(x[i])` for every i into the {dtype} vector `y` of N elements.{sdesc} "
         + ("Compute in float32 and round the result to half precision. " if dtype == "float16" else "")
-        + "Inputs may be large in magnitude (heavy-tailed); the result must stay finite wherever the "
-        "mathematical value is finite (no overflow in intermediate exponentials).")
+        + ("Inputs are strictly positive." if positive else
+           "Inputs may be large in magnitude (heavy-tailed); the result must stay finite wherever the "
+           "mathematical value is finite (no overflow in intermediate exponentials)."))
 
     def reference(xp: Any, x: Any, **kw: Any) -> Any:
         return ref(xp, x.astype(xp.float32, copy=False), **kw).astype(getattr(xp, dtype), copy=False)
@@ -56,7 +58,8 @@ def unary_task(name: str, what: str, ref: Callable[..., Any], expr: str, *, dtyp
     return Task(
         name=name, level=1, description=description,
         sizes={"eval": {"N": EVAL_N}, "small": {"N": SMALL_N}},
-        inputs=(Buffer("x", dtype, ("N",)),), outputs=(Buffer("y", dtype, ("N",)),),
+        inputs=(Buffer("x", dtype, ("N",), distributions=("positive",)) if positive else Buffer("x", dtype, ("N",)),),
+        outputs=(Buffer("y", dtype, ("N",)),),
         reference=reference, scalars=scalars, tolerance=tolerance or {},
         solution=common.solution(_kernel(name, dtype, expr, scalars), launch),
         tags=("elementwise", "activation") + tags + ((dtype,) if dtype != "float32" else ()))
@@ -110,6 +113,8 @@ TASKS = [
     unary_task("mish", "Mish: f(x) = x * tanh(softplus(x)), softplus(x) = log(1 + exp(x))",
                lambda xp, x: x * xp.tanh(common.softplus(xp, x)),
                "v * tanhf(fmaxf(v, 0.0f) + log1pf(expf(-fabsf(v))))"),
+    unary_task("sqrt", "square root: f(x) = sqrt(x)", lambda xp, x: xp.sqrt(x), "sqrtf(v)", positive=True),
+    unary_task("log", "natural logarithm: f(x) = log(x)", lambda xp, x: xp.log(x), "logf(v)", positive=True),
     unary_task("relu_fp16", "ReLU on half precision: f(x) = max(x, 0)", lambda xp, x: xp.maximum(x, 0),
                "fmaxf(v, 0.0f)", dtype="float16"),
     unary_task("silu_fp16", "SiLU on half precision: f(x) = x * sigmoid(x)",

@@ -174,6 +174,8 @@ ELEMENTWISE = {
     "hardswish": lambda v, s: 0.0 if v <= -3 else v if v >= 3 else v * (v + 3) / 6,
     "softsign": lambda v, s: v / (1 + abs(v)),
     "mish": lambda v, s: v * math.tanh(_softplus(v)),
+    "sqrt": lambda v, s: math.sqrt(v),
+    "log": lambda v, s: math.log(v),
     "relu_fp16": lambda v, s: max(v, 0.0),
     "silu_fp16": lambda v, s: v * _sig(v),
 }
