@@ -8,10 +8,12 @@ from leap_jax.rl.advantages import (
     gae,
     group_mean_baseline,
     group_zscore,
+    kevin_advantages,
     leave_one_out,
     per_turn_credit,
     token_advantages,
     trajectory_credit,
+    trloo_advantages,
 )
 from leap_jax.rl.dcp import (
     DEBUG,
@@ -59,8 +61,8 @@ __all__ = [
     "aggregate", "apply_history", "attempt_schedule", "binary_reward", "combine_metrics",
     "continue_mask", "dcp_decision", "dcp_summary", "discounted_returns", "entropy_from_logits",
     "final_success_reward", "finalize_loss", "finalize_metrics", "first_correct_value", "gae",
-    "group_mean_baseline", "group_zscore", "init_history", "k3_kl", "kevin_scores",
+    "group_mean_baseline", "group_zscore", "init_history", "k3_kl", "kevin_advantages", "kevin_scores",
     "last_attempted_value", "leave_one_out", "n_failures", "outcome_keys", "per_turn_credit",
     "policy_loss", "rank_reward", "rank_reward_from_turns", "recovery_rate", "resolve_thresholds", "token_advantages",
-    "trajectory_credit", "update_history", "value_loss",
+    "trajectory_credit", "trloo_advantages", "update_history", "value_loss",
 ]

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from leap_jax.rl._masks import Array, check_turn_shape, valid_rows
-from leap_jax.rl.rewards import rank_reward
+from leap_jax.rl.rewards import KEVIN_GAMMA, discounted_returns, rank_reward
 
 DEFAULT_EPS = 1e-6
 
@@ -102,6 +102,36 @@ def leave_one_out(values: Array, mask: Array | None = None, group_mask: Array | 
     others = (s - values) / jnp.maximum(n - 1.0, 1.0)
     adv = jnp.where(n >= 2, values - others, values)
     return jnp.where(m, adv, 0.0)
+
+
+def _turn_mask(scores: jnp.ndarray, attempted: Array | None, row_mask: Array | None,
+               group_mask: Array | None) -> jnp.ndarray:
+    check_turn_shape("scores", scores)
+    att = jnp.ones(scores.shape, bool) if attempted is None else jnp.asarray(attempted, dtype=bool)
+    if att.shape != scores.shape:
+        raise ValueError(f"attempted must have the shape of scores {tuple(scores.shape)}; got {tuple(att.shape)}")
+    return att & valid_rows(scores.shape, row_mask, group_mask)[..., None]
+
+
+def kevin_advantages(scores: Array, attempted: Array | None = None, row_mask: Array | None = None,
+                     group_mask: Array | None = None, *, gamma: float = KEVIN_GAMMA,
+                     eps: float = DEFAULT_EPS) -> jnp.ndarray:
+    """Kevin baseline [num_groups, G, T]: discounted returns of per-turn scores (`kevin_scores`),
+    z-scored over all attempted turn-samples of each task (one group = G x T samples)."""
+    scores = jnp.asarray(scores, jnp.float32)
+    m = _turn_mask(scores, attempted, row_mask, group_mask)
+    returns = discounted_returns(scores, m, gamma)
+    return group_zscore(returns, m, axis=(1, 2), eps=eps)
+
+
+def trloo_advantages(scores: Array, attempted: Array | None = None, row_mask: Array | None = None,
+                     group_mask: Array | None = None) -> jnp.ndarray:
+    """Dr. Kernel's TRLOO [num_groups, G, T]: gamma = 1 returns of per-turn scores, leave-one-out
+    per (task, turn) over the rows that attempted that turn (one sample: A = R)."""
+    scores = jnp.asarray(scores, jnp.float32)
+    m = _turn_mask(scores, attempted, row_mask, group_mask)
+    returns = discounted_returns(scores, m, 1.0)
+    return leave_one_out(returns, m, axis=1)
 
 
 def trajectory_credit(row_advantage: Array, attempted: Array) -> jnp.ndarray:

@@ -146,7 +146,8 @@ def kevin_scores(correct: Array, speedup: Array, attempted: Array | None = None,
                  correct_bonus: float = KEVIN_CORRECT_BONUS) -> jnp.ndarray:
     """Kevin's per-turn score S_t = 0.3 * 1[correct_t] + 1[correct_t] * speedup_t, [..., T] float32.
 
-    Unattempted turns score 0; a non-finite speedup counts as 0.
+    Unattempted turns score 0; a non-finite speedup counts as 0. Kevin's advantage is then
+    `advantages.kevin_advantages` (gamma 0.4 returns, z-scored over all turn-samples of the task).
     """
     correct = jnp.asarray(correct, dtype=bool)
     attempted = default_attempted(correct, attempted)

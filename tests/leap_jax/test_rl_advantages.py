@@ -77,6 +77,11 @@ def test_trloo_pipeline_per_task_turn(seed):
     adv = np.asarray(rl.leave_one_out(returns, attempted, axis=1))
     want = ref.leave_one_out(ref.discounted_returns(scores.astype(np.float64), attempted, 1.0), attempted)
     np.testing.assert_allclose(adv, want, atol=ATOL, rtol=1e-6)
+    row_mask = rng.random((n, g)) < 0.8
+    got = rl.trloo_advantages(scores, attempted, row_mask)
+    m = attempted & row_mask[..., None]
+    want = ref.leave_one_out(ref.discounted_returns(scores.astype(np.float64), m, 1.0), m)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -91,6 +96,8 @@ def test_kevin_pipeline_normalised_over_all_turn_samples(seed):
     adv = np.asarray(rl.group_zscore(returns, attempted, axis=(1, 2)))
     want_r = ref.discounted_returns(ref.kevin_scores(correct, speedup, attempted), attempted, 0.4)
     np.testing.assert_allclose(adv, ref.group_zscore_pooled(want_r, attempted), atol=ATOL, rtol=1e-6)
+    np.testing.assert_allclose(rl.kevin_advantages(scores, attempted), ref.group_zscore_pooled(want_r, attempted),
+                               atol=ATOL, rtol=1e-6)
     with pytest.raises(ValueError, match="group axis"):
         rl.group_zscore(returns, attempted, axis=(0, 1))
 
