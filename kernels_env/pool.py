@@ -265,7 +265,8 @@ class EvalPool:
         extra = {str(k): str(v) for k, v in (worker_env or {}).items()}
         if self.backend == "cupy":
             n_exec = gpu_workers or max(1, self._probe_gpus())
-            envs = [{**extra, "CUDA_VISIBLE_DEVICES": str(self._visible_gpu(i))} for i in range(n_exec)]
+            ids = self._gpu_ids()
+            envs = [{**extra, "CUDA_VISIBLE_DEVICES": ids[i % len(ids)]} for i in range(n_exec)]
         else:
             n_exec = cpu_workers or max(1, min(2, n_cpu))
             envs = [{**extra, "CUDA_VISIBLE_DEVICES": ""} for _ in range(n_exec)]
@@ -298,14 +299,14 @@ class EvalPool:
             self._gpu_count = 0
         return self._gpu_count
 
-    @staticmethod
-    def _visible_gpu(i: int) -> str:
+    def _gpu_ids(self) -> list[str]:
+        """GPU ids for the workers' CUDA_VISIBLE_DEVICES (workers beyond the GPU count share GPUs)."""
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible:
+        if visible is not None and visible.strip():
             ids = [v.strip() for v in visible.split(",") if v.strip()]
-            if i < len(ids):
-                return ids[i]
-        return str(i)
+            if ids:
+                return ids
+        return [str(i) for i in range(max(1, self._probe_gpus()))]
 
     def _spawn_thread(self, fn: Callable, role: str, env: dict[str, str], index: int) -> None:
         t = threading.Thread(target=fn, args=(env,), name=f"EvalPool-{role}-{index}", daemon=True)
