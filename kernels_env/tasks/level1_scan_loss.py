@@ -58,8 +58,10 @@ def scan_task(name: str, description: str, op: str, ident: str, pos: str, ref: A
 
 
 _ROWS = "x is a contiguous row-major float32 matrix [M, N]; y is float32 [M, N]."
-# Running sums over up to 8192 terms in a different association than the reference.
-_SCAN_TOL = {"float32": (2e-3, 1e-3)}
+# Running sums over up to 8192 terms (partial sums of heavy-tailed inputs reach ~1e2-1e3) in a
+# different association than the reference: float32 rounding accumulates to ~1e-3 absolute where a
+# partial sum crosses zero, so atol is 1e-2 (a wrong scan is off by O(1)).
+_SCAN_TOL = {"float32": (1e-2, 1e-3)}
 
 TASKS = [
     scan_task("cumsum", "Inclusive cumulative sum along each row: y[m, j] = sum_{k <= j} x[m, k]. " + _ROWS,
