@@ -121,14 +121,14 @@ class SafetensorsReader:
 
     def get(self, name: str) -> np.ndarray:
         info = self.tensors[name]
+        if info.dtype_code not in _CODE_TO_DTYPE:
+            raise ValueError(f"{info.file}: tensor {name!r} has dtype {info.dtype_code}, which "
+                             f"is not supported (expected one of {sorted(_CODE_TO_DTYPE)})")
         try:
-            arr = self._handle(info.file).get_tensor(name)
-        except (TypeError, ValueError):
-            if info.dtype_code not in _CODE_TO_DTYPE:
-                raise ValueError(f"{info.file}: tensor {name!r} has dtype {info.dtype_code}, which "
-                                 f"is not supported (expected one of {sorted(_CODE_TO_DTYPE)})") from None
-            arr = _read_raw(info)
-        return arr
+            return self._handle(info.file).get_tensor(name)
+        except Exception:  # e.g. an older safetensors that cannot give bfloat16 to numpy
+            return _read_raw(info)
+
 
 def _read_raw(info: TensorInfo) -> np.ndarray:
     """Fallback reader straight from the header offsets (memory-mapped, then copied)."""

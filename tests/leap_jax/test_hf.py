@@ -329,3 +329,17 @@ def test_memory_streaming_no_second_full_copy(tmp_path):
     assert save_peak < 2.5 * largest, (save_peak, largest, total)
     assert load_peak - base < total + 2.5 * largest, (load_peak - base, largest, total)
     assert_tree_equal(loaded, p)
+
+
+def test_reader_falls_back_when_safe_open_cannot_give_bf16(tmp_path, monkeypatch):
+    a = np.random.default_rng(1).standard_normal((4, 3)).astype(BF16)
+    f = str(tmp_path / "x.safetensors")
+    save_file({"a": a}, f)
+
+    def refuse(self, file):
+        raise TypeError("data type 'bfloat16' not understood")  # what an old safetensors says
+
+    monkeypatch.setattr(SafetensorsReader, "_handle", refuse)
+    with SafetensorsReader(list_tensors(f)) as r:
+        got = r.get("a")
+    assert got.dtype == BF16 and np.array_equal(got.view(np.uint16), a.view(np.uint16))
