@@ -22,6 +22,7 @@ from kernels_env.program import (BinOp, Call, Dim3, Expr, KernelParam, KernelSig
 MAX_LAUNCHES = 64
 MAX_SCRATCH_BYTES = 2 ** 31
 MAX_SCRATCH = 32
+MAX_EXPR_DEPTH = 64  # nesting of an expression's tree (evaluation recurses over it)
 MAX_SHARED_BYTES = 227 * 1024
 MAX_BLOCK_THREADS = 1024
 MAX_BLOCK_DIMS = (1024, 1024, 64)
@@ -53,6 +54,9 @@ class Token:
 _FLOAT_RE = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[fF]?")
 _INT_RE = re.compile(r"0[xX][0-9a-fA-F]+|\d+")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIGITS = frozenset("0123456789")
+_IDENT_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_IDENT_CHARS = _IDENT_START | _DIGITS
 _OPS = ("<<<", ">>>", "(", ")", "[", "]", ",", ";", "+", "-", "*", "/", "%")
 
 
@@ -76,7 +80,7 @@ def tokenize(text: str) -> list[Token]:
                 raise FormatError(f"line {line}: a /* comment is never closed with */")
             line += text.count("\n", i, j)
             i = j + 2
-        elif c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
+        elif c in _DIGITS or (c == "." and i + 1 < n and text[i + 1] in _DIGITS):
             m_int = _INT_RE.match(text, i)
             m_flt = _FLOAT_RE.match(text, i)
             if m_int is not None and m_int.group()[:2].lower() == "0x":
@@ -91,15 +95,15 @@ def tokenize(text: str) -> list[Token]:
                 s = m_int.group()
                 toks.append(Token("int", s, line, int(s)))
                 i = m_int.end()
-            if i < n and (text[i].isalnum() or text[i] == "_"):
+            if i < n and text[i] in _IDENT_CHARS:
                 j = i
-                while j < n and (text[j].isalnum() or text[j] == "_"):
+                while j < n and text[j] in _IDENT_CHARS:
                     j += 1
                 raise FormatError(f"line {line}: malformed number {text[i - len(s):j]!r}; expected an "
                                   "integer like 256 or a float like 0.5, 1e-5 or 0.5f")
             if toks[-1].kind == "int" and toks[-1].value > INT64_MAX:
                 raise FormatError(f"line {line}: integer literal {s} does not fit in 64 bits")
-        elif c.isalpha() or c == "_":
+        elif c in _IDENT_START:
             m = _IDENT_RE.match(text, i)
             toks.append(Token("ident", m.group(), line))
             i = m.end()
@@ -122,6 +126,7 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.toks = tokenize(text)
         self.pos = 0
+        self.nesting = 0
 
     @property
     def tok(self) -> Token:
@@ -231,54 +236,88 @@ class _Parser:
             return Dim3(*parts)
         return Dim3(self.expr())
 
+    # Expressions are parsed as (node, depth) so that evaluation (recursive) stays bounded.
     def expr(self) -> Expr:
-        left = self.term()
+        return self._expr()[0]
+
+    def _deeper(self, depth: int, line: int) -> int:
+        if depth > MAX_EXPR_DEPTH:
+            raise FormatError(f"line {line}: expression nested too deeply (more than {MAX_EXPR_DEPTH} levels)")
+        return depth
+
+    def _expr(self) -> tuple[Expr, int]:
+        left, d = self._term()
         while self.tok.kind == "op" and self.tok.text in "+-":
-            op = self.tok.text
+            op, line = self.tok.text, self.tok.line
             self.pos += 1
-            left = BinOp(op, left, self.term())
-        return left
+            right, rd = self._term()
+            left, d = BinOp(op, left, right), self._deeper(1 + max(d, rd), line)
+        return left, d
 
-    def term(self) -> Expr:
-        left = self.unary()
+    def _term(self) -> tuple[Expr, int]:
+        left, d = self._unary()
         while self.tok.kind == "op" and self.tok.text in ("*", "/", "%"):
-            op = self.tok.text
+            op, line = self.tok.text, self.tok.line
             self.pos += 1
-            left = BinOp(op, left, self.unary())
-        return left
+            right, rd = self._unary()
+            left, d = BinOp(op, left, right), self._deeper(1 + max(d, rd), line)
+        return left, d
 
-    def unary(self) -> Expr:
-        if self.accept("-"):
-            return Neg(self.unary())
-        if self.accept("+"):
-            return self.unary()
-        return self.primary()
+    def _nest(self) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_EXPR_DEPTH:
+            raise FormatError(f"line {self.tok.line}: expression nested too deeply (more than "
+                              f"{MAX_EXPR_DEPTH} levels)")
 
-    def primary(self) -> Expr:
+    def _unary(self) -> tuple[Expr, int]:
+        if self.tok.kind == "op" and self.tok.text in "+-":
+            neg = self.tok.text == "-"
+            line = self.tok.line
+            self.pos += 1
+            self._nest()
+            try:
+                inner, d = self._unary()
+            finally:
+                self.nesting -= 1
+            return (Neg(inner), self._deeper(d + 1, line)) if neg else (inner, d)
+        return self._primary()
+
+    def _primary(self) -> tuple[Expr, int]:
         t = self.tok
         if t.kind in ("int", "float"):
             self.pos += 1
-            return Num(t.value)
+            return Num(t.value), 1
         if t.kind == "ident":
             self.pos += 1
             if self.accept("("):
                 if t.text not in FUNCS:
                     raise FormatError(f"line {t.line}: unknown function {t.text!r}; expressions may call "
                                       "only cdiv, min and max")
-                args = [self.expr()]
-                while self.accept(","):
-                    args.append(self.expr())
+                self._nest()
+                try:
+                    first = self._expr()
+                    args, depth = [first[0]], first[1]
+                    while self.accept(","):
+                        e, d = self._expr()
+                        args.append(e)
+                        depth = max(depth, d)
+                finally:
+                    self.nesting -= 1
                 self.expect(")", f"',' or ')' in the call to {t.text}")
                 want = FUNCS[t.text]
                 if (want is not None and len(args) != want) or (want is None and len(args) < 2):
                     exp = f"{want}" if want is not None else "at least 2"
                     raise FormatError(f"line {t.line}: {t.text} takes {exp} arguments, got {len(args)}")
-                return Call(t.text, tuple(args))
-            return Name(t.text)
+                return Call(t.text, tuple(args)), self._deeper(depth + 1, t.line)
+            return Name(t.text), 1
         if self.accept("("):
-            e = self.expr()
+            self._nest()
+            try:
+                e, d = self._expr()
+            finally:
+                self.nesting -= 1
             self.expect(")", "')'")
-            return e
+            return e, d
         raise self.error("a number, a name or '(' in an expression")
 
 

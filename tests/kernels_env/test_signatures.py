@@ -80,3 +80,20 @@ def test_suite_solutions_have_kernels():
     for t in list_tasks():
         cuda, _ = extract_blocks(t.solution)
         assert find_kernels(cuda), t.name
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_CUDA_FRAGMENTS = ['extern "C" ', "extern ", '"C"', "__global__ ", "void ", "k", "(", ")", "{", "}", "<", ">",
+                   ",", "*", "const ", "float ", "int ", "unsigned ", "__launch_bounds__", "template ", "//",
+                   "/*", "*/", "'", '"', "\\", "\n", "#define X", " ", "x", "=", "[", "]", "é", "__restrict__ "]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_CUDA_FRAGMENTS), max_size=50).map("".join))
+def test_scanner_never_raises(src):
+    ks = find_kernels(src)
+    hidden = find_hidden_kernels(src)
+    for name, sig in ks.items():
+        assert name.isidentifier() and sig.name == name and name not in hidden
+        assert all(isinstance(p, KernelParam) and p.name for p in sig.params)

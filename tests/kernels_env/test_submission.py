@@ -60,3 +60,38 @@ def test_size_limit():
 def test_non_text_is_a_format_error():
     with pytest.raises(FormatError, match="must be text, got bytes"):
         extract_blocks(b"```cuda")  # type: ignore[arg-type]
+
+
+# ---- robustness: arbitrary policy text never raises anything but FormatError ----------------
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_FRAGMENTS = ["```cuda\n", "```launch\n", "```\n", "``` \n", "````\n", "\n", " ", "k", "<<<", ">>>", "(", ")",
+              "[", "]", ",", ";", "1", "-", "/", "%", "*", "0", "1e-5", "0.5f", "N", "y", "x", "scratch ",
+              "float ", "dim3", "cdiv", "min(", "//", "/*", "*/", '"', 'extern "C" __global__ void k(',
+              "float* y", "int n", "){}", "{", "}", "\\", "\t", "é", "\x00", "#include <cuda_fp16.h>\n"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=60).map("".join))
+def test_parse_submission_only_raises_format_error(text):
+    try:
+        sub = parse_submission(text)
+    except FormatError as e:
+        assert str(e)
+    else:
+        assert sub.cuda_source.strip() and sub.launch_source.strip()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_FRAGMENTS[4:]), max_size=40).map("".join))
+def test_prepare_never_raises_on_random_launch_blocks(launch):
+    from kernels_env.config import EnvConfig
+    from kernels_env.pipeline import Prepared, prepare
+    from kernels_env.status import Status
+    from kernels_env.tasks.spec import Buffer, Task
+    task = Task(name="fuzz", level=1, description="", sizes={"eval": {"N": 64}, "small": {"N": 8}},
+                inputs=(Buffer("x", "float32", ("N",)),), outputs=(Buffer("y", "float32", ("N",)),),
+                reference=lambda xp, x: x, solution="")
+    text = f"```cuda\n{CUDA1}\n```\n```launch\n{launch}\n```"
+    out = prepare(task, text, EnvConfig(sizes="small"))
+    assert isinstance(out, Prepared) or out.status is Status.FORMAT_ERROR, out.message
