@@ -40,6 +40,9 @@ CUDA_ERROR_NOT_FOUND = 500
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel gets without opting in
 
 
+_CUDA_ERROR_NOT_READY = 600  # cudaErrorNotReady
+
+
 class DeviceHang(FatalDeviceError, KernelTimeout):
     """A kernel is still running past its time limit: the worker must be killed and replaced."""
 
@@ -180,14 +183,21 @@ class CupyDevice:
             event.record(stream)
             deadline = time.monotonic() + max(0.0, timeout_s)
             pause = 2e-5
-            while not event.done:
+            runtime = self.cp.cuda.runtime
+            # Query the raw status: a faulted kernel makes the query return its sticky error, which
+            # `Event.done` would read as "not done yet" and so misreport as a hang.
+            while True:
+                status = runtime.eventQuery(event.ptr)
+                if status == 0:
+                    break
+                if status != _CUDA_ERROR_NOT_READY:
+                    runtime.check_status(status)
                 if time.monotonic() > deadline:
                     self.healthy = False
                     raise DeviceHang(f"the kernel is still running after {timeout_s:.3g} s (a hang or "
                                      "far too slow); the worker must be replaced")
                 time.sleep(pause)
                 pause = min(pause * 2, 1e-3)
-            event.synchronize()
         except self._errors() as e:
             raise self._map(e, "kernel execution failed") from e
 

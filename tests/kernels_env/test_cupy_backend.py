@@ -135,6 +135,8 @@ class _FakeCupy:
                     raise RuntimeErr(status)
 
         class Event:
+            ptr = 7
+
             def __init__(self, disable_timing=False):
                 self.t = None
             def record(self, stream):
@@ -150,7 +152,19 @@ class _FakeCupy:
         self.pending_error, self.fail_status, self.never_done = None, fail_status, never_done
         driver = types.SimpleNamespace(CUDADriverError=DriverError, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
                                        funcSetAttribute=lambda ptr, attr, v: self.attrs.append((ptr, attr, v)))
-        runtime = types.SimpleNamespace(CUDARuntimeError=RuntimeErr,
+        def event_query(ptr):
+            # like cudaEventQuery: a pending sticky error is returned, else 600 (not ready) or 0
+            if fc.pending_error is not None:
+                return fc.pending_error
+            return 600 if fc.never_done else 0
+
+        def check_status(status):
+            if status != 0:
+                fc.pending_error = None
+                raise RuntimeErr(status)
+
+        runtime = types.SimpleNamespace(CUDARuntimeError=RuntimeErr, eventQuery=event_query,
+                                        check_status=check_status,
                                         memsetAsync=lambda ptr, v, n, st: setattr(self, "memsets", self.memsets + 1))
         stream = Stream()
         self.cuda = types.SimpleNamespace(driver=driver, runtime=runtime, Event=Event,
@@ -214,6 +228,19 @@ def test_synchronize_with_a_timeout_raises_device_hang():
     dev.launch(prog, "k", (1, 1, 1), (32, 1, 1), 0, [])
     with pytest.raises(DeviceHang, match="still running"):
         dev.synchronize(timeout_s=0.02)
+    assert not dev.healthy
+
+
+def test_a_fault_seen_while_polling_is_a_fatal_error_not_a_hang():
+    # Regression (seen on the H200): a kernel that faulted made the polled event look "not done",
+    # so an illegal address was reported as a hang. The raw query returns the sticky error.
+    from kernels_env.backends.base import FatalDeviceError
+    from kernels_env.backends.cupy_backend import DeviceHang
+    dev, prog = _fake_device(fail_status=700, never_done=True)
+    dev.launch(prog, "k", (1, 1, 1), (32, 1, 1), 0, [])
+    with pytest.raises(FatalDeviceError, match="700") as info:
+        dev.synchronize(timeout_s=5.0)
+    assert not isinstance(info.value, DeviceHang)
     assert not dev.healthy
 
 

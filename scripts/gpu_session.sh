@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info tests suite envbench sampler train
+# Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-gpu_out}"; mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+stage() {  # stage NAME LIMIT_S CMD...
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  echo "=== $name (limit ${limit}s): $*"
+  timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "=== $name rc=$rc in $(( $(date +%s) - t0 ))s"; tail -n "${TAIL:-25}" "$OUT/$name.log"
+}
+for s in "$@"; do
+  case $s in
+    info) stage info 60 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c "import jax,cupy,flax,optax,orbax.checkpoint as o,transformers,torch;print(jax.__version__,jax.devices(),cupy.__version__,flax.__version__,transformers.__version__,torch.__version__)"' ;;
+    tests) stage tests 420 python3 -m pytest -q -m gpu --timeout=300 -p no:cacheprovider tests ;;
+    tests-all) stage tests-all 540 python3 -m pytest -q --timeout=300 -p no:cacheprovider tests ;;
+    suite) stage suite 300 python3 -m kernels_env check-suite --backend cupy ;;
+    envbench) stage envbench 300 python3 benchmarks/env_throughput.py ;;
+    sampler) stage sampler 420 python3 benchmarks/sampler_throughput.py ;;
+    train) stage train-leap 300 python3 -m leap_jax.main --config configs/leap.yaml train.steps=3 run.dir=/tmp/runs/leap
+           stage train-mt 300 python3 -m leap_jax.main --config configs/multiturn.yaml train.steps=3 run.dir=/tmp/runs/mt ;;
+    *) echo "unknown stage $s"; exit 2 ;;
+  esac
+done
