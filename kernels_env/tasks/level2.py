@@ -240,6 +240,72 @@ TASKS += [
                 _scaled_softmax_ref, scalars=(Scalar("scale", "float32", 0.125),), tags=("softmax",)),
 ]
 
+def _ln_residual_ref(xp, x, residual, weight, bias, eps):
+    mu = xp.mean(x, axis=1, keepdims=True)
+    var = xp.mean((x - mu) ** 2, axis=1, keepdims=True)
+    return (residual + (x - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32, copy=False)
+
+
+TASKS.append(_row_fusion(
+    "layer_norm_residual", "Layer norm of x added to a residual stream (pre-norm block output): mean and biased "
+    "variance of each row of x, y[m, j] = residual[m, j] + (x[m, j] - mean) / sqrt(var + eps) * weight[j] + "
+    "bias[j], eps = 1e-5. " + _ROWS + "; weight and bias are float32 [N].",
+    (_M_ROWS, Buffer("residual", "float32", ("M", "N")), Buffer("weight", "float32", ("N",)),
+     Buffer("bias", "float32", ("N",))),
+    """    const float* a = x + off;
+    const float* r = residual + off;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s += a[j];
+    float mu = block_sum(s, sh) / (float)N;
+    float v = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) { float d = a[j] - mu; v += d * d; }
+    float rstd = rsqrtf(block_sum(v, sh) / (float)N + eps);
+    for (int j = threadIdx.x; j < N; j += blockDim.x) q[j] = r[j] + (a[j] - mu) * rstd * weight[j] + bias[j];""",
+    _ln_residual_ref, scalars=(Scalar("eps", "float32", 1e-5),), tags=("residual",)))
+
+# ---- linear layer then layer norm over its features: GEMM epilogue into scratch, then row LN --------
+_LINEAR_LN_CUDA = (gemm_kernel("linear_bias", epilogue="v + bias[col]", extra_params=", const float* __restrict__ bias")
+                   + common.REDUCE_CUDA + r"""
+// One block per row of h: layer norm with affine gamma/beta.
+extern "C" __global__ void row_layer_norm(const float* __restrict__ h, const float* __restrict__ gamma,
+                                          const float* __restrict__ beta, float* __restrict__ y,
+                                          int M, int N, float eps) {
+    __shared__ float sh[33];
+    const float* p = h + (size_t)blockIdx.x * N;
+    float* q = y + (size_t)blockIdx.x * N;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s += p[j];
+    float mu = block_sum(s, sh) / (float)N;
+    float v = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) { float d = p[j] - mu; v += d * d; }
+    float rstd = rsqrtf(block_sum(v, sh) / (float)N + eps);
+    for (int j = threadIdx.x; j < N; j += blockDim.x) q[j] = (p[j] - mu) * rstd * gamma[j] + beta[j];
+}
+""")
+
+
+def _linear_ln_ref(xp, x, w, bias, gamma, beta, eps):
+    h = xp.matmul(x, w) + bias
+    mu = xp.mean(h, axis=1, keepdims=True)
+    var = xp.mean((h - mu) ** 2, axis=1, keepdims=True)
+    return ((h - mu) / xp.sqrt(var + eps) * gamma + beta).astype(xp.float32, copy=False)
+
+
+TASKS.append(Task(
+    name="matmul_bias_layer_norm", level=2,
+    description=("Linear layer followed by layer norm over its output features: h = x @ w + bias, then for each "
+                 "row of h (mean and biased variance over the N features) y[m, n] = (h[m, n] - mean) / "
+                 "sqrt(var + eps) * gamma[n] + beta[n], eps = 1e-5. bias, gamma and beta are float32 [N], y is "
+                 "float32 [M, N]; " + _XW + "."),
+    sizes={"eval": GEMM_EVAL, "small": GEMM_SMALL},
+    inputs=(Buffer("x", "float32", ("M", "K")), Buffer("w", "float32", ("K", "N")), _BIAS,
+            Buffer("gamma", "float32", ("N",)), Buffer("beta", "float32", ("N",))),
+    outputs=(Buffer("y", "float32", ("M", "N")),), reference=_linear_ln_ref,
+    scalars=(Scalar("eps", "float32", 1e-5),), tolerance=MM_TOL,
+    solution=common.solution(_LINEAR_LN_CUDA, f"scratch float h[M * N];\nlinear_bias<<<{_GEMM_LAUNCH}>>>"
+                             "(x, w, bias, h, M, N, K);\nrow_layer_norm<<<M, 256>>>(h, gamma, beta, y, M, N, eps);"),
+    tags=("fusion", "matmul", "norm")))
+
 # ---- attention scores: softmax(Q K^T * scale) per batch --------------------------------------------
 _ATTN_CUDA = (gemm_kernel("scores_kernel", b="t", batched=True, epilogue="v * scale",
                           extra_params=", float scale")

@@ -386,6 +386,11 @@ INDEPENDENT.update({
                                          for x, gr in zip(_f64(a["x"]), _f64(a["gate"]))]],
     "scaled_softmax": _rows(lambda r, i, a, s: (lambda z: [math.exp(v - _lse(z)) for v in z])([v * s["scale"] for v in r])),
     "attention_scores_softmax": _attn,
+    "layer_norm_residual": lambda a, s: [[[rv + v for rv, v in zip(r, _layer_norm_row(x, _f64(a["weight"]), _f64(a["bias"]),
+                                                                                   s["eps"]))]
+                                          for x, r in zip(_f64(a["x"]), _f64(a["residual"]))]],
+    "matmul_bias_layer_norm": lambda a, s: [[_layer_norm_row(row, _f64(a["gamma"]), _f64(a["beta"]), s["eps"])
+                                             for row in _linear(a, lambda v, i, j: v)]],
 })
 
 
