@@ -25,8 +25,36 @@ def _check_tokens(name: str, x: jnp.ndarray, shape: tuple[int, ...]) -> None:
         raise ValueError(f"{name} must have the [B, L] shape {shape} of mask; got {tuple(x.shape)}")
 
 
+def _segment_mask(m: jnp.ndarray, segment_ids: Array | None) -> jnp.ndarray:
+    """Trainable tokens, minus padding slots (segment id 0) of packed rows."""
+    if segment_ids is None:
+        return m
+    seg = jnp.asarray(segment_ids)
+    _check_tokens("segment_ids", seg, m.shape)
+    return m & (seg > 0)
+
+
+def _per_sequence(xm: jnp.ndarray, m: jnp.ndarray, segment_ids: Array | None):
+    """(token sums, token counts) per sequence: one per row, or per (row, segment id > 0) when packed."""
+    if segment_ids is None:
+        return jnp.sum(xm, axis=1), jnp.sum(m, axis=1).astype(jnp.float32)
+    seg = jnp.asarray(segment_ids, jnp.int32)
+    _check_tokens("segment_ids", seg, m.shape)
+    b, length = m.shape
+    # a sequence is a contiguous run of one segment id (any ids): run index 1..L within its row
+    starts = jnp.concatenate([jnp.ones((b, 1), bool), seg[:, 1:] != seg[:, :-1]], axis=1)
+    run = jnp.cumsum(starts, axis=1, dtype=jnp.int32)
+    flat = (jnp.arange(b, dtype=jnp.int32)[:, None] * (length + 1) + run).reshape(-1)
+    keep = (m & (seg > 0)).reshape(-1)
+    n_seg = b * (length + 1)
+    sums = jax.ops.segment_sum(jnp.where(keep, xm.reshape(-1), 0.0), flat, num_segments=n_seg)
+    counts = jax.ops.segment_sum(keep.astype(jnp.float32), flat, num_segments=n_seg)
+    return sums, counts
+
+
 def aggregate(per_token: Array, mask: Array, mode: str = "token-mean",
-              max_len: float | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
+              max_len: float | None = None,
+              segment_ids: Array | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(sum, denom) of a per-token quantity [B, L] under `mode`; the loss is sum / denom.
 
     - token-mean: sum of masked tokens / number of masked tokens (DAPO / TRL "bnpo").
@@ -35,28 +63,30 @@ def aggregate(per_token: Array, mask: Array, mode: str = "token-mean",
     - seq-mean-token-sum-norm: sum over sequences of (token sum / max_len) / number of sequences
       with at least one masked token (Dr. GRPO / TRL "dr_grpo"); `max_len` is a constant such as the
       maximum response length, the same for every micro-batch.
+    A sequence is a row of the batch; with `segment_ids` [B, L] (packed rows, 0 = padding) it is
+    each contiguous run of one segment id within a row instead, and tokens of segment 0 never count.
     """
     x = jnp.asarray(per_token, jnp.float32)
     m = jnp.asarray(mask, dtype=bool)
     if x.ndim != 2:
         raise ValueError(f"per_token must be [B, L]; got shape {tuple(x.shape)}")
     _check_tokens("per_token", x, m.shape)
+    m = _segment_mask(m, segment_ids)
     xm = jnp.where(m, x, 0.0)
     if mode == "token-mean":
         return jnp.sum(xm), jnp.sum(m).astype(jnp.float32)
-    count = jnp.sum(m, axis=1).astype(jnp.float32)
+    if mode not in AGGREGATION_MODES:
+        raise ValueError(f"unknown aggregation mode {mode!r}; expected one of {', '.join(AGGREGATION_MODES)}")
+    row_sum, count = _per_sequence(xm, m, segment_ids)
     seqs = jnp.sum(count > 0).astype(jnp.float32)
-    row_sum = jnp.sum(xm, axis=1)
     if mode == "seq-mean-token-mean":
         return jnp.sum(row_sum / jnp.maximum(count, 1.0)), seqs
-    if mode == "seq-mean-token-sum-norm":
-        if max_len is None:
-            raise ValueError("aggregate mode 'seq-mean-token-sum-norm' needs max_len (the constant token "
-                             "count each sequence's sum is divided by, e.g. the max response length)")
-        if isinstance(max_len, (int, float)) and max_len <= 0:
-            raise ValueError(f"max_len must be positive; got {max_len!r}")
-        return jnp.sum(row_sum) / jnp.asarray(max_len, jnp.float32), seqs
-    raise ValueError(f"unknown aggregation mode {mode!r}; expected one of {', '.join(AGGREGATION_MODES)}")
+    if max_len is None:  # seq-mean-token-sum-norm
+        raise ValueError("aggregate mode 'seq-mean-token-sum-norm' needs max_len (the constant token "
+                         "count each sequence's sum is divided by, e.g. the max response length)")
+    if isinstance(max_len, (int, float)) and max_len <= 0:
+        raise ValueError(f"max_len must be positive; got {max_len!r}")
+    return jnp.sum(row_sum) / jnp.asarray(max_len, jnp.float32), seqs
 
 
 def finalize_loss(total_sum: Array, total_denom: Array) -> jnp.ndarray:
@@ -82,14 +112,16 @@ def policy_loss(logp: Array, old_logp: Array, advantages: Array, mask: Array, *,
                 eps_low: float = 0.2, eps_high: float = 0.28, dual_clip: float | None = None,
                 ref_logp: Array | None = None, kl_beta: float = 0.0, mode: str = "token-mean",
                 max_len: float | None = None, entropy: Array | None = None,
-                logits: Array | None = None) -> tuple[jnp.ndarray, jnp.ndarray, dict[str, jnp.ndarray]]:
+                logits: Array | None = None,
+                segment_ids: Array | None = None
+                ) -> tuple[jnp.ndarray, jnp.ndarray, dict[str, jnp.ndarray]]:
     """PPO-clip surrogate with optional dual clip and k3 KL, aggregated as (sum, denom, metrics).
 
     Per trainable token, with ratio = exp(logp - old_logp):
         pg   = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high))
         pg   = min(pg, -dual_clip * A)   where A < 0, if dual_clip (c > 1, e.g. 3) is given
         loss = pg + kl_beta * (exp(ref_logp - logp) - (ref_logp - logp) - 1)   (KL term iff ref_logp)
-    then `aggregate(loss, mask, mode, max_len)`. The log-ratios are zeroed at masked positions
+    then `aggregate(loss, mask, mode, max_len, segment_ids)`. The log-ratios are zeroed at masked positions
     before exp, so garbage log-probs in padding cannot make NaN gradients.
 
     Metrics (sums over trainable tokens plus `num_tokens`): pg_sum, kl_sum (k3 to ref),
@@ -101,6 +133,7 @@ def policy_loss(logp: Array, old_logp: Array, advantages: Array, mask: Array, *,
     m = jnp.asarray(mask, dtype=bool)
     if m.ndim != 2:
         raise ValueError(f"mask must be [B, L]; got shape {tuple(m.shape)}")
+    m = _segment_mask(m, segment_ids)
     logp = jnp.asarray(logp, jnp.float32)
     old_logp = jnp.asarray(old_logp, jnp.float32)
     _check_tokens("logp", logp, m.shape)
@@ -134,7 +167,7 @@ def policy_loss(logp: Array, old_logp: Array, advantages: Array, mask: Array, *,
         _check_tokens("ref_logp", ref_logp, m.shape)
         kl = k3_kl(logp, jnp.where(m, ref_logp, logp))
         loss = loss + jnp.asarray(kl_beta, jnp.float32) * kl
-    total, denom = aggregate(loss, m, mode, max_len)
+    total, denom = aggregate(loss, m, mode, max_len, segment_ids)
 
     sg = jax.lax.stop_gradient
     r, a, fm = sg(ratio), sg(adv), m.astype(jnp.float32)
@@ -165,7 +198,8 @@ def policy_loss(logp: Array, old_logp: Array, advantages: Array, mask: Array, *,
 
 def value_loss(values: Array, old_values: Array, returns: Array, mask: Array, *,
                clip_eps: float | None = 0.2, mode: str = "token-mean",
-               max_len: float | None = None) -> tuple[jnp.ndarray, jnp.ndarray, dict[str, jnp.ndarray]]:
+               max_len: float | None = None, segment_ids: Array | None = None
+               ) -> tuple[jnp.ndarray, jnp.ndarray, dict[str, jnp.ndarray]]:
     """PPO clipped value loss per token, aggregated as (sum, denom, metrics).
 
         v_clip = old_values + clip(values - old_values, -clip_eps, clip_eps)
@@ -176,6 +210,7 @@ def value_loss(values: Array, old_values: Array, returns: Array, mask: Array, *,
     m = jnp.asarray(mask, dtype=bool)
     if m.ndim != 2:
         raise ValueError(f"mask must be [B, L]; got shape {tuple(m.shape)}")
+    m = _segment_mask(m, segment_ids)
     v = jnp.asarray(values, jnp.float32)
     v_old = jnp.asarray(old_values, jnp.float32)
     ret = jnp.asarray(returns, jnp.float32)
@@ -192,7 +227,7 @@ def value_loss(values: Array, old_values: Array, returns: Array, mask: Array, *,
         err_clip = jnp.square(v_clip - ret)
         loss = 0.5 * jnp.maximum(err, err_clip)
         clipped = err_clip > err
-    total, denom = aggregate(loss, m, mode, max_len)
+    total, denom = aggregate(loss, m, mode, max_len, segment_ids)
     sg = jax.lax.stop_gradient
     metrics = {
         "num_tokens": jnp.sum(m).astype(jnp.float32),

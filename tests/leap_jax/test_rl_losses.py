@@ -260,3 +260,32 @@ def test_loss_errors_are_clear_and_empty_batches_are_zero():
         s, d, m = rl.policy_loss(logp, old, adv, none, mode=mode, max_len=MAX_LEN)
         assert float(rl.finalize_loss(s, d)) == 0.0 and float(d) == 0.0
         assert all(np.isfinite(float(v)) for v in rl.finalize_metrics(m).values())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_packed_rows_with_segment_ids_equal_the_unpacked_batch(mode):
+    logp, old, ref_logp, adv, mask = _batch(5, b=6, length=5)
+    old = np.where(mask, old, -1.0).astype(np.float32)
+    # pack rows (0, 1), (2, 3), (4, 5) into 3 rows of 12: [seq a | seq b | 2 padding slots]
+    def pack(x, fill):
+        out = np.full((3, 12), fill, x.dtype)
+        out[:, :5], out[:, 5:10] = x[0::2], x[1::2]
+        return out
+    seg = np.zeros((3, 12), np.int32)
+    seg[:, :5], seg[:, 5:10] = 4, 9                    # any distinct ids for neighbouring sequences
+    packed_mask = pack(mask, True)                     # padding slots marked trainable: seg 0 wins
+    kw = dict(dual_clip=3.0, kl_beta=0.1, mode=mode, max_len=MAX_LEN)
+    s1, d1, m1 = rl.policy_loss(logp, old, adv, mask, ref_logp=ref_logp, **kw)
+    s2, d2, m2 = rl.policy_loss(pack(logp, 0.0), pack(old, -1e30), pack(adv, 5.0), packed_mask,
+                                ref_logp=pack(ref_logp, 1e30), segment_ids=seg, **kw)
+    np.testing.assert_allclose(float(s2), float(s1), rtol=1e-6, atol=1e-6)
+    assert float(d2) == float(d1)
+    for k in m1:
+        np.testing.assert_allclose(float(m2[k]), float(m1[k]), rtol=1e-5, atol=1e-6, err_msg=k)
+    vs1, vd1, _ = rl.value_loss(logp, old, adv, mask, mode=mode, max_len=MAX_LEN)
+    vs2, vd2, _ = rl.value_loss(pack(logp, 0.0), pack(old, 0.0), pack(adv, 0.0), packed_mask,
+                                mode=mode, max_len=MAX_LEN, segment_ids=seg)
+    np.testing.assert_allclose(float(vs2), float(vs1), rtol=1e-6, atol=1e-6)
+    assert float(vd2) == float(vd1)
+    with pytest.raises(ValueError, match="segment_ids"):
+        rl.aggregate(logp, mask, mode, MAX_LEN, segment_ids=seg)
