@@ -17,6 +17,13 @@ CFG = ModelConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_layer
 CFG_TIED = CFG.replace(tie_word_embeddings=True, qkv_bias=False, num_kv_heads=1)
 
 
+@pytest.fixture(autouse=True)
+def _fp32_matmuls():
+    """Full-precision fp32 matmuls (GPUs default to TF32), so tolerances hold on every backend."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 def random_params(cfg: ModelConfig, seed: int = 0):
     """init() plus random norm weights and biases, so every parameter matters."""
     params = decoder.init(cfg, jax.random.PRNGKey(seed), std=0.1)

@@ -11,6 +11,13 @@ from leap_jax.models.logprobs import hidden_logprobs, token_logprobs, token_logp
 from tests.leap_jax.test_decoder import CFG, CFG_TIED, random_params
 
 
+@pytest.fixture(autouse=True)
+def _fp32_matmuls():
+    """Full-precision fp32 matmuls (GPUs default to TF32), so tolerances hold on every backend."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 @pytest.fixture(scope="module")
 def batch():
     rng = np.random.default_rng(0)
