@@ -218,7 +218,7 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         g0, aux0 = grad_fn(params, first, denom_pg, denom_v)
         rest = {k: v[1:] for k, v in stacked.items()}
         (grads, aux), _ = jax.lax.scan(body, (jax.tree_util.tree_map(jnp.add, zero_g, g0), aux0), rest)
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         updates, new_opt_state = tx.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         pm = loss_lib.finalize_metrics(aux["pg"])
