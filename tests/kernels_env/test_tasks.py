@@ -468,3 +468,12 @@ def test_references_use_only_functions_numpy_and_cupy_share():
     assert {"exp", "matmul", "cumsum"} <= used
     missing = sorted(n for n in used if not (hasattr(np, n) and hasattr(cupy, n)))
     assert not missing, f"xp functions missing from numpy or cupy: {missing}"
+
+
+@pytest.mark.parametrize("task", TASKS, ids=NAMES)
+def test_description_names_every_buffer_and_scalar(task):
+    # The prompt is description + signature; the prose must talk about the same names the kernel gets.
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", task.description))
+    missing = [b.name for b in task.buffers if b.name not in words] + [s.name for s in task.scalars if s.name not in words]
+    assert not missing, f"{task.name}: description does not mention {missing}"
+    assert "row-major" in task.description or "vector" in task.description
