@@ -58,6 +58,10 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
                  config: EnvConfig) -> None:
     """Loop of one worker process: answer (kind, payload) requests over `conn` until told to stop."""
     _worker_env(env)
+    try:  # Ctrl-C in the parent's terminal is the parent's to handle; it stops workers itself
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):
+        pass
     device = None
     try:
         from kernels_env import pipeline
