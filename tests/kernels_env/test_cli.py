@@ -7,12 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from kernels_env.cli import main, suite_table
 from kernels_env.result import Result, Timing
 from kernels_env.status import Status
-from kernels_env.tasks import get_task, list_tasks
+from kernels_env.tasks import list_tasks
 
 
 def run(argv):

@@ -1,7 +1,6 @@
 """score(): stages, statuses and bookkeeping, with real parsing + NVRTC and a numpy FakeDevice."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from kernels_env.backends.base import FatalDeviceError
