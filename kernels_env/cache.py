@@ -104,10 +104,13 @@ class ResultCache:
                 self._remember(key, d)
             except (OSError, ValueError):
                 d = None
+        with self._lock:
+            if d is None:
+                self.misses += 1
+            else:
+                self.hits += 1
         if d is None:
-            self.misses += 1
             return None
-        self.hits += 1
         r = Result.from_dict(d)
         r.cached = True
         return r

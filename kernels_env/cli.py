@@ -85,8 +85,13 @@ def cmd_score(args: argparse.Namespace, out: Any) -> int:
     task = _get_task(args.task)
     text = _read(args.file)
     from kernels_env.feedback import render_feedback
-    from kernels_env.pipeline import score
-    result = score(task, text, _config(args))
+    from kernels_env.pool import EvalPool, Job
+    cfg = _config(args)
+    workers = {"gpu_workers": 1} if args.backend == "cupy" else {"cpu_workers": 1}
+    # process mode (default): a hang or crash of the kernel is contained and time-limited
+    with EvalPool(mode="inline" if args.inline else "process", backend=args.backend, config=cfg, cache=False,
+                  compile_workers=1, **workers) as pool:
+        result = pool.map([Job(task.name, text, cfg)])[0]
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str), file=out)
     else:
@@ -164,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("file", help="the submission file, or - for stdin")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--budget", type=int, default=2000, help="feedback characters to print")
+    sp.add_argument("--inline", action="store_true", help="score in this process (debugging; no isolation)")
     common(sp)
     sp.set_defaults(fn=cmd_score)
 

@@ -48,9 +48,9 @@ def test_score_format_error_and_json(tmp_path):
     t = list_tasks()[0]
     f = tmp_path / "answer.md"
     f.write_text("I could not write it.")
-    code, text = run(["score", "--task", t.name, str(f), "--backend", "cpu"])
+    code, text = run(["score", "--task", t.name, str(f), "--backend", "cpu", "--inline"])
     assert code == 1 and text.startswith("format_error: the answer could not be parsed.")
-    code, text = run(["score", "--task", t.name, str(f), "--backend", "cpu", "--json"])
+    code, text = run(["score", "--task", t.name, str(f), "--backend", "cpu", "--json", "--inline"])
     d = json.loads(text)
     assert code == 1 and d["status"] == "format_error" and d["task"] == t.name
 
@@ -61,6 +61,7 @@ def test_score_missing_file(capsys, tmp_path):
 
 
 def test_score_solution_on_cpu_backend(tmp_path):
+    """Default process mode: compiled and run in worker processes."""
     t = list_tasks()[0]
     f = tmp_path / "sol.md"
     f.write_text(t.solution)
