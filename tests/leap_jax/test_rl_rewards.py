@@ -28,7 +28,7 @@ def groups(draw, min_valid=0):
     return keys, row_mask
 
 
-PROPS = settings(max_examples=50, deadline=None)
+PROPS = settings(max_examples=50, deadline=None, derandomize=True)  # deterministic in CI
 
 
 @PROPS
