@@ -111,17 +111,27 @@ def measure_bandwidth(n_bytes: int, reps: int = 10) -> float:
 
 
 def parse_variant(s: str) -> dict:
-    """'unrolled-rbg', 'scan-threefry-u4', ... -> Sampler keyword arguments."""
-    parts = s.split("-")
-    if len(parts) not in (2, 3) or parts[0] not in ("unrolled", "scan") \
-            or parts[1] not in ("threefry", "rbg"):
-        raise SystemExit(f"bad variant {s!r}; expected LOOP-RNG[-uN] with LOOP in unrolled|scan, "
-                         f"RNG in threefry|rbg, e.g. scan-rbg-u4")
-    kw = dict(layer_loop=parts[0], rng_impl=parts[1])
-    if len(parts) == 3:
-        if not parts[2].startswith("u"):
-            raise SystemExit(f"bad variant {s!r}: the third part must be uN or ufull")
-        kw["unroll"] = True if parts[2] == "ufull" else int(parts[2][1:])
+    """'unrolled-rbg-reduce', 'scan-threefry-einsum-u4', ... -> Sampler keyword arguments.
+
+    Dash-separated words in any order: unrolled|scan (layer loop), threefry|rbg (decode RNG),
+    einsum|reduce (decode attention), uN|ufull (layer-scan unroll). Missing words keep the
+    Sampler defaults.
+    """
+    kw: dict = {}
+    for part in s.split("-"):
+        if part in ("unrolled", "scan"):
+            kw["layer_loop"] = part
+        elif part in ("threefry", "rbg"):
+            kw["rng_impl"] = part
+        elif part in ("einsum", "reduce"):
+            kw["decode_attention"] = part
+        elif part == "ufull":
+            kw["unroll"] = True
+        elif part.startswith("u") and part[1:].isdigit():
+            kw["unroll"] = int(part[1:])
+        else:
+            raise SystemExit(f"bad variant word {part!r} in {s!r}; expected unrolled|scan, "
+                             f"threefry|rbg, einsum|reduce, uN|ufull")
     return kw
 
 
@@ -131,8 +141,9 @@ def main() -> None:
     ap.add_argument("--batches", default=None, help="comma list (default 64,256; small: 2,4)")
     ap.add_argument("--prompt", type=int, default=None, help="prompt length (default 256; small 16)")
     ap.add_argument("--new", type=int, default=None, help="new tokens (default 256; small 8)")
-    ap.add_argument("--variants", default="unrolled-threefry,unrolled-rbg,scan-threefry",
-                    help="comma list of sampler variants LOOP-RNG[-uN] to compare")
+    ap.add_argument("--variants", default="scan-threefry-einsum,unrolled-threefry-einsum,"
+                                          "unrolled-rbg-einsum,unrolled-rbg-reduce",
+                    help="comma list of sampler variants to compare (see parse_variant)")
     ap.add_argument("--reps", type=int, default=2, help="timed repetitions (best is reported)")
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers reference")
     ap.add_argument("--torch-worker", default=None, help=argparse.SUPPRESS)
@@ -199,24 +210,28 @@ def main() -> None:
                              prefill_s=tim["prefill_s"], ms_step=1e3 * decode_s / max(steps, 1),
                              roofline=(steps * step_bytes / bw) / decode_s if steps else float("nan"),
                              step_gb=step_bytes / 1e9, compile_s=compile_s))
+            r = rows[-1]
+            print(f"[jax] {name} batch {b}: {r['tok_s']:.0f} tok/s, prefill {r['prefill_s']:.3f} s,"
+                  f" {r['ms_step']:.2f} ms/step, roofline {r['roofline']:.1%}, warm-up "
+                  f"{compile_s:.1f} s", flush=True)
             del s
 
     ref = {r["batch"]: r for r in (torch_res or {}).get("rows", [])}
     print()
     print(f"prompt {prompt}, new {new} tokens/row, sampling T=1 (no stop); bandwidth "
           f"{bw / 1e9:.0f} GB/s")
-    hdr = (f"{'impl (jax variant)':<22}{'batch':>6}{'tok/s':>11}{'prefill s':>11}{'ms/step':>9}"
+    hdr = (f"{'impl (jax variant)':<26}{'batch':>6}{'tok/s':>11}{'prefill s':>11}{'ms/step':>9}"
            f"{'GB/step':>9}{'roofline':>10}{'vs HF':>8}{'warmup s':>10}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         hf = ref.get(r["batch"])
         ratio = f"{r['tok_s'] / hf['tokens_per_s']:.2f}x" if hf else "-"
-        print(f"{r['impl']:<22}{r['batch']:>6}{r['tok_s']:>11.0f}{r['prefill_s']:>11.3f}"
+        print(f"{r['impl']:<26}{r['batch']:>6}{r['tok_s']:>11.0f}{r['prefill_s']:>11.3f}"
               f"{r['ms_step']:>9.2f}{r['step_gb']:>9.3f}{r['roofline']:>10.1%}{ratio:>8}"
               f"{r['compile_s']:>10.1f}")
     for b, hf in sorted(ref.items()):
-        print(f"{'HF static cache':<22}{b:>6}{hf['tokens_per_s']:>11.0f}{'':>11}"
+        print(f"{'HF static cache':<26}{b:>6}{hf['tokens_per_s']:>11.0f}{'':>11}"
               f"{1e3 * hf['seconds'] / max(hf['new_tokens'], 1):>9.2f}{'':>9}{'':>10}{'1.00x':>8}")
     if torch_res:
         print(f"(HF: transformers {torch_res['transformers']}, torch {torch_res['torch']}; its "

@@ -144,11 +144,12 @@ def stack_cache(cache: KVCache) -> KVCache:
 def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: jax.Array, *,
             segment_ids: jax.Array | None = None, cache: KVCache | None = None,
             cache_index: jax.Array | int | None = None, return_hidden: bool = False,
-            unroll: int | bool = 1) -> tuple[jax.Array, KVCache | None]:
+            unroll: int | bool = 1, attn_impl: str = "einsum") -> tuple[jax.Array, KVCache | None]:
     """Run the decoder on tokens [B, L] at RoPE positions [B, L].
 
     Returns (fp32 logits [B, L, V], or final-normed hidden [B, L, D] in the compute dtype when
-    `return_hidden`) and the updated cache (None without one).
+    `return_hidden`) and the updated cache (None without one). `attn_impl`: see
+    `layers.attention` ("reduce" is a decode-step option).
 
     Layers run under `lax.scan` over the stacked layout (`unroll` is the scan's unroll factor).
     If `params["layers"]` is a tuple of per-layer dicts (`unstack_layers`) they run as an unrolled
@@ -224,7 +225,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
                 v = jax.lax.dynamic_index_in_dim(vc, layer, 0, keepdims=False)
             if hi < k.shape[1]:
                 k, v = k[:, :hi], v[:, :hi]
-        a = attention(q, k, v, mask)
+        a = attention(q, k, v, mask, attn_impl)
         x = x + dense(a.reshape(b, t, h * hd), lp["wo"])
         hn = rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
         x = x + swiglu(hn, lp["w_gate"], lp["w_up"], lp["w_down"])

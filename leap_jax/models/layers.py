@@ -50,20 +50,37 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return x * cos[:, :, None, :] + rotated * sin[:, :, None, :]
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+ATTN_IMPLS = ("einsum", "reduce")
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+              impl: str = "einsum") -> jax.Array:
     """Grouped-query attention.
 
     q [B, T, H, hd]; k, v [B, S, KV, hd]; mask [B, T, S] bool (True = may attend).
     Returns [B, T, H, hd] in q's dtype. Scores and softmax in fp32; no KV head repetition in memory
     (queries are grouped as [B, T, KV, H/KV, hd] instead).
+    impl "einsum": two dot_generals (bf16 operands, fp32 accumulation) - the general path.
+    impl "reduce": broadcast-multiply + fp32 sum, which XLA emits as reduction fusions that read
+    the cache in its stored layout (no transposed copy for a gemm); meant for decode (T = 1).
     """
     b, t, h, hd = q.shape
     kv = k.shape[2]
-    qg = q.reshape(b, t, kv, h // kv, hd)
+    g = h // kv
+    qg = q.reshape(b, t, kv, g, hd)
+    scale = 1.0 / float(hd) ** 0.5
+    if impl == "reduce":  # every tensor stays in the cache's [B, (T,) S, KV, ...] order
+        prod = qg.astype(jnp.float32)[:, :, None] * k.astype(jnp.float32)[:, None, :, :, None, :]
+        scores = jnp.sum(prod, axis=-1) * scale  # [B, T, S, KV, G]
+        scores = jnp.where(mask[:, :, :, None, None], scores, MASK_VALUE)
+        probs = jax.nn.softmax(scores, axis=2).astype(q.dtype).astype(jnp.float32)
+        out = jnp.sum(probs[..., None] * v.astype(jnp.float32)[:, None, :, :, None, :], axis=2)
+        return out.astype(q.dtype).reshape(b, t, h, hd)
+    if impl != "einsum":
+        raise ValueError(f"attention impl={impl!r}; expected one of {ATTN_IMPLS}")
     scores = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(q.dtype),
                         preferred_element_type=jnp.float32)
-    scores = scores * (1.0 / float(hd) ** 0.5)
-    scores = jnp.where(mask[:, None, None, :, :], scores, MASK_VALUE)
+    scores = jnp.where(mask[:, None, None, :, :], scores * scale, MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(q.dtype),
                      preferred_element_type=jnp.float32)

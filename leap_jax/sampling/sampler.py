@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from leap_jax.models.config import ModelConfig
+from leap_jax.models.layers import ATTN_IMPLS
 from leap_jax.models.decoder import (KVCache, Params, forward, init_cache, logits_from_hidden,
                                      unstack_layers)
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
@@ -88,16 +89,15 @@ def sample_from_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array
     top_p = jnp.asarray(top_p, jnp.float32)
     top_k = jnp.asarray(top_k, jnp.int32)
 
-    def greedy(_):
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-
-    def stochastic(_):
-        scaled = logits / jnp.maximum(temperature, 1e-6)
-        scaled = jax.lax.cond((top_k > 0) | (top_p < 1.0),
-                              lambda s: _filter_top_k_top_p(s, top_p, top_k), lambda s: s, scaled)
-        return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
-
-    return jax.lax.cond(temperature <= 0.0, greedy, stochastic, None)
+    # Greedy is selected with `where`, not a second `lax.cond` (each cond costs a device->host
+    # predicate read per decode step on GPU); the sort-based filter sits behind a cond because it
+    # is far more expensive than the draw and off by default.
+    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    scaled = logits / jnp.maximum(temperature, 1e-6)
+    scaled = jax.lax.cond((top_k > 0) | (top_p < 1.0),
+                          lambda s: _filter_top_k_top_p(s, top_p, top_k), lambda s: s, scaled)
+    sampled = jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
+    return jnp.where(temperature <= 0.0, greedy, sampled)
 
 
 def _gather_logprob(logits: jax.Array, tokens: jax.Array) -> jax.Array:
@@ -140,7 +140,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
            prompt_lengths: jax.Array, active: jax.Array, rng: jax.Array, temperature: jax.Array,
            top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, max_new: jax.Array, *,
            max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
-           unroll: int | bool = 1, rng_impl: str = "threefry") -> tuple[DecodeResult, KVCache]:
+           unroll: int | bool = 1, rng_impl: str = "threefry",
+           attn_impl: str = "einsum") -> tuple[DecodeResult, KVCache]:
     """Sample up to `max_new` (traced, <= static `max_new_tokens`) tokens per row after `prefill`.
 
     logits [B, V]: prefill's last-token logits. active [B] bool: rows to generate (padding rows of
@@ -148,6 +149,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     The cache must have >= prompt_slots + max_new_tokens - 1 slots. rng_impl "threefry" draws
     with `rng` as given (portable bit-exact streams); "rbg" derives an `unsafe_rbg` key from it
     (XLA's RngBitGenerator: much cheaper per [B, V] draw, deterministic on a given backend/version).
+    attn_impl: the decode step's attention ("einsum" or "reduce", see `layers.attention`).
     """
     b = logits.shape[0]
     n = max_new_tokens
@@ -189,7 +191,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
         slot = base + i - 1
         pos = (lens + i - 1)[:, None]
         lg, cache = forward(params, config, tok[:, None], pos, cache=cache, cache_index=slot,
-                            unroll=unroll)
+                            unroll=unroll, attn_impl=attn_impl)
         lg = lg[:, 0]
         new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k)
         new, live, stop, out_tok, out_lp = record(i, new, lg, done, out_tok, out_lp)
@@ -214,6 +216,7 @@ class Sampler:
     per-layer cache buffers (updated and read in place each step, no slicing of stacked arrays;
     compile time grows with depth, fine for a sampler) or "scan" (the stacked `lax.scan` path).
     rng_impl: "threefry" (default) or "rbg" (see `decode`).
+    decode_attention: "einsum" (default) or "reduce" (see `layers.attention`).
     `trace_counts` counts traces (= compilations) of the two jitted functions.
     """
 
@@ -222,13 +225,17 @@ class Sampler:
                  max_new_tokens: int = 512, batch_buckets: Sequence[int] | None = None,
                  padding: str = "left", max_stop_ids: int = 8, cache_dtype: str | None = None,
                  unroll: int | bool = 1, pad_id: int | None = None,
-                 layer_loop: str = "unrolled", rng_impl: str = "threefry"):
+                 layer_loop: str = "unrolled", rng_impl: str = "threefry",
+                 decode_attention: str = "einsum"):
         if padding not in PADDINGS:
             raise ValueError(f"Sampler padding={padding!r}; expected one of {PADDINGS}")
         if layer_loop not in LAYER_LOOPS:
             raise ValueError(f"Sampler layer_loop={layer_loop!r}; expected one of {LAYER_LOOPS}")
         if rng_impl not in RNG_IMPLS:
             raise ValueError(f"Sampler rng_impl={rng_impl!r}; expected one of {RNG_IMPLS}")
+        if decode_attention not in ATTN_IMPLS:
+            raise ValueError(f"Sampler decode_attention={decode_attention!r}; expected one of "
+                             f"{ATTN_IMPLS}")
         if max_new_tokens < 1:
             raise ValueError(f"Sampler max_new_tokens={max_new_tokens}; expected a positive int")
         if max_stop_ids < 1:
@@ -249,6 +256,7 @@ class Sampler:
         self.unroll = unroll
         self.layer_loop = layer_loop
         self.rng_impl = rng_impl
+        self.decode_attention = decode_attention
         prep = unstack_layers if layer_loop == "unrolled" else (lambda p: p)
         self.pad_id = int(pad_id if pad_id is not None else (config.pad_token_id or 0))
         self.trace_counts: collections.Counter[str] = collections.Counter()
@@ -267,7 +275,7 @@ class Sampler:
             return decode(prep(params), config, cache, logits, lengths, active, rng, temperature,
                           top_p, top_k, stop_ids, max_new, max_new_tokens=self.max_new_tokens,
                           prompt_slots=prompt_slots, padding=padding, pad_id=self.pad_id,
-                          unroll=unroll, rng_impl=rng_impl)
+                          unroll=unroll, rng_impl=rng_impl, attn_impl=decode_attention)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,))

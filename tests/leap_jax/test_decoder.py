@@ -251,6 +251,26 @@ def test_unstacked_layers_equal_stacked(params):
         decoder.forward(params, CFG, tok, pos, cache=c0, cache_index=4)
 
 
+def test_attention_impls_agree():
+    from leap_jax.models.layers import attention
+    rng = np.random.default_rng(8)
+    q = jnp.asarray(rng.standard_normal((2, 3, 6, 8)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((2, 5, 2, 8)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((2, 5, 2, 8)), jnp.float32)
+    mask = jnp.asarray(rng.random((2, 3, 5)) < 0.7).at[:, :, 0].set(True)
+    a = attention(q, k, v, mask, "einsum")
+    b = attention(q, k, v, mask, "reduce")
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+    # Reference for one (batch, head): softmax over allowed keys of the kv head it shares.
+    s = np.asarray(q[1, :, 4]) @ np.asarray(k[1, :, 1]).T / np.sqrt(8)
+    s = np.where(np.asarray(mask[1]), s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(a[1, :, 4]), w @ np.asarray(v[1, :, 1]), atol=1e-5)
+    with pytest.raises(ValueError, match="impl"):
+        attention(q, k, v, mask, "flash")
+
+
 def test_remat_same_loss_and_grads(params):
     tok = np.random.default_rng(6).integers(0, 97, (2, 6)).astype(np.int32)
     pos = np.tile(np.arange(6, dtype=np.int32), (2, 1))
