@@ -118,6 +118,14 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
 
 
 # ---- parent side ------------------------------------------------------------------------------
+class WorkerStartError(RuntimeError):
+    """A worker process could not start (its traceback, if any, in `details`)."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
 class _Died(Exception):
     def __init__(self, exitcode: int | None) -> None:
         super().__init__(exitcode)
@@ -159,10 +167,21 @@ class _Worker:
         self.proc.start()
         child.close()  # so the parent sees EOF when the worker dies
         self.conn = parent
-        kind, payload = self._recv(STARTUP_TIMEOUT_S)
+        try:
+            kind, payload = self._recv(STARTUP_TIMEOUT_S)
+        except _Died as d:
+            self.kill()
+            raise WorkerStartError(
+                f"the {self.role} worker exited during startup ({_exit_desc(d.exitcode)}); spawned workers "
+                "re-import the main script: guard pool creation with `if __name__ == \"__main__\":` (a script "
+                "read from stdin cannot be re-imported)") from None
+        except _Overran:
+            self.kill()
+            raise WorkerStartError(f"the {self.role} worker did not start within {STARTUP_TIMEOUT_S:g} s") from None
         if kind != "ready":
             self.kill()
-            raise RuntimeError(f"{self.role} worker failed to start:\n{payload}")
+            last = str(payload).strip().splitlines()[-1:] or [""]
+            raise WorkerStartError(f"the {self.role} worker failed to start: {last[0]}", details=str(payload))
         self.info = payload
 
     @property
@@ -521,8 +540,9 @@ class EvalPool:
                 try:
                     handle(holder, env, pend)
                 except Exception as e:
+                    details = getattr(e, "details", "") or traceback.format_exc(limit=20)
                     self._complete(pend, Result.env_error(f"{role} worker unavailable: {e}", task=pend.job.task,
-                                                          details=traceback.format_exc(limit=20)[-6000:]))
+                                                          details=details[-6000:]))
         finally:
             if holder[0] is not None:
                 holder[0].stop()

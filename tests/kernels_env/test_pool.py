@@ -166,3 +166,18 @@ def test_process_pool_real_kernels_on_gpu():
                                       Status.CORRECT], [r.message for r in rs]
     assert rs[0].speedup is not None and rs[0].speedup > 0 and rs[0].resources
     assert stats["restarts"] >= 2 and all(r.backend == "cupy" for r in rs[:4])
+
+
+def test_worker_start_failure_is_env_error_not_a_hang():
+    """An execution backend that cannot start (cupy without a GPU here, or a broken install) gives
+    env_error results with the worker's reason, quickly."""
+    from kernels_env.backends import gpu_count
+    if gpu_count() > 0:
+        pytest.skip("a GPU is visible: the cupy worker would start")
+    with EvalPool(backend="cupy", gpu_workers=1, config=EnvConfig(backend="cupy"), evaluator=None,
+                  compile_workers=1) as p:
+        from kernels_env.tasks import list_tasks
+        t = list_tasks(level=1)[0]
+        r = p.submit(Job(t.name, t.solution)).result(timeout=120)
+    assert r.status is Status.ENV_ERROR and r.message.startswith("exec worker unavailable: the exec worker failed to start")
+    assert "Traceback" in r.details
