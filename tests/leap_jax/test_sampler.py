@@ -123,6 +123,16 @@ def test_changing_sampling_values_does_not_recompile(params, sampler, prompts):
     assert before == {"prefill": 1, "decode": 1}
 
 
+def test_cache_is_donated_and_reused(params, sampler, prompts):
+    sampler.generate(params, prompts, GREEDY, 0)
+    shape, held = sampler._cache
+    assert shape == (4, 8 + NEW) and isinstance(held.k, tuple)  # per-layer buffers (unrolled)
+    assert held.k[0].dtype == jnp.float32 and held.k[0].shape == (4, 8 + NEW, 2, 8)
+    sampler.generate(params, prompts, GREEDY, 0)
+    assert held.k[0].is_deleted() and held.v[1].is_deleted()  # donated into prefill, not copied
+    assert not sampler._cache[1].k[0].is_deleted()
+
+
 def test_top_k_1_equals_greedy(params, sampler, prompts):
     a = sampler.generate(params, prompts, GREEDY, 0)
     b = sampler.generate(params, prompts, SamplingParams(temperature=1.0, top_k=1,
