@@ -454,6 +454,7 @@ _POINTEE_OK: dict[str, tuple[str, ...] | None] = {
     "void": None, "char": None, "unsigned char": None, "signed char": None, "uint8_t": None,
     "int8_t": None,
 }
+_C_FOR_DTYPE = {"float32": "float", "float16": "__half", "int32": "int", "int64": "long long"}
 INT_SCALARS = {
     "int": (-(2 ** 31), 2 ** 31 - 1), "int32_t": (-(2 ** 31), 2 ** 31 - 1),
     "unsigned int": (0, 2 ** 32 - 1), "uint32_t": (0, 2 ** 32 - 1),
@@ -570,9 +571,12 @@ def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task
                 if p.ctype.count("*") > 1:
                     raise FormatError(f"line {line}: {pdesc}: pointer-to-pointer parameters are not supported")
                 ok = _POINTEE_OK.get(p.base_type, ())
+                if not ok and ok is not None:
+                    raise FormatError(f"line {line}: {pdesc} points to {p.base_type!r}, which matches no buffer "
+                                      f"dtype; {kind} {a.name!r} is {dt}: declare it as {_C_FOR_DTYPE[dt]}* "
+                                      "(or void*)")
                 if ok is not None and dt not in ok:
-                    want = f"{'/'.join(ok)} data" if ok else "no task dtype (unsupported pointee type)"
-                    raise FormatError(f"line {line}: {pdesc} points to {p.base_type} ({want}), but "
+                    raise FormatError(f"line {line}: {pdesc} points to {p.base_type} ({'/'.join(ok)} data), but "
                                       f"{kind} {a.name!r} is {dt}")
                 args.append(Arg(kind, a.name, None, p))
             else:

@@ -195,6 +195,7 @@ extern "C" __global__ void scale(float* y, float alpha, long long n) {}
 extern "C" __global__ void half_k(const __half* h, float* y) {}
 extern "C" __global__ void anyp(void* p, const char* q) {}
 extern "C" __global__ void idx(const int* i, long long* j, unsigned int u) {}
+extern "C" __global__ void dbl(const double* d) {}
 __global__ void mangled(float* y) {}
 '''
 
@@ -236,6 +237,8 @@ def test_check_plan_resolves_everything():
     ("half_k<<<1, 256>>>(x, y);", "points to __half (float16 data), but buffer 'x' is float32"),
     ("idx<<<1, 1>>>(i, i, 1);", "points to long long (int64 data), but buffer 'i' is int32"),
     ("sum<<<1, 256>>>(N, y, N);", "is a pointer; 'N' is a size"),
+    ("dbl<<<1, 1>>>(x);", "points to 'double', which matches no buffer dtype; buffer 'x' is float32: "
+                          "declare it as float* (or void*)"),
     ("sum<<<1, 256>>>(zz, y, N);", "is a pointer; 'zz' is unknown"),
     ("sum<<<1, 256>>>(x + 1, y, N);", "is a pointer; expected a buffer name"),
     ("sum<<<1, 256>>>(x, y, x);", "is a scalar; expected a number or size, got buffer 'x'"),
