@@ -167,6 +167,16 @@ def test_causal_later_tokens_do_not_change_earlier_logits(params):
     assert np.abs(a[0, 5:] - b[0, 5:]).max() > 1e-4
 
 
+def test_vmap_over_batches(params):
+    tok = np.random.default_rng(9).integers(0, 97, (3, 2, 4)).astype(np.int32)
+    pos = np.tile(np.arange(4, dtype=np.int32), (2, 1))
+    out = jax.vmap(lambda t: decoder.forward(params, CFG, t, pos)[0])(tok)
+    for i in range(3):
+        np.testing.assert_allclose(np.asarray(out[i]),
+                                   np.asarray(decoder.forward(params, CFG, tok[i], pos)[0]),
+                                   atol=1e-5)
+
+
 def test_left_padded_row_equals_unpadded(params):
     f = jitted_forward(CFG)
     tok = np.random.default_rng(3).integers(1, 97, (1, 5)).astype(np.int32)

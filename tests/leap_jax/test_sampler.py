@@ -156,6 +156,11 @@ def test_max_new_tokens_per_call(params, sampler, prompts):
     full = sampler.generate(params, prompts, GREEDY, 0)
     assert [len(t) for t in out.tokens] == [2] * 4
     assert out.tokens == [t[:2] for t in full.tokens]
+    one = sampler.generate(params, prompts, SamplingParams(temperature=0.0, max_new_tokens=1,
+                                                           stop_token_ids=()), 0)
+    assert one.tokens == [t[:1] for t in full.tokens]
+    np.testing.assert_allclose(np.concatenate(one.logprobs),
+                               np.array([lp[0] for lp in full.logprobs]), atol=1e-6)
     with pytest.raises(ValueError, match="budget"):
         sampler.generate(params, prompts, SamplingParams(max_new_tokens=NEW + 1), 0)
 
