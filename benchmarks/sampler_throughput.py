@@ -116,7 +116,8 @@ def parse_variant(s: str) -> dict:
     """'unrolled-rbg-reduce', 'scan-threefry-einsum-u4', ... -> Sampler keyword arguments.
 
     Dash-separated words in any order: unrolled|scan (layer loop), threefry|rbg (decode RNG),
-    einsum|reduce (decode attention), uN|ufull (layer-scan unroll). Missing words keep the
+    einsum|reduce (decode attention), fuse|nofuse (concatenated q|k|v and gate|up gemms),
+    uN|ufull (layer-scan unroll). Missing words keep the
     Sampler defaults.
     """
     kw: dict = {}
@@ -127,13 +128,15 @@ def parse_variant(s: str) -> dict:
             kw["rng_impl"] = part
         elif part in ("einsum", "reduce"):
             kw["decode_attention"] = part
+        elif part in ("fuse", "nofuse"):
+            kw["fuse"] = part == "fuse"
         elif part == "ufull":
             kw["unroll"] = True
         elif part.startswith("u") and part[1:].isdigit():
             kw["unroll"] = int(part[1:])
         else:
             raise SystemExit(f"bad variant word {part!r} in {s!r}; expected unrolled|scan, "
-                             f"threefry|rbg, einsum|reduce, uN|ufull")
+                             f"threefry|rbg, einsum|reduce, fuse|nofuse, uN|ufull")
     return kw
 
 

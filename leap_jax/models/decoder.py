@@ -117,6 +117,27 @@ def _write_rows(buf: jax.Array, new: jax.Array, index: jax.Array, lead: tuple) -
     return jax.vmap(one, in_axes=(n_lead, 0, 0), out_axes=n_lead)(buf, new, index)
 
 
+def fuse_projections(params: Params) -> Params:
+    """Params whose layers carry fused `wqkv` / `bqkv` (q|k|v) and `w_gate_up` (gate|up) matrices
+    instead of the separate ones: two gemms per layer instead of five (fewer kernel launches per
+    decode step). Works on stacked or unstacked layers; `forward` accepts either form."""
+    def fuse(lp):
+        if "wqkv" in lp:
+            return lp
+        out = {k: v for k, v in lp.items() if k not in ("wq", "wk", "wv", "bq", "bk", "bv",
+                                                        "w_gate", "w_up")}
+        out["wqkv"] = jnp.concatenate([lp["wq"], lp["wk"], lp["wv"]], axis=-1)
+        if "bq" in lp:
+            out["bqkv"] = jnp.concatenate([lp["bq"], lp["bk"], lp["bv"]], axis=-1)
+        out["w_gate_up"] = jnp.concatenate([lp["w_gate"], lp["w_up"]], axis=-1)
+        return out
+
+    layers = params["layers"]
+    if isinstance(layers, (list, tuple)):
+        return dict(params, layers=tuple(fuse(lp) for lp in layers))
+    return dict(params, layers=fuse(layers))
+
+
 def unstack_layers(params: Params) -> Params:
     """Params with `layers` as a tuple of per-layer dicts (for the unrolled decode path)."""
     layers = params["layers"]
@@ -209,9 +230,15 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         """One decoder layer; kc/vc: stacked caches (layer = traced index), per-layer buffers
         (layer = None) or None."""
         hn = rms_norm(x, lp["attn_norm"], c.rms_norm_eps)
-        q = dense(hn, lp["wq"], lp.get("bq")).reshape(b, t, h, hd)
-        k = dense(hn, lp["wk"], lp.get("bk")).reshape(b, t, kvh, hd)
-        v = dense(hn, lp["wv"], lp.get("bv")).reshape(b, t, kvh, hd)
+        if "wqkv" in lp:  # fused projections (fuse_projections)
+            qkv = dense(hn, lp["wqkv"], lp.get("bqkv"))
+            q = qkv[..., : h * hd].reshape(b, t, h, hd)
+            k = qkv[..., h * hd: (h + kvh) * hd].reshape(b, t, kvh, hd)
+            v = qkv[..., (h + kvh) * hd:].reshape(b, t, kvh, hd)
+        else:
+            q = dense(hn, lp["wq"], lp.get("bq")).reshape(b, t, h, hd)
+            k = dense(hn, lp["wk"], lp.get("bk")).reshape(b, t, kvh, hd)
+            v = dense(hn, lp["wv"], lp.get("bv")).reshape(b, t, kvh, hd)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         if kc is not None:
@@ -228,7 +255,12 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         a = attention(q, k, v, mask, attn_impl)
         x = x + dense(a.reshape(b, t, h * hd), lp["wo"])
         hn = rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
-        x = x + swiglu(hn, lp["w_gate"], lp["w_up"], lp["w_down"])
+        if "w_gate_up" in lp:
+            gu = dense(hn, lp["w_gate_up"])
+            x = x + dense(jax.nn.silu(gu[..., : c.intermediate_size])
+                          * gu[..., c.intermediate_size:], lp["w_down"])
+        else:
+            x = x + swiglu(hn, lp["w_gate"], lp["w_up"], lp["w_down"])
         return x, kc, vc
 
     if unstacked:

@@ -246,6 +246,12 @@ def test_unstacked_layers_equal_stacked(params):
     assert isinstance(up["layers"], tuple) and len(up["layers"]) == 2
     np.testing.assert_allclose(np.asarray(decoder.forward(up, CFG, tok, pos)[0]),
                                np.asarray(jitted_forward(CFG)(params, tok, pos, None)), atol=1e-5)
+    for fused in (decoder.fuse_projections(params), decoder.fuse_projections(up)):
+        assert "wqkv" in (fused["layers"] if isinstance(fused["layers"], dict)
+                          else fused["layers"][0])
+        np.testing.assert_allclose(np.asarray(decoder.forward(fused, CFG, tok, pos)[0]),
+                                   np.asarray(jitted_forward(CFG)(params, tok, pos, None)),
+                                   atol=1e-5)
     g_r = jax.grad(lambda p: decoder.forward(p, CFG.replace(remat=True), tok, pos)[0].sum())(up)
     g_s = jax.grad(lambda p: decoder.forward(p, CFG, tok, pos)[0].sum())(params)
     np.testing.assert_allclose(np.asarray(g_r["layers"][1]["wq"]),

@@ -168,7 +168,7 @@ def test_max_new_tokens_per_call(params, sampler, prompts):
 def test_split_batches_and_right_padding(params, prompts):
     many = prompts + [prompts[1][:6], prompts[2][::-1]]  # 6 prompts > max_batch 4
     s = Sampler(CFG, max_batch=4, prompt_buckets=(4, 8), max_new_tokens=NEW, padding="right",
-                layer_loop="scan", rng_impl="rbg", decode_attention="reduce")
+                layer_loop="scan", rng_impl="rbg", decode_attention="reduce", fuse=False)
     out = s.generate(params, many, GREEDY, 0)
     assert s.trace_counts["decode"] == 2  # two buckets were used (2 and 4 rows, P=8)
     for p, toks in zip(many, out.tokens):
