@@ -165,7 +165,8 @@ def stack_cache(cache: KVCache) -> KVCache:
 def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: jax.Array, *,
             segment_ids: jax.Array | None = None, cache: KVCache | None = None,
             cache_index: jax.Array | int | None = None, return_hidden: bool = False,
-            unroll: int | bool = 1, attn_impl: str = "einsum") -> tuple[jax.Array, KVCache | None]:
+            unroll: int | bool = 1, attn_impl: str = "einsum",
+            kv_window: int | None = None) -> tuple[jax.Array, KVCache | None]:
     """Run the decoder on tokens [B, L] at RoPE positions [B, L].
 
     Returns (fp32 logits [B, L, V], or final-normed hidden [B, L, D] in the compute dtype when
@@ -178,7 +179,8 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
     k / v is its own buffer, so decode steps update and read them in place without slicing a
     stacked array (a sampler-side performance option; results are identical).
     A Python-int `cache_index` (e.g. 0 for a prefill) limits attention to the statically known
-    slots < cache_index + L instead of the whole cache.
+    slots < cache_index + L instead of the whole cache; with a traced index, a static `kv_window`
+    does the same (the caller guarantees every query slot is < kv_window).
     """
     c = config
     if tokens.ndim != 2 or positions.shape != tokens.shape:
@@ -211,6 +213,10 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
             raise ValueError(f"forward: cache batch {cache.seg.shape[0]} != tokens batch {b}")
         max_len = cache.seg.shape[1]
         hi = max_len
+        if kv_window is not None:
+            if not 0 < kv_window <= max_len:
+                raise ValueError(f"forward: kv_window={kv_window}; expected 1..{max_len}")
+            hi = int(kv_window)
         if isinstance(cache_index, int):
             if not 0 <= cache_index <= max_len - t:
                 raise ValueError(f"forward: cache_index={cache_index} with {t} tokens does not fit "

@@ -141,7 +141,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
            top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, max_new: jax.Array, *,
            max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
            unroll: int | bool = 1, rng_impl: str = "threefry",
-           attn_impl: str = "einsum") -> tuple[DecodeResult, KVCache]:
+           attn_impl: str = "einsum", segments: int = 1) -> tuple[DecodeResult, KVCache]:
     """Sample up to `max_new` (traced, <= static `max_new_tokens`) tokens per row after `prefill`.
 
     logits [B, V]: prefill's last-token logits. active [B] bool: rows to generate (padding rows of
@@ -150,6 +150,9 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     with `rng` as given (portable bit-exact streams); "rbg" derives an `unsafe_rbg` key from it
     (XLA's RngBitGenerator: much cheaper per [B, V] draw, deterministic on a given backend/version).
     attn_impl: the decode step's attention ("einsum" or "reduce", see `layers.attention`).
+    segments: split the decode steps into this many consecutive `while_loop`s, each attending
+    only over the cache slots its steps can have written (a static window), so early steps do
+    not read the whole cache; the loop body is compiled once per segment.
     """
     b = logits.shape[0]
     n = max_new_tokens
@@ -186,19 +189,32 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
         i, _, _, _, _, done, _, _ = s
         return (i < max_new) & ~jnp.all(done)
 
-    def body(s):
-        i, cache, tok, out_tok, out_lp, done, lengths, finished = s
-        slot = base + i - 1
-        pos = (lens + i - 1)[:, None]
-        lg, cache = forward(params, config, tok[:, None], pos, cache=cache, cache_index=slot,
-                            unroll=unroll, attn_impl=attn_impl)
-        lg = lg[:, 0]
-        new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k)
-        new, live, stop, out_tok, out_lp = record(i, new, lg, done, out_tok, out_lp)
-        return (i + 1, cache, new, out_tok, out_lp, done | stop, lengths + live.astype(jnp.int32),
-                finished | stop)
+    def make_body(window):
+        def body(s):
+            i, cache, tok, out_tok, out_lp, done, lengths, finished = s
+            slot = base + i - 1
+            pos = (lens + i - 1)[:, None]
+            lg, cache = forward(params, config, tok[:, None], pos, cache=cache, cache_index=slot,
+                                unroll=unroll, attn_impl=attn_impl, kv_window=window)
+            lg = lg[:, 0]
+            new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k)
+            new, live, stop, out_tok, out_lp = record(i, new, lg, done, out_tok, out_lp)
+            return (i + 1, cache, new, out_tok, out_lp, done | stop,
+                    lengths + live.astype(jnp.int32), finished | stop)
+        return body
 
-    _, cache, _, out_tok, out_lp, _, lengths, finished = jax.lax.while_loop(cond, body, state)
+    max_len = cache.seg.shape[1]
+    segments = max(1, min(int(segments), n))
+    bounds = [-(-n * j // segments) for j in range(segments + 1)]  # step ranges [lo, hi)
+    for hi_step in bounds[1:]:
+        # Steps i < hi_step write/read slots <= prompt_slots + hi_step - 2 (base <= prompt_slots).
+        window = None if hi_step == n else min(max_len, prompt_slots + hi_step)
+
+        def seg_cond(s, hi_step=hi_step):
+            return cond(s) & (s[0] < hi_step)
+
+        state = jax.lax.while_loop(seg_cond, make_body(window), state)
+    _, cache, _, out_tok, out_lp, _, lengths, finished = state
     return DecodeResult(out_tok, out_lp, lengths, finished), cache
 
 
@@ -219,6 +235,7 @@ class Sampler:
     decode_attention: "einsum" (default) or "reduce" (see `layers.attention`).
     fuse: run with q|k|v and gate|up matrices concatenated (`fuse_projections`, done inside the
     jitted call): 2 instead of 5 gemms per layer and step.
+    decode_segments: see `decode` (1 = one loop over the whole cache).
     `trace_counts` counts traces (= compilations) of the two jitted functions.
     """
 
@@ -228,7 +245,7 @@ class Sampler:
                  padding: str = "left", max_stop_ids: int = 8, cache_dtype: str | None = None,
                  unroll: int | bool = 1, pad_id: int | None = None,
                  layer_loop: str = "unrolled", rng_impl: str = "threefry",
-                 decode_attention: str = "einsum", fuse: bool = True):
+                 decode_attention: str = "einsum", fuse: bool = True, decode_segments: int = 1):
         if padding not in PADDINGS:
             raise ValueError(f"Sampler padding={padding!r}; expected one of {PADDINGS}")
         if layer_loop not in LAYER_LOOPS:
@@ -260,6 +277,9 @@ class Sampler:
         self.rng_impl = rng_impl
         self.decode_attention = decode_attention
         self.fuse = fuse
+        if int(decode_segments) < 1:
+            raise ValueError(f"Sampler decode_segments={decode_segments}; expected an int >= 1")
+        self.decode_segments = int(decode_segments)
 
         def prep(p):  # once per call, outside the decode loop: layout for the fast path
             p = fuse_projections(p) if fuse else p
@@ -281,7 +301,8 @@ class Sampler:
             return decode(prep(params), config, cache, logits, lengths, active, rng, temperature,
                           top_p, top_k, stop_ids, max_new, max_new_tokens=self.max_new_tokens,
                           prompt_slots=prompt_slots, padding=padding, pad_id=self.pad_id,
-                          unroll=unroll, rng_impl=rng_impl, attn_impl=decode_attention)
+                          unroll=unroll, rng_impl=rng_impl, attn_impl=decode_attention,
+                          segments=self.decode_segments)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,))

@@ -66,6 +66,13 @@ def test_greedy_equals_repeated_full_forward_argmax(params, sampler, prompts):
     for p, toks, lps, fin in zip(prompts, out.tokens, out.logprobs, out.finished):
         assert toks == ref_greedy(params, p, NEW)
         assert len(lps) == NEW and lps.dtype == np.float32 and not fin
+    # Decode split into 4 loops with growing static KV windows: same tokens and log-probs.
+    seg = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, batch_buckets=(4,),
+                  decode_segments=4)
+    out4 = seg.generate(params, prompts, GREEDY, rng=0)
+    assert out4.tokens == out.tokens
+    for a, b in zip(out4.logprobs, out.logprobs):
+        np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_logprobs_equal_forward_logprobs(params, sampler, prompts):
@@ -168,7 +175,8 @@ def test_max_new_tokens_per_call(params, sampler, prompts):
 def test_split_batches_and_right_padding(params, prompts):
     many = prompts + [prompts[1][:6], prompts[2][::-1]]  # 6 prompts > max_batch 4
     s = Sampler(CFG, max_batch=4, prompt_buckets=(4, 8), max_new_tokens=NEW, padding="right",
-                layer_loop="scan", rng_impl="rbg", decode_attention="reduce", fuse=False)
+                layer_loop="scan", rng_impl="rbg", decode_attention="reduce", fuse=False,
+                decode_segments=3)
     out = s.generate(params, many, GREEDY, 0)
     assert s.trace_counts["decode"] == 2  # two buckets were used (2 and 4 rows, P=8)
     for p, toks in zip(many, out.tokens):
@@ -250,7 +258,8 @@ def test_bf16_sampler_on_gpu_variants_agree():
     prompts = [rng.integers(1, 97, n).tolist() for n in (5, 30, 17, 64, 2)]
     outs = {}
     for loop in ("unrolled", "scan"):
-        s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16, layer_loop=loop)
+        s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16, layer_loop=loop,
+                    decode_segments=1 if loop == "unrolled" else 3)
         outs[loop] = s.generate(p, prompts, GREEDY, 0)
         sampled = s.generate(p, prompts, SamplingParams(temperature=0.8, top_p=0.9, top_k=20), 1)
         assert s.trace_counts["decode"] == 1  # one (batch 8, prompt 64) bucket, no recompiles
