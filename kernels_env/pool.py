@@ -68,6 +68,8 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
         if role == "exec" and evaluator is None:
             from kernels_env.backends import get_device
             device = get_device(backend, config)
+            from kernels_env.warmup import warm_up
+            warm_up(device, config)  # first-use CuPy kernel builds must not count against a job
         conn.send(("ready", {"arch": getattr(device, "arch", None), "backend": getattr(device, "name", backend),
                              "pid": os.getpid()}))
     except BaseException:

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
 from kernels_env.config import EnvConfig
 from kernels_env.program import CompiledModule, KernelSignature
+from kernels_env.result import KernelResources
 
 # CUDA error codes (identical in the driver and runtime APIs) after which the context is unusable.
 STICKY_ERRORS = {
@@ -115,7 +116,9 @@ class CupyDevice:
         Raises kernels_env.compile.CompileError when the rebuild does not compile."""
         self._check_healthy()
         try:
-            return self._load_cubin(compiled.cubin, compiled.kernels, compiled.arch)
+            prog = self._load_cubin(compiled.cubin, compiled.kernels, compiled.arch)
+            self._fill_resources(compiled, prog)
+            return prog
         except self._errors() as e:
             if getattr(e, "status", None) in STICKY_ERRORS:
                 raise self._map(e, "loading the module") from e
@@ -129,6 +132,7 @@ class CupyDevice:
             raise self._map(e, f"loading the module (cubin for {compiled.arch} failed with "
                                f"{first_error}; rebuilt for {arch})") from e
         prog.rebuilt_from_source = True
+        self._fill_resources(compiled, prog)
         return prog
 
     def _load_cubin(self, cubin: bytes, kernels: dict[str, KernelSignature], arch: str) -> CupyProgram:
@@ -144,6 +148,20 @@ class CupyDevice:
                 # found by the source scan but not in the binary (e.g. under #if 0): launching it
                 # raises KernelRuntimeError below
         return CupyProgram(kernels=dict(kernels), functions=functions, arch=arch)
+
+    @staticmethod
+    def _fill_resources(compiled: CompiledModule, program: CupyProgram) -> None:
+        """Where the compile log gave no ptxas report, read registers / shared / local memory from
+        the loaded functions (cuFuncGetAttribute): the driver's numbers for the code that will run."""
+        for name, fn in program.functions.items():
+            if name in compiled.resources:
+                continue
+            try:
+                compiled.resources[name] = KernelResources(
+                    registers=int(fn.num_regs), shared_bytes=int(fn.shared_size_bytes),
+                    stack_frame_bytes=int(fn.local_size_bytes))
+            except Exception:  # attributes unavailable on this CuPy: keep what the log gave
+                return
 
     # ---- execution -------------------------------------------------------------------------------
     def launch(self, program: CupyProgram, kernel: str, grid: tuple[int, int, int],

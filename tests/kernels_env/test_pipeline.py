@@ -159,3 +159,15 @@ def test_score_on_gpu_reports_speedup_and_arch():
             assert r.timing.comparable and r.speedup > 0 and r.resources
     finally:
         dev.close()
+
+
+def test_warm_up_task_scores_correct_on_the_cpu_backend():
+    from kernels_env.backends import get_device
+    from kernels_env.warmup import warm_up
+    device = get_device("cpu")
+    try:
+        result = warm_up(device)
+    finally:
+        device.close()
+    assert result.status is Status.CORRECT, (result.message, result.details)
+    assert result.trials == 4
