@@ -18,10 +18,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 HEADERS = ("cuda_prelude.h", "cpu_runtime.h")
 # -fwrapv: signed overflow wraps as GPUs do; -fno-strict-aliasing: kernels pun pointers freely
-# (reinterpret_cast<float4*>); -U_FORTIFY_SOURCE: the runtime longjmps off fiber stacks.
+# (reinterpret_cast<float4*>); -U_FORTIFY_SOURCE: the runtime longjmps off fiber stacks;
+# -fstack-clash-protection: big local arrays touch every page, so an overflow hits the fiber's guard page.
 BASE_FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fwrapv", "-fno-strict-aliasing", "-fno-exceptions",
               "-fno-rtti", "-fvisibility=hidden", "-fno-ipa-reference", "-U_FORTIFY_SOURCE",
-              "-fmax-errors=20", "-w", "-pthread")
+              "-fstack-clash-protection", "-fmax-errors=20", "-w", "-pthread")
 
 
 class BuildError(Exception):

@@ -25,8 +25,8 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _libc.mprotect.restype = ctypes.c_int
 
-_lock = threading.Lock()
-_live: dict[int, tuple[int, int, weakref.ref]] = {}  # id -> (start, nbytes, ref to the mmap)
+_lock = threading.RLock()  # re-entrant: a GC finalizer may run while it is held
+_live: dict[int, tuple[int, int, int, int, weakref.ref]] = {}  # id -> (base, total, start, nbytes, ref)
 
 
 def _addr(m: mmap.mmap) -> int:
@@ -63,14 +63,13 @@ def guarded_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     start = base + offset
     key = id(m)
     with _lock:
-        _live[key] = (start, nbytes, weakref.ref(m))
+        _live[key] = (base, total, start, nbytes, weakref.ref(m))
     weakref.finalize(m, _forget, key)
     return arr
 
 
 def _forget(key: int) -> None:
-    with _lock:
-        _live.pop(key, None)
+    _live.pop(key, None)  # atomic under the GIL; never blocks (finalizers run at arbitrary points)
 
 
 def describe_address(addr: int) -> str:
@@ -78,13 +77,13 @@ def describe_address(addr: int) -> str:
     best = None
     with _lock:
         items = list(_live.values())
-    for start, nbytes, ref in items:
+    for base, total, start, nbytes, ref in items:
         if ref() is None:
             continue
-        if start + nbytes <= addr < start + nbytes + TRAIL_PAGES * PAGE + ALIGN:
+        if start + nbytes <= addr < base + total:
             d = addr - (start + nbytes)
             cand = (d, f"{d} bytes past the end of a {nbytes}-byte buffer")
-        elif start - PAGE <= addr < start:
+        elif base <= addr < start:
             d = start - addr
             cand = (d, f"{d} bytes before the start of a {nbytes}-byte buffer")
         else:
