@@ -350,19 +350,39 @@ def _deepcopy(d: Any) -> Any:
     return d
 
 
+def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A YAML mapping; a top-level `base: other.yaml` (relative to this file) is loaded first and this
+    file's keys are deep-merged over it, so baseline configs state only what differs."""
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    if p.resolve() in seen:
+        raise ConfigError(f"config file {str(p)!r}: `base` chain loops back to itself")
+    try:
+        loaded = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+    if loaded is None:
+        loaded = {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {str(p)!r}: expected a mapping at the top level")
+    base = loaded.pop("base", None)
+    if base is None:
+        return loaded
+    if not isinstance(base, str):
+        raise ConfigError(f"config file {str(p)!r}: base={base!r}; expected a file name")
+    return _merge(_read_yaml(p.parent / base, seen + (p.resolve(),)), loaded)
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = _deepcopy(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else _deepcopy(v)
+    return out
+
+
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
     """Read YAML (or start from defaults when path is None), apply overrides, validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {str(p)!r} does not exist")
-        loaded = yaml.safe_load(p.read_text())
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(p)!r}: expected a mapping at the top level")
-        data = loaded
+    data: dict[str, Any] = {} if path is None else _read_yaml(Path(path))
     return from_dict(apply_overrides(data, list(overrides)))
 
 

@@ -83,3 +83,14 @@ def test_shipped_configs_validate(path):
     else:
         cfg = load_config(path)
     assert isinstance(cfg, Config)
+
+
+def test_base_inheritance(tmp_path):
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump({"rollout": {"group_size": 6, "max_turns": 2},
+                                                     "train": {"steps": 9}}))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump({"base": "a.yaml", "rollout": {"max_turns": 3}}))
+    cfg = load_config(tmp_path / "b.yaml")
+    assert (cfg.rollout.group_size, cfg.rollout.max_turns, cfg.train.steps) == (6, 3, 9)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"base": "c.yaml"}))
+    with pytest.raises(ConfigError, match="loops back"):
+        load_config(tmp_path / "c.yaml")
