@@ -1,0 +1,255 @@
+"""A verified kernel corpus generated from the task suite (issue 7, part 1).
+
+For each task: the known-good solution plus programmatic variants of it (`mutations`), every one
+scored by the environment through `EvalPool`, so each record's `status` is measured, never assumed.
+From the scored variants come chat examples for supervised warm-up:
+- `single`: [system, user prompt, assistant = a variant measured correct];
+- `multiturn`: [system, user prompt, assistant = a variant measured NOT correct, user = the
+  environment's real feedback on it (`render_feedback`), assistant = a correct fix (the variant's
+  pre-bug parent when that scored correct, else another correct variant)].
+Messages carry `train`: only correct assistant turns are trained on (a wrong attempt is context).
+Deterministic from the seed (per-task `random.Random(f"{seed}:{task}")`); written as JSONL:
+`variants.jsonl`, `examples.jsonl`, `manifest.json` in the output directory.
+
+CLI: `python -m leap_jax.bootstrap.corpus --out data/bootstrap [--tasks relu,softmax] [--seed 0]`.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from leap_jax.bootstrap.mutations import MUTATIONS, join_blocks, mutate, split_blocks
+
+VARIANTS_FILE, EXAMPLES_FILE, MANIFEST_FILE = "variants.jsonl", "examples.jsonl", "manifest.json"
+
+
+@dataclass
+class CorpusCfg:
+    """How the corpus is generated and verified (also the `corpus:` section of the SFT config)."""
+    tasks: list[str] = field(default_factory=list)  # empty: every task of the suite
+    seed: int = 0
+    variants_per_task: int = 24  # mutation attempts per task (duplicates are dropped)
+    max_chain: int = 2  # mutations applied in a row at most
+    multiturn_per_task: int = 6  # multi-turn examples per task at most
+    prompt_sizes: str = "eval"  # the size set the prompts show (the RL run's env.sizes)
+    backend: str = "cpu"  # scoring backend: cpu | cupy | auto
+    sizes: str = "small"  # size set used to score
+    correctness_trials: int = 2
+    feedback_budget_chars: int = 800
+    pool_mode: str = "process"  # process | inline
+    workers: int = 1  # exec (and compile) workers of the pool
+
+
+def _check(cfg: CorpusCfg) -> None:
+    from kernels_env.tasks import get_task
+    if cfg.variants_per_task < 0 or cfg.multiturn_per_task < 0 or cfg.max_chain < 1:
+        raise ValueError(f"corpus: variants_per_task={cfg.variants_per_task}, multiturn_per_task="
+                         f"{cfg.multiturn_per_task} must be >= 0 and max_chain={cfg.max_chain} >= 1")
+    for n in ("prompt_sizes", "sizes"):
+        if getattr(cfg, n) not in ("eval", "small"):
+            raise ValueError(f"corpus.{n}={getattr(cfg, n)!r}; expected 'eval' or 'small'")
+    for t in cfg.tasks:
+        get_task(t)  # a clear KeyError for an unknown task
+
+
+def task_names(cfg: CorpusCfg) -> list[str]:
+    from kernels_env.tasks import list_tasks
+    return list(cfg.tasks) if cfg.tasks else [t.name for t in list_tasks()]
+
+
+def _vid(task: str, text: str) -> str:
+    return hashlib.sha256(f"{task}\0{text}".encode()).hexdigest()[:16]
+
+
+def generate_variants(task_name: str, n: int, seed: int, max_chain: int = 2) -> list[dict[str, Any]]:
+    """Unscored variants of one task: the canonical solution first, then up to `n` distinct mutants
+    (from `n` attempts), each with `parent` (the id of the text it was mutated from). Deterministic
+    in (task, seed)."""
+    from kernels_env.tasks import get_task
+    task = get_task(task_name)
+    cuda, launch = split_blocks(task.solution)
+    base = join_blocks(cuda, launch)
+    rng = random.Random(f"{seed}:{task_name}")
+    out = [{"id": _vid(task_name, base), "task": task_name, "mutations": [], "intent": "correct",
+            "parent": None, "text": base}]
+    seen = {base}
+    for _ in range(n):
+        # mutate the solution or an earlier bug-free rewrite of it, so a variant carries one bug at most
+        start = rng.choice([v for v in out if v["intent"] == "correct"])
+        res = mutate(start["text"], rng, max_chain=max_chain)
+        if res is None:
+            continue
+        text, applied = res
+        if text in seen:
+            continue
+        seen.add(text)
+        names = start["mutations"] + applied
+        intents = {m.name: m.intent for m in MUTATIONS}
+        intent = "wrong" if any(intents[a] == "wrong" for a in names) else "correct"
+        out.append({"id": _vid(task_name, text), "task": task_name, "mutations": names, "intent": intent,
+                    "parent": start["id"], "text": text})
+    return out
+
+
+def env_config(cfg: CorpusCfg) -> Any:
+    from kernels_env.config import EnvConfig
+    return EnvConfig(backend=cfg.backend, sizes=cfg.sizes, timing=False,
+                     correctness_trials=cfg.correctness_trials, seed=cfg.seed)
+
+
+def score_variants(variants: list[dict[str, Any]], cfg: CorpusCfg, pool: Any = None) -> list[dict[str, Any]]:
+    """Score every variant through an EvalPool (made from cfg unless given); adds `status`,
+    `message` and `feedback` (the environment's `render_feedback` text) to copies of the records."""
+    from kernels_env.feedback import render_feedback
+    from kernels_env.pool import EvalPool, Job
+    ecfg = env_config(cfg)
+    own = pool is None
+    if own:
+        pool = EvalPool(mode=cfg.pool_mode, backend=cfg.backend, config=ecfg, cache=True,
+                        compile_workers=cfg.workers, cpu_workers=cfg.workers)
+    try:
+        results = pool.map([Job(v["task"], v["text"], ecfg) for v in variants])
+    finally:
+        if own:
+            pool.close()
+    out = []
+    for v, r in zip(variants, results):
+        out.append({**v, "status": r.status.value, "message": r.message,
+                    "feedback": render_feedback(r, cfg.feedback_budget_chars)})
+    return out
+
+
+def _msg(role: str, content: str, train: bool = False) -> dict[str, Any]:
+    return {"role": role, "content": content, "train": train}
+
+
+def build_examples(records: list[dict[str, Any]], cfg: CorpusCfg) -> list[dict[str, Any]]:
+    """Chat examples (single-turn and multi-turn) from scored variant records; see the module doc.
+    Variants whose status is env_error are never used (the environment, not the code, failed)."""
+    from kernels_env.tasks import get_task
+    from leap_jax.rollout.prompts import feedback_message, initial_messages
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_task.setdefault(r["task"], []).append(r)
+    examples = []
+    for task_name in sorted(by_task):
+        recs = by_task[task_name]
+        rng = random.Random(f"{cfg.seed}:{task_name}:examples")
+        prompt = [_msg(m.role, m.content) for m in initial_messages(get_task(task_name), cfg.prompt_sizes)]
+        good = [r for r in recs if r["status"] == "correct"]
+        bad = [r for r in recs if r["status"] not in ("correct", "env_error")]
+        by_id = {r["id"]: r for r in recs}
+        for g in good:
+            examples.append({"task": task_name, "kind": "single", "variants": [g["id"]],
+                             "messages": prompt + [_msg("assistant", g["text"], True)]})
+        if not good:
+            continue
+        rng.shuffle(bad)
+        for b in bad[:cfg.multiturn_per_task]:
+            parent = by_id.get(b["parent"]) if b["parent"] else None
+            fix = parent if parent is not None and parent["status"] == "correct" else rng.choice(good)
+            fb = feedback_message(b["feedback"])
+            examples.append({"task": task_name, "kind": "multiturn", "variants": [b["id"], fix["id"]],
+                             "wrong_status": b["status"],
+                             "messages": prompt + [_msg("assistant", b["text"], False),
+                                                   _msg("user", fb.content), _msg("assistant", fix["text"], True)]})
+    return examples
+
+
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    tmp = Path(path).with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{i}: not a JSON line ({e})") from None
+    return rows
+
+
+def build_corpus(cfg: CorpusCfg, out_dir: str | Path | None = None, pool: Any = None
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Generate, score and turn into examples; write the JSONL files when `out_dir` is given.
+    Returns (scored variant records, examples)."""
+    _check(cfg)
+    variants: list[dict[str, Any]] = []
+    for t in task_names(cfg):
+        variants += generate_variants(t, cfg.variants_per_task, cfg.seed, cfg.max_chain)
+    records = score_variants(variants, cfg, pool)
+    examples = build_examples(records, cfg)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_jsonl(out / VARIANTS_FILE, records)
+        write_jsonl(out / EXAMPLES_FILE, examples)
+        (out / MANIFEST_FILE).write_text(json.dumps({"config": asdict(cfg), **summary(records, examples)},
+                                                    indent=2, sort_keys=True))
+    return records, examples
+
+
+def load_or_build(cfg: CorpusCfg, out_dir: str | Path, pool: Any = None
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Read the corpus in `out_dir` if its manifest was made with exactly this config, else build it."""
+    out = Path(out_dir)
+    man = out / MANIFEST_FILE
+    if man.is_file() and (out / VARIANTS_FILE).is_file() and (out / EXAMPLES_FILE).is_file():
+        try:
+            same = json.loads(man.read_text()).get("config") == json.loads(json.dumps(asdict(cfg)))
+        except json.JSONDecodeError:
+            same = False
+        if same:
+            return read_jsonl(out / VARIANTS_FILE), read_jsonl(out / EXAMPLES_FILE)
+    return build_corpus(cfg, out, pool)
+
+
+def summary(records: Sequence[dict[str, Any]], examples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Counts: variants by measured status, by intent vs status, examples by kind."""
+    by_status: dict[str, int] = {}
+    agree = {"correct_intent_correct": 0, "correct_intent_failed": 0, "wrong_intent_failed": 0,
+             "wrong_intent_correct": 0}
+    for r in records:
+        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+        ok = r["status"] == "correct"
+        agree[f"{r['intent']}_intent_{'correct' if ok else 'failed'}"] += 1
+    kinds: dict[str, int] = {}
+    for e in examples:
+        kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
+    return {"variants": len(records), "tasks": len({r["task"] for r in records}), "by_status": by_status,
+            "intent_vs_status": agree, "examples": kinds}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m leap_jax.bootstrap.corpus",
+                                description="Generate and verify the bootstrap kernel corpus (JSONL).")
+    p.add_argument("--out", required=True, help="output directory (variants.jsonl, examples.jsonl, manifest.json)")
+    p.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variants-per-task", type=int, default=CorpusCfg.variants_per_task)
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--sizes", default="small")
+    p.add_argument("--workers", type=int, default=1)
+    a = p.parse_args(argv)
+    cfg = CorpusCfg(tasks=[t for t in a.tasks.split(",") if t], seed=a.seed,
+                    variants_per_task=a.variants_per_task, backend=a.backend, sizes=a.sizes, workers=a.workers)
+    records, examples = build_corpus(cfg, a.out)
+    print(json.dumps(summary(records, examples), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
