@@ -226,7 +226,7 @@ class Sampler:
     `batch_buckets` (default: powers of two up to max_batch). prompt_buckets: static prompt
     lengths (a prompt longer than the largest is an error). max_new_tokens: static decode budget
     (cache slots); SamplingParams.max_new_tokens may lower it per call without recompiling.
-    cache_dtype: KV cache dtype (default bfloat16 for bf16 models, else the compute dtype).
+    cache_dtype: KV cache dtype (default: the compute dtype, i.e. bfloat16 for bf16 models).
     unroll: layer-scan unroll factor inside prefill/decode (True = fully unrolled).
     layer_loop: "unrolled" (default) runs the layers as a Python loop over per-layer weights and
     per-layer cache buffers (updated and read in place each step, no slicing of stacked arrays;
@@ -270,8 +270,7 @@ class Sampler:
         self.max_new_tokens = int(max_new_tokens)
         self.padding = padding
         self.max_stop_ids = int(max_stop_ids)
-        default_cache = "bfloat16" if config.dtype == "bfloat16" else config.dtype
-        self.cache_dtype = jnp.dtype(cache_dtype or default_cache)
+        self.cache_dtype = jnp.dtype(cache_dtype or config.dtype)  # bf16 for bf16 models
         self.unroll = unroll
         self.layer_loop = layer_loop
         self.rng_impl = rng_impl
