@@ -25,9 +25,10 @@ for s in "$@"; do
     tests-all) stage tests-all 540 python3 -m pytest -q --timeout=300 -p no:cacheprovider tests ;;
     suite) stage suite 300 python3 -m kernels_env check-suite --backend cupy ;;
     envbench) stage envbench 300 python3 benchmarks/env_throughput.py ;;
-    sampler) stage sampler 420 python3 benchmarks/sampler_throughput.py ;;
-    train) stage train-leap 300 python3 -m leap_jax.main --config configs/leap.yaml train.steps=3 run.dir=/tmp/runs/leap
-           stage train-mt 300 python3 -m leap_jax.main --config configs/multiturn.yaml train.steps=3 run.dir=/tmp/runs/mt ;;
+    sampler) stage sampler 230 python3 benchmarks/sampler_throughput.py ;;
+    kenv) stage kenv 200 python3 -m pytest -q -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py tests/kernels_env/test_pipeline.py ;;
+    train) stage train-leap 150 python3 -m leap_jax.main --config configs/leap.yaml train.steps=2 rollout.scripted_mix.enabled=true
+           stage train-mt 150 python3 -m leap_jax.main --config configs/multiturn.yaml train.steps=2 rollout.scripted_mix.enabled=true ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done
