@@ -265,9 +265,11 @@ class Trainer:
         metrics: dict[str, Any] = {}
         t_upd0 = time.perf_counter()
         if batch is not None:
-            metrics["update/recomputed_old_logprobs"] = fill_old_logprobs(self.logprob_fn, self.params, batch)
+            metrics["update/recomputed_old_logprobs"] = fill_old_logprobs(
+                self.logprob_fn, self.params, batch, cfg.optimizer.micro_batch_size)
             if self.ppo:
-                prepare_ppo(self.value_fn, self.params, batch, a.gamma, a.gae_lambda)
+                prepare_ppo(self.value_fn, self.params, batch, a.gamma, a.gae_lambda,
+                            cfg.optimizer.micro_batch_size)
             jb = {k: jnp.asarray(v) for k, v in batch.items()}
             for _ in range(cfg.loss.ppo_epochs):
                 lr = float(self.schedule(self.updates_done))

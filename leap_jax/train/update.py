@@ -103,13 +103,39 @@ def make_logprob_fn(model_config: ModelConfig) -> Callable:
     return fn
 
 
-def fill_old_logprobs(logprob_fn: Callable, params: Any, batch: dict[str, np.ndarray]) -> int:
-    """Replace NaN old log-probs on trainable tokens by the current policy's; returns how many."""
+def map_row_chunks(fn: Callable, arrays: Sequence[np.ndarray], rows: int | None) -> np.ndarray:
+    """`fn(*arrays)` evaluated `rows` rows at a time and concatenated along axis 0.
+
+    A full rollout batch in one forward pass can need far more memory than the update, which
+    already runs in micro-batches (attention scores grow with B * L^2). The last chunk is padded
+    with copies of row 0, so every call has the same shape and `fn` compiles once.
+    """
+    b = int(arrays[0].shape[0])
+    if rows is None or rows >= b:
+        return np.asarray(fn(*arrays))
+    if rows < 1:
+        raise ValueError(f"map_row_chunks: rows={rows}; expected a positive int or None")
+    out = []
+    for start in range(0, b, rows):
+        part = [a[start:start + rows] for a in arrays]
+        n = part[0].shape[0]
+        if n < rows:
+            part = [np.concatenate([p, np.repeat(p[:1], rows - n, axis=0)]) for p in part]
+        out.append(np.asarray(fn(*part))[:n])
+    return np.concatenate(out)
+
+
+def fill_old_logprobs(logprob_fn: Callable, params: Any, batch: dict[str, np.ndarray],
+                      micro_batch_size: int | None = None) -> int:
+    """Replace NaN old log-probs on trainable tokens by the current policy's; returns how many.
+
+    Rows are evaluated `micro_batch_size` at a time (None: all at once)."""
     bad = batch["mask"] & ~np.isfinite(batch["old_logp"])
     if not bad.any():
         return 0
-    lp = np.asarray(logprob_fn(params, batch["tokens"], batch["positions"], batch["segment_ids"],
-                               batch["targets"]))
+    lp = map_row_chunks(lambda *xs: logprob_fn(params, *xs),
+                        [batch[k] for k in ("tokens", "positions", "segment_ids", "targets")],
+                        micro_batch_size)
     batch["old_logp"] = np.where(bad, lp, batch["old_logp"]).astype(np.float32)
     return int(bad.sum())
 
@@ -133,9 +159,10 @@ def make_value_fn(model_config: ModelConfig) -> Callable:
 
 
 def prepare_ppo(value_fn: Callable, params: Any, batch: dict[str, np.ndarray], gamma: float,
-                lam: float) -> None:
+                lam: float, micro_batch_size: int | None = None) -> None:
     """Old values, then GAE advantages and value targets over the trainable tokens (in place)."""
-    v = value_fn(params, batch["tokens"], batch["positions"], batch["segment_ids"])
+    v = map_row_chunks(lambda *xs: value_fn(params, *xs),
+                       [batch[k] for k in ("tokens", "positions", "segment_ids")], micro_batch_size)
     adv, ret = gae(batch["rewards"], v, batch["mask"], gamma=gamma, lam=lam)
     batch["old_values"] = np.where(batch["mask"], np.asarray(v), 0.0).astype(np.float32)
     batch["advantages"] = np.asarray(adv, np.float32)

@@ -266,3 +266,35 @@ def test_env_error_rows_get_no_credit():
         cr = algorithms.compute_credit(name, c, a, sp, st, rm)
         assert not cr.advantages[0, 3].any()
         assert math.isfinite(float(cr.advantages.sum()))
+
+def test_old_logprobs_in_row_chunks_match_one_pass_and_compile_once():
+    from leap_jax.models import decoder
+    from leap_jax.models.config import ModelConfig
+    from leap_jax.models.logprobs import token_logprobs
+    from leap_jax.train.update import fill_old_logprobs, make_logprob_fn, map_row_chunks
+
+    cfg = ModelConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
+                      num_kv_heads=1, dtype="float32", param_dtype="float32")
+    params = {"model": decoder.init(cfg, jax.random.key(3))}
+    rng = np.random.default_rng(1)
+    B, L = 5, 10
+    seg = np.ones((B, L), np.int32)
+    seg[3, 7:] = 0
+    mask = (rng.random((B, L)) < 0.5) & (seg == 1)
+    batch = {"tokens": rng.integers(0, 40, (B, L)).astype(np.int32),
+             "positions": np.tile(np.arange(L, dtype=np.int32), (B, 1)), "segment_ids": seg,
+             "targets": rng.integers(0, 40, (B, L)).astype(np.int32), "mask": mask,
+             "old_logp": np.where(mask & (rng.random((B, L)) < 0.5), np.nan, -1.0).astype(np.float32)}
+    want_nan = int((mask & np.isnan(batch["old_logp"])).sum())
+    ref = np.asarray(token_logprobs(params["model"], cfg, jnp.asarray(batch["tokens"]),
+                                    jnp.asarray(batch["positions"]), jnp.asarray(batch["targets"]),
+                                    segment_ids=jnp.asarray(seg)))
+    fn = make_logprob_fn(cfg)
+    before = batch["old_logp"].copy()
+    assert fill_old_logprobs(fn, params, batch, micro_batch_size=2) == want_nan  # chunks 2, 2, 1(+pad)
+    assert fn._cache_size() == 1  # one shape for every chunk, the padded last one included
+    filled = mask & np.isnan(before)
+    np.testing.assert_allclose(batch["old_logp"][filled], ref[filled], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(batch["old_logp"][~filled], before[~filled])
+    with pytest.raises(ValueError, match="rows=0"):
+        map_row_chunks(lambda x: x, [np.zeros((3, 1))], 0)
