@@ -118,7 +118,9 @@ def parse_variant(s: str) -> dict:
 
     Dash-separated words in any order: unrolled|scan (layer loop), threefry|rbg (decode RNG),
     einsum|reduce (decode attention), fuse|nofuse (concatenated q|k|v and gate|up gemms),
-    sK (K decode segments with growing static KV windows), uN|ufull (layer-scan unroll).
+    sK (K decode segments with growing static KV windows), uN|ufull (layer-scan unroll),
+    kN (N decode steps per while-loop iteration), cond (top-p/top-k filter behind a per-step
+    lax.cond instead of the static per-call choice).
     Missing words keep the
     Sampler defaults.
     """
@@ -134,13 +136,17 @@ def parse_variant(s: str) -> dict:
             kw["fuse"] = part == "fuse"
         elif part.startswith("s") and part[1:].isdigit():
             kw["decode_segments"] = int(part[1:])
+        elif part.startswith("k") and part[1:].isdigit():
+            kw["steps_per_iter"] = int(part[1:])
+        elif part == "cond":
+            kw["static_filter"] = False
         elif part == "ufull":
             kw["unroll"] = True
         elif part.startswith("u") and part[1:].isdigit():
             kw["unroll"] = int(part[1:])
         else:
             raise SystemExit(f"bad variant word {part!r} in {s!r}; expected unrolled|scan, "
-                             f"threefry|rbg, einsum|reduce, fuse|nofuse, sK, uN|ufull")
+                             f"threefry|rbg, einsum|reduce, fuse|nofuse, sK, uN|ufull, kN, cond")
     return kw
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info tests suite envbench sampler train
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info tests tests-all suite envbench sampler sampler-xla kenv train
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,12 +21,17 @@ stage() {  # stage NAME LIMIT_S CMD...
 for s in "$@"; do
   case $s in
     info) stage info 60 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c "import jax,cupy,flax,optax,orbax.checkpoint as o,transformers,torch;print(jax.__version__,jax.devices(),cupy.__version__,flax.__version__,transformers.__version__,torch.__version__)"' ;;
-    tests) stage tests 420 python3 -m pytest -q -m gpu --timeout=300 -p no:cacheprovider tests ;;
+    tests) stage tests 400 python3 -m pytest -q -rfE -m gpu --timeout=200 -p no:cacheprovider tests ;;
     tests-all) stage tests-all 540 python3 -m pytest -q --timeout=300 -p no:cacheprovider tests ;;
     suite) stage suite 300 python3 -m kernels_env check-suite --backend cupy ;;
     envbench) stage envbench 300 python3 benchmarks/env_throughput.py ;;
     sampler) stage sampler 230 python3 benchmarks/sampler_throughput.py ;;
-    kenv) stage kenv 200 python3 -m pytest -q -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py tests/kernels_env/test_pipeline.py ;;
+    kenv) stage kenv 300 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py tests/kernels_env/test_pipeline.py ;;
+    sampler-xla)  # the decode loop under XLA command buffers (CUDA graphs incl. WHILE) vs default
+      V=unrolled-threefry-einsum,unrolled-threefry-einsum-k4,unrolled-threefry-einsum-cond
+      stage sampler-xla-default 150 python3 benchmarks/sampler_throughput.py --no-torch --batches 64 --variants $V
+      XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL --xla_gpu_graph_min_graph_size=1" \
+        stage sampler-xla-while 150 python3 benchmarks/sampler_throughput.py --no-torch --batches 64 --variants unrolled-threefry-einsum,unrolled-threefry-einsum-k4 ;;
     train) stage train-leap 150 python3 -m leap_jax.main --config configs/leap.yaml train.steps=2 rollout.scripted_mix.enabled=true
            stage train-mt 150 python3 -m leap_jax.main --config configs/multiturn.yaml train.steps=2 rollout.scripted_mix.enabled=true ;;
     *) echo "unknown stage $s"; exit 2 ;;

@@ -82,8 +82,11 @@ def _filter_top_k_top_p(scaled: jax.Array, top_p: jax.Array, top_k: jax.Array) -
 
 
 def sample_from_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array,
-                       top_p: jax.Array, top_k: jax.Array) -> jax.Array:
-    """One token per row from fp32 logits [B, V]; all settings may be traced scalars."""
+                       top_p: jax.Array, top_k: jax.Array, filtered: bool | None = None) -> jax.Array:
+    """One token per row from fp32 logits [B, V]; all settings may be traced scalars.
+
+    filtered: static choice of the top-k/top-p filter (True: always, False: never, the settings
+    must then be off); None decides at run time with a `lax.cond` on the traced settings."""
     logits = logits.astype(jnp.float32)
     temperature = jnp.asarray(temperature, jnp.float32)
     top_p = jnp.asarray(top_p, jnp.float32)
@@ -94,8 +97,11 @@ def sample_from_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array
     # is far more expensive than the draw and off by default.
     greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
     scaled = logits / jnp.maximum(temperature, 1e-6)
-    scaled = jax.lax.cond((top_k > 0) | (top_p < 1.0),
-                          lambda s: _filter_top_k_top_p(s, top_p, top_k), lambda s: s, scaled)
+    if filtered is None:
+        scaled = jax.lax.cond((top_k > 0) | (top_p < 1.0),
+                              lambda s: _filter_top_k_top_p(s, top_p, top_k), lambda s: s, scaled)
+    elif filtered:
+        scaled = _filter_top_k_top_p(scaled, top_p, top_k)
     sampled = jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
     return jnp.where(temperature <= 0.0, greedy, sampled)
 
@@ -141,7 +147,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
            top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, max_new: jax.Array, *,
            max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
            unroll: int | bool = 1, rng_impl: str = "threefry",
-           attn_impl: str = "einsum", segments: int = 1) -> tuple[DecodeResult, KVCache]:
+           attn_impl: str = "einsum", segments: int = 1, filtered: bool | None = None,
+           steps_per_iter: int = 1) -> tuple[DecodeResult, KVCache]:
     """Sample up to `max_new` (traced, <= static `max_new_tokens`) tokens per row after `prefill`.
 
     logits [B, V]: prefill's last-token logits. active [B] bool: rows to generate (padding rows of
@@ -153,6 +160,10 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     segments: split the decode steps into this many consecutive `while_loop`s, each attending
     only over the cache slots its steps can have written (a static window), so early steps do
     not read the whole cache; the loop body is compiled once per segment.
+    filtered: see `sample_from_logits` (static: no per-step `lax.cond`, whose predicate XLA:GPU
+    reads back to the host every step).
+    steps_per_iter: decode steps per `while_loop` iteration (each loop test is a device->host
+    read on GPU); steps past the end are computed and discarded, never recorded.
     """
     b = logits.shape[0]
     n = max_new_tokens
@@ -178,7 +189,10 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
         stop = live & is_stop(tok)
         return tok, live, stop, out_tok, out_lp
 
-    tok0 = sample_from_logits(logits, jax.random.fold_in(rng, 0), temperature, top_p, top_k)
+    if int(steps_per_iter) < 1:
+        raise ValueError(f"decode steps_per_iter={steps_per_iter}; expected an int >= 1")
+    tok0 = sample_from_logits(logits, jax.random.fold_in(rng, 0), temperature, top_p, top_k,
+                              filtered)
     out_tok = jnp.full((b, n), pad_id, jnp.int32)
     out_lp = jnp.zeros((b, n), jnp.float32)
     tok0, live0, stop0, out_tok, out_lp = record(0, tok0, logits, ~active, out_tok, out_lp)
@@ -189,18 +203,31 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
         i, _, _, _, _, done, _, _ = s
         return (i < max_new) & ~jnp.all(done)
 
-    def make_body(window):
-        def body(s):
+    def make_body(window, hi_step):
+        def step(s):
             i, cache, tok, out_tok, out_lp, done, lengths, finished = s
             slot = base + i - 1
             pos = (lens + i - 1)[:, None]
             lg, cache = forward(params, config, tok[:, None], pos, cache=cache, cache_index=slot,
                                 unroll=unroll, attn_impl=attn_impl, kv_window=window)
             lg = lg[:, 0]
-            new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k)
+            new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k,
+                                     filtered)
             new, live, stop, out_tok, out_lp = record(i, new, lg, done, out_tok, out_lp)
             return (i + 1, cache, new, out_tok, out_lp, done | stop,
                     lengths + live.astype(jnp.int32), finished | stop)
+
+        def body(s):
+            s = step(s)
+            for _ in range(int(steps_per_iter) - 1):
+                # A step past the segment, the budget or the last live row is discarded: its
+                # cache write lands on a slot no recorded step reads before rewriting it.
+                # The cache is taken as written (a select would copy it every step).
+                nxt = step(s)
+                ok = cond(s) & (s[0] < hi_step)
+                s = tuple(n if k == 1 else jnp.where(ok, n, o)
+                          for k, (n, o) in enumerate(zip(nxt, s)))
+            return s
         return body
 
     max_len = cache.seg.shape[1]
@@ -213,7 +240,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
         def seg_cond(s, hi_step=hi_step):
             return cond(s) & (s[0] < hi_step)
 
-        state = jax.lax.while_loop(seg_cond, make_body(window), state)
+        state = jax.lax.while_loop(seg_cond, make_body(window, hi_step), state)
     _, cache, _, out_tok, out_lp, _, lengths, finished = state
     return DecodeResult(out_tok, out_lp, lengths, finished), cache
 
@@ -236,6 +263,9 @@ class Sampler:
     fuse: run with q|k|v and gate|up matrices concatenated (`fuse_projections`, done inside the
     jitted call): 2 instead of 5 gemms per layer and step.
     decode_segments: see `decode` (1 = one loop over the whole cache).
+    steps_per_iter: see `decode`.
+    static_filter: pick the top-k/top-p filter per call from the host-side SamplingParams (at most
+    two decode compilations) instead of a traced `lax.cond` inside every step.
     `trace_counts` counts traces (= compilations) of the two jitted functions.
     """
 
@@ -245,7 +275,8 @@ class Sampler:
                  padding: str = "left", max_stop_ids: int = 8, cache_dtype: str | None = None,
                  unroll: int | bool = 1, pad_id: int | None = None,
                  layer_loop: str = "unrolled", rng_impl: str = "threefry",
-                 decode_attention: str = "einsum", fuse: bool = True, decode_segments: int = 1):
+                 decode_attention: str = "einsum", fuse: bool = True, decode_segments: int = 1,
+                 steps_per_iter: int = 1, static_filter: bool = True):
         if padding not in PADDINGS:
             raise ValueError(f"Sampler padding={padding!r}; expected one of {PADDINGS}")
         if layer_loop not in LAYER_LOOPS:
@@ -279,6 +310,10 @@ class Sampler:
         if int(decode_segments) < 1:
             raise ValueError(f"Sampler decode_segments={decode_segments}; expected an int >= 1")
         self.decode_segments = int(decode_segments)
+        if int(steps_per_iter) < 1:
+            raise ValueError(f"Sampler steps_per_iter={steps_per_iter}; expected an int >= 1")
+        self.steps_per_iter = int(steps_per_iter)
+        self.static_filter = bool(static_filter)
 
         def prep(p):  # once per call, outside the decode loop: layout for the fast path
             p = fuse_projections(p) if fuse else p
@@ -294,17 +329,18 @@ class Sampler:
                            unroll=unroll)
 
         def decode_fn(params, cache, logits, lengths, active, rng, temperature, top_p, top_k,
-                      stop_ids, max_new):
+                      stop_ids, max_new, filtered=None):
             self.trace_counts["decode"] += 1
             prompt_slots = cache.seg.shape[1] - self.max_new_tokens
             return decode(prep(params), config, cache, logits, lengths, active, rng, temperature,
                           top_p, top_k, stop_ids, max_new, max_new_tokens=self.max_new_tokens,
                           prompt_slots=prompt_slots, padding=padding, pad_id=self.pad_id,
                           unroll=unroll, rng_impl=rng_impl, attn_impl=decode_attention,
-                          segments=self.decode_segments)
+                          segments=self.decode_segments, filtered=filtered,
+                          steps_per_iter=self.steps_per_iter)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
-        self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,))
+        self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,), static_argnames=("filtered",))
 
     # -- helpers
     def _get_cache(self, batch: int, slots: int) -> KVCache:
@@ -369,7 +405,8 @@ class Sampler:
         res, cache = self.decode_jit(
             params, cache, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
             np.float32(sampling.temperature), np.float32(sampling.top_p),
-            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new))
+            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new),
+            filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.static_filter else None)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
         self._cache = ((b, p + self.max_new_tokens), cache)

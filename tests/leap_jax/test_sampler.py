@@ -119,15 +119,35 @@ def test_stop_token_ends_row_and_masks_rest(params, sampler, prompts):
 
 
 def test_changing_sampling_values_does_not_recompile(params, sampler, prompts):
+    # Two decode programs at most: with and without the (static) top-k/top-p filter.
     sampler.generate(params, prompts, GREEDY, 0)
+    sampler.generate(params, prompts, SamplingParams(temperature=0.5, top_p=0.8), 0)
     before = dict(sampler.trace_counts)
     for sp in (SamplingParams(temperature=0.7, top_p=0.9, top_k=5, stop_token_ids=(3,)),
                SamplingParams(temperature=1.0, top_k=1, max_new_tokens=2),
                SamplingParams(temperature=2.0, top_p=0.5, stop_token_ids=(1, 2, 3, 4)),
+               SamplingParams(temperature=1.0, max_new_tokens=3),
                SamplingParams(temperature=0.0, top_k=0, top_p=1.0)):
         sampler.generate(params, prompts, sp, 1)
     assert dict(sampler.trace_counts) == before
-    assert before == {"prefill": 1, "decode": 1}
+    assert before == {"prefill": 1, "decode": 2}
+
+
+@pytest.mark.parametrize("kw", [dict(steps_per_iter=4), dict(steps_per_iter=3, decode_segments=2),
+                                dict(static_filter=False)])
+def test_loop_variants_give_identical_samples(params, sampler, prompts, kw):
+    """Several steps per loop iteration (past-the-end steps discarded) and the per-step cond
+    filter produce exactly the default sampler's tokens, log-probs and lengths."""
+    other = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, batch_buckets=(4,),
+                    **kw)
+    first = sampler.generate(params, prompts, GREEDY, 0).tokens[0][0]
+    for sp in (GREEDY, SamplingParams(temperature=1.0, top_p=0.9, stop_token_ids=()),
+               SamplingParams(temperature=1.0, max_new_tokens=5, stop_token_ids=(first,))):
+        for seed in (0, 1):
+            a, b = sampler.generate(params, prompts, sp, seed), other.generate(params, prompts, sp, seed)
+            assert a.tokens == b.tokens and a.finished == b.finished
+            for x, y in zip(a.logprobs, b.logprobs):
+                np.testing.assert_allclose(x, y, atol=1e-6)
 
 
 def test_cache_is_donated_and_reused(params, sampler, prompts):
@@ -262,7 +282,7 @@ def test_bf16_sampler_on_gpu_variants_agree():
                     decode_segments=1 if loop == "unrolled" else 3)
         outs[loop] = s.generate(p, prompts, GREEDY, 0)
         sampled = s.generate(p, prompts, SamplingParams(temperature=0.8, top_p=0.9, top_k=20), 1)
-        assert s.trace_counts["decode"] == 1  # one (batch 8, prompt 64) bucket, no recompiles
+        assert s.trace_counts["decode"] == 2  # one (batch 8, prompt 64) bucket: unfiltered + filtered
         for out in (outs[loop], sampled):
             for pr, toks, lps in zip(prompts, out.tokens, out.logprobs):
                 seq = pr + toks
