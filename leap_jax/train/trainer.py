@@ -22,7 +22,6 @@ from kernels_env.config import EnvConfig, StageLimits
 from leap_jax.models.config import ModelConfig
 from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics
 from leap_jax.rollout.policy import MixedPolicy, SamplerPolicy, ScriptedPolicy
-from leap_jax.rollout.prompts import corpus_texts
 from leap_jax.train import algorithms
 from leap_jax.train.checkpoint import Checkpointer
 from leap_jax.train.config import Config, ConfigError, save_config, to_dict
@@ -35,28 +34,20 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 # ---- construction helpers ---------------------------------------------------------------------
 def build_tokenizer(cfg: Config, run_dir: Path, tasks: Sequence[Any]):
-    """The run's tokenizer. kind=bpe trains a byte-level BPE on the suite's prompts and solutions
-    (ChatML special tokens included) once and caches it as RUN_DIR/tokenizer.json."""
+    """The run's tokenizer. kind=bpe trains a byte-level BPE on the suite's chat-templated prompts and
+    solutions (`leap_jax.bootstrap.tokenizer_train`, ChatML special tokens included) once and caches
+    it as RUN_DIR/tokenizer.json."""
     from leap_jax.models.tokenizer import Tokenizer
     t = cfg.tokenizer
     if t.kind == "hf":
         return Tokenizer.from_dir(t.path or cfg.model.path)
     if t.kind == "file":
         return Tokenizer.from_file(t.path, eos_token="<|im_end|>")
+    from leap_jax.bootstrap.tokenizer_train import corpus_texts, load_trained, train_tokenizer
     path = run_dir / "tokenizer.json"
     if not path.is_file():
-        from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
-        tk = HFTokenizer(models.BPE())
-        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tk.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=t.vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                      show_progress=False)
-        tk.train_from_iterator(corpus_texts(list(tasks), cfg.env.sizes), trainer=trainer)
-        tmp = path.with_suffix(".tmp")
-        tk.save(str(tmp))
-        tmp.replace(path)
-    return Tokenizer.from_file(str(path), eos_token="<|im_end|>", pad_token="<|endoftext|>")
+        return train_tokenizer(corpus_texts([], list(tasks), cfg.env.sizes), t.vocab_size, path)
+    return load_trained(path)
 
 
 def build_model(cfg: Config, tokenizer: Any, rng: jax.Array) -> tuple[ModelConfig, Any]:
