@@ -2,7 +2,9 @@
 
 The JAX memory settings (DESIGN 3.5: leave room for CuPy env workers on the same GPU) are put in
 os.environ from the config BEFORE jax is imported, so this module imports nothing heavy at the top.
-`eval.only=true` evaluates a checkpoint on the held-out tasks instead of training.
+`eval.only=true` evaluates a checkpoint on the held-out tasks instead of training. `mode: sft` runs
+the supervised warm-up (leap_jax.bootstrap.sft) instead of RL; `model.source: sft` in an RL config
+builds (or reuses) that warm-up policy first and starts from it.
 """
 from __future__ import annotations
 
@@ -79,6 +81,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"config error: {e}", file=sys.stderr)
         return 2
     set_memory_env(cfg.env.jax_mem_fraction, cfg.env.jax_preallocate)
+
+    if cfg.mode == "sft":
+        if args.resume:
+            print("config error: --resume is for RL runs; an SFT run (mode=sft) starts over", file=sys.stderr)
+            return 2
+        from leap_jax.bootstrap.sft import EVAL_FILE, run_sft, summary_line
+        res = run_sft(cfg)
+        print(f"[leap_jax] sft: {summary_line(res)}")
+        print(f"[leap_jax] sft: policy in {res['model_dir']}, results in {Path(cfg.train.run_dir) / EVAL_FILE}")
+        print(json.dumps({"sft_pass_rate": res["pass_rate"], "final_loss": res["final_loss"]}))
+        return 0
+    if cfg.model.source == "sft":
+        from leap_jax.bootstrap.sft import resolve_sft_init
+        try:
+            cfg = resolve_sft_init(cfg, log=lambda s: print(s, flush=True))
+        except ConfigError as e:
+            print(f"config error: {e}", file=sys.stderr)
+            return 2
 
     from leap_jax.train.trainer import Trainer
     trainer = Trainer(cfg, resume=bool(args.resume))

@@ -17,6 +17,9 @@ from typing import Any
 
 import yaml
 
+from leap_jax.bootstrap.corpus import CorpusCfg
+
+MODES = ("rl", "sft")
 ALGORITHMS = ("leap", "grpo", "multiturn", "kevin", "trloo", "ppo", "rank_no_dcp", "dcp_binary")
 GROUP_ALGORITHMS = ("leap", "grpo", "multiturn", "rank_no_dcp", "dcp_binary", "trloo")
 DCP_ALGORITHMS = ("leap", "dcp_binary")
@@ -30,9 +33,12 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelCfg:
-    """`source: random` builds a fresh decoder of the given size; `source: hf` loads `path`."""
-    source: str = "random"  # random | hf
+    """`source: random` builds a fresh decoder of the given size; `source: hf` loads `path`;
+    `source: sft` first builds (or reuses) the SFT policy of the `sft_config` YAML (leap_jax.bootstrap.sft)
+    and then loads it like `hf`, with its tokenizer."""
+    source: str = "random"  # random | hf | sft
     path: str | None = None  # local HF folder (config.json + safetensors) when source=hf
+    sft_config: str | None = None  # an SFT config (mode: sft) when source=sft
     hidden_size: int = 64
     intermediate_size: int = 128
     num_layers: int = 2
@@ -195,7 +201,27 @@ class EvalCfg:
 
 
 @dataclass
+class SFTCfg:
+    """Supervised warm-up (`mode: sft`, leap_jax.bootstrap.sft): corpus -> tokenizer -> packed
+    batches with the assistant-token loss mask -> AdamW (the `optimizer` section) -> RUN_DIR/model,
+    then the first-turn pass rate on the training (and held-out) tasks."""
+    corpus: CorpusCfg = field(default_factory=CorpusCfg)  # corpus.tasks empty: the training split
+    corpus_dir: str | None = None  # where the corpus JSONL lives (None: RUN_DIR/corpus)
+    multiturn: bool = True  # also train on multi-turn (wrong attempt + feedback + fix) examples
+    steps: int = 200
+    batch_size: int = 8  # packed rows per step (micro-batched by optimizer.micro_batch_size)
+    seq_len: int | None = None  # packed row length; None: longest example rounded up to optimizer.pad_to_multiple
+    log_interval: int = 10
+    max_train_seconds: float | None = None  # stop training early past this wall time (safety cap)
+    eval_temperatures: list[float] = field(default_factory=lambda: [0.0])
+    eval_samples: int = 4  # samples per task at temperature > 0 (greedy: 1)
+    eval_held_out: bool = True
+    eval_batch: int = 32  # rows per sampler call
+
+
+@dataclass
 class Config:
+    mode: str = "rl"  # rl (the RL trainer) | sft (supervised warm-up)
     model: ModelCfg = field(default_factory=ModelCfg)
     tokenizer: TokenizerCfg = field(default_factory=TokenizerCfg)
     sampling: SamplingCfg = field(default_factory=SamplingCfg)
@@ -210,6 +236,7 @@ class Config:
     checkpoint: CheckpointCfg = field(default_factory=CheckpointCfg)
     logging: LoggingCfg = field(default_factory=LoggingCfg)
     eval: EvalCfg = field(default_factory=EvalCfg)
+    sft: SFTCfg = field(default_factory=SFTCfg)
 
 
 # ---- building from dicts with type checks ------------------------------------------------------
@@ -415,10 +442,16 @@ def check_threshold(value: int | float | None, group_size: int, where: str) -> N
 
 def validate(cfg: Config) -> None:
     """Check value ranges and impossible combinations; raise ConfigError naming the problem."""
-    _choice(cfg.model.source, ("random", "hf"), "model.source")
+    _choice(cfg.mode, MODES, "mode")
+    _choice(cfg.model.source, ("random", "hf", "sft"), "model.source")
     if cfg.model.source == "hf" and not cfg.model.path:
         raise ConfigError("model.source=hf needs model.path: the local HF model folder "
                           "(config.json + *.safetensors)")
+    if cfg.model.source == "sft" and not cfg.model.sft_config:
+        raise ConfigError("model.source=sft needs model.sft_config: an SFT config file "
+                          "(e.g. configs/bootstrap_sft_tiny.yaml)")
+    if cfg.model.source == "sft" and cfg.mode == "sft":
+        raise ConfigError("mode=sft with model.source=sft: an SFT run starts from model.source=random or hf")
     _choice(cfg.model.dtype, ("float32", "bfloat16", "float16"), "model.dtype")
     _choice(cfg.model.param_dtype, ("float32", "bfloat16", "float16"), "model.param_dtype")
     _choice(cfg.tokenizer.kind, ("bpe", "file", "hf"), "tokenizer.kind")
@@ -499,3 +532,33 @@ def validate(cfg: Config) -> None:
     _positive(cfg.checkpoint.keep_last, "checkpoint.keep_last")
     _positive(cfg.eval.turns, "eval.turns")
     _positive(cfg.eval.samples, "eval.samples")
+    validate_sft(cfg)
+
+
+def validate_sft(cfg: Config) -> None:
+    """Ranges of the `sft:` section (checked in every mode, so a bad value never waits for mode=sft)."""
+    f = cfg.sft
+    _positive(f.steps, "sft.steps", allow_zero=True)
+    _positive(f.batch_size, "sft.batch_size")
+    _positive(f.log_interval, "sft.log_interval")
+    _positive(f.eval_samples, "sft.eval_samples")
+    _positive(f.eval_batch, "sft.eval_batch")
+    if f.seq_len is not None and f.seq_len < 8:
+        raise ConfigError(f"sft.seq_len={f.seq_len}: expected >= 8 tokens or null (longest example)")
+    if f.max_train_seconds is not None:
+        _positive(f.max_train_seconds, "sft.max_train_seconds")
+    if cfg.mode == "sft" and f.batch_size % cfg.optimizer.micro_batch_size:
+        raise ConfigError(f"sft.batch_size={f.batch_size} must be a multiple of optimizer.micro_batch_size="
+                          f"{cfg.optimizer.micro_batch_size} (rows are accumulated in micro-batches)")
+    for i, t in enumerate(f.eval_temperatures):
+        _positive(t, f"sft.eval_temperatures[{i}]", allow_zero=True)
+    c = f.corpus
+    _choice(c.backend, ("auto", "cupy", "cpu"), "sft.corpus.backend")
+    _choice(c.pool_mode, ("process", "inline"), "sft.corpus.pool_mode")
+    for n in ("prompt_sizes", "sizes"):
+        _choice(getattr(c, n), ("eval", "small"), f"sft.corpus.{n}")
+    for n in ("variants_per_task", "multiturn_per_task"):
+        _positive(getattr(c, n), f"sft.corpus.{n}", allow_zero=True)
+    _positive(c.max_chain, "sft.corpus.max_chain")
+    _positive(c.correctness_trials, "sft.corpus.correctness_trials")
+    _positive(c.workers, "sft.corpus.workers")
