@@ -411,22 +411,34 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
 
 
 # ---- model.source: sft --------------------------------------------------------------------------
+def _find_config(path: str) -> Path:
+    """`path` as given (relative to the working directory), else relative to the project root."""
+    p = Path(path)
+    if p.is_file() or p.is_absolute():
+        return p
+    alt = Path(__file__).resolve().parents[2] / p
+    return alt if alt.is_file() else p
+
+
 def resolve_sft_init(cfg: Config, log: Callable[[str], None] = print) -> Config:
     """For `model.source: sft`: make sure the SFT policy of `model.sft_config` exists (train it unless
-    its run dir holds one made by exactly that config), then return `cfg` with `model.source: hf`,
-    `model.path` and `tokenizer.kind: hf` pointing at it."""
+    its run dir holds one made by exactly that config), copy its tokenizer to the RL run dir, and
+    return `cfg` with `model.source: hf, model.path` at the policy and `tokenizer.kind: file` at
+    RUN_DIR/tokenizer.json (the RL run dir stays self-describing)."""
+    import shutil
     from leap_jax.train.config import load_config, to_dict
     if cfg.model.source != "sft":
         return cfg
-    path = cfg.model.sft_config
+    path = _find_config(cfg.model.sft_config)
     scfg = load_config(path)
     if scfg.mode != "sft":
-        raise ConfigError(f"model.sft_config={path!r} has mode={scfg.mode!r}; expected an SFT config (mode: sft)")
+        raise ConfigError(f"model.sft_config={cfg.model.sft_config!r} has mode={scfg.mode!r}; expected an SFT "
+                          "config (mode: sft)")
     run_dir = Path(scfg.train.run_dir)
     done = run_dir / DONE_FILE
     model_dir = run_dir / MODEL_DIR
     reuse = False
-    if done.is_file() and (model_dir / "config.json").is_file():
+    if done.is_file() and (model_dir / "config.json").is_file() and (model_dir / "tokenizer.json").is_file():
         try:
             reuse = json.loads(done.read_text()).get("config") == json.loads(json.dumps(to_dict(scfg)))
         except json.JSONDecodeError:
@@ -436,8 +448,11 @@ def resolve_sft_init(cfg: Config, log: Callable[[str], None] = print) -> Config:
     else:
         log(f"[sft] building the SFT policy of {path} into {run_dir}")
         run_sft(scfg, log=log)
+    rl_dir = Path(cfg.train.run_dir)
+    rl_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model_dir / "tokenizer.json", rl_dir / "tokenizer.json")
     model = dataclasses.replace(cfg.model, source="hf", path=str(model_dir))
-    tok = dataclasses.replace(cfg.tokenizer, kind="hf", path=str(model_dir))
+    tok = dataclasses.replace(cfg.tokenizer, kind="file", path=str(rl_dir / "tokenizer.json"))
     return dataclasses.replace(cfg, model=model, tokenizer=tok)
 
 
