@@ -8,6 +8,11 @@ From the scored variants come chat examples for supervised warm-up:
   environment's real feedback on it (`render_feedback`), assistant = a correct fix (the variant's
   pre-bug parent when that scored correct, else another correct variant)].
 Messages carry `train`: only correct assistant turns are trained on (a wrong attempt is context).
+Training targets (single-turn answers, multi-turn fixes) are *clean*: measured correct AND made only
+of rewrites meant to keep the kernel right. A variant carrying a deliberate bug that still scored
+correct (an off-by-one write into allocation padding, a dropped barrier the CPU backend's fibers
+never race on) keeps its measured label in variants.jsonl but is never taught as an answer, nor
+shown as a wrong attempt (its feedback says "correct").
 Deterministic from the seed (per-task `random.Random(f"{seed}:{task}")`); written as JSONL:
 `variants.jsonl`, `examples.jsonl`, `manifest.json` in the output directory.
 
@@ -79,6 +84,7 @@ def generate_variants(task_name: str, n: int, seed: int, max_chain: int = 2) -> 
     out = [{"id": _vid(task_name, base), "task": task_name, "mutations": [], "intent": "correct",
             "parent": None, "text": base}]
     seen = {base}
+    intents = {m.name: m.intent for m in MUTATIONS}
     for _ in range(n):
         # mutate the solution or an earlier bug-free rewrite of it, so a variant carries one bug at most
         start = rng.choice([v for v in out if v["intent"] == "correct"])
@@ -90,7 +96,6 @@ def generate_variants(task_name: str, n: int, seed: int, max_chain: int = 2) -> 
             continue
         seen.add(text)
         names = start["mutations"] + applied
-        intents = {m.name: m.intent for m in MUTATIONS}
         intent = "wrong" if any(intents[a] == "wrong" for a in names) else "correct"
         out.append({"id": _vid(task_name, text), "task": task_name, "mutations": names, "intent": intent,
                     "parent": start["id"], "text": text})
@@ -129,6 +134,11 @@ def _msg(role: str, content: str, train: bool = False) -> dict[str, Any]:
     return {"role": role, "content": content, "train": train}
 
 
+def is_clean_correct(record: dict[str, Any]) -> bool:
+    """A training target: measured correct and built only from correct-intent rewrites."""
+    return record["status"] == "correct" and record["intent"] == "correct"
+
+
 def build_examples(records: list[dict[str, Any]], cfg: CorpusCfg) -> list[dict[str, Any]]:
     """Chat examples (single-turn and multi-turn) from scored variant records; see the module doc.
     Variants whose status is env_error are never used (the environment, not the code, failed)."""
@@ -141,23 +151,27 @@ def build_examples(records: list[dict[str, Any]], cfg: CorpusCfg) -> list[dict[s
     for task_name in sorted(by_task):
         recs = by_task[task_name]
         rng = random.Random(f"{cfg.seed}:{task_name}:examples")
-        prompt = [_msg(m.role, m.content) for m in initial_messages(get_task(task_name), cfg.prompt_sizes)]
-        good = [r for r in recs if r["status"] == "correct"]
+        first = initial_messages(get_task(task_name), cfg.prompt_sizes)
+
+        def prompt() -> list[dict[str, Any]]:  # fresh dicts per example: no aliasing between examples
+            return [_msg(m.role, m.content) for m in first]
+
+        good = [r for r in recs if is_clean_correct(r)]
         bad = [r for r in recs if r["status"] not in ("correct", "env_error")]
         by_id = {r["id"]: r for r in recs}
         for g in good:
             examples.append({"task": task_name, "kind": "single", "variants": [g["id"]],
-                             "messages": prompt + [_msg("assistant", g["text"], True)]})
+                             "messages": prompt() + [_msg("assistant", g["text"], True)]})
         if not good:
             continue
         rng.shuffle(bad)
         for b in bad[:cfg.multiturn_per_task]:
             parent = by_id.get(b["parent"]) if b["parent"] else None
-            fix = parent if parent is not None and parent["status"] == "correct" else rng.choice(good)
+            fix = parent if parent is not None and is_clean_correct(parent) else rng.choice(good)
             fb = feedback_message(b["feedback"])
             examples.append({"task": task_name, "kind": "multiturn", "variants": [b["id"], fix["id"]],
                              "wrong_status": b["status"],
-                             "messages": prompt + [_msg("assistant", b["text"], False),
+                             "messages": prompt() + [_msg("assistant", b["text"], False),
                                                    _msg("user", fb.content), _msg("assistant", fix["text"], True)]})
     return examples
 
@@ -197,8 +211,10 @@ def build_corpus(cfg: CorpusCfg, out_dir: str | Path | None = None, pool: Any = 
         out.mkdir(parents=True, exist_ok=True)
         write_jsonl(out / VARIANTS_FILE, records)
         write_jsonl(out / EXAMPLES_FILE, examples)
-        (out / MANIFEST_FILE).write_text(json.dumps({"config": asdict(cfg), **summary(records, examples)},
-                                                    indent=2, sort_keys=True))
+        tmp = out / (MANIFEST_FILE + ".tmp")
+        tmp.write_text(json.dumps({"config": asdict(cfg), **summary(records, examples)}, indent=2,
+                                  sort_keys=True))
+        tmp.replace(out / MANIFEST_FILE)
     return records, examples
 
 
