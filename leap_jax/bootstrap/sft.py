@@ -420,13 +420,26 @@ def _find_config(path: str) -> Path:
     return alt if alt.is_file() else p
 
 
+def reusable(scfg: Config) -> bool:
+    """True iff scfg's run dir holds a finished SFT policy made by exactly this (resolved) config."""
+    from leap_jax.train.config import to_dict
+    run_dir = Path(scfg.train.run_dir)
+    done, model_dir = run_dir / DONE_FILE, run_dir / MODEL_DIR
+    if not (done.is_file() and (model_dir / "config.json").is_file() and (model_dir / "tokenizer.json").is_file()):
+        return False
+    try:
+        return json.loads(done.read_text()).get("config") == json.loads(json.dumps(to_dict(scfg)))
+    except json.JSONDecodeError:
+        return False
+
+
 def resolve_sft_init(cfg: Config, log: Callable[[str], None] = print) -> Config:
     """For `model.source: sft`: make sure the SFT policy of `model.sft_config` exists (train it unless
     its run dir holds one made by exactly that config), copy its tokenizer to the RL run dir, and
     return `cfg` with `model.source: hf, model.path` at the policy and `tokenizer.kind: file` at
     RUN_DIR/tokenizer.json (the RL run dir stays self-describing)."""
     import shutil
-    from leap_jax.train.config import load_config, to_dict
+    from leap_jax.train.config import load_config
     if cfg.model.source != "sft":
         return cfg
     path = _find_config(cfg.model.sft_config)
@@ -435,14 +448,8 @@ def resolve_sft_init(cfg: Config, log: Callable[[str], None] = print) -> Config:
         raise ConfigError(f"model.sft_config={cfg.model.sft_config!r} has mode={scfg.mode!r}; expected an SFT "
                           "config (mode: sft)")
     run_dir = Path(scfg.train.run_dir)
-    done = run_dir / DONE_FILE
     model_dir = run_dir / MODEL_DIR
-    reuse = False
-    if done.is_file() and (model_dir / "config.json").is_file() and (model_dir / "tokenizer.json").is_file():
-        try:
-            reuse = json.loads(done.read_text()).get("config") == json.loads(json.dumps(to_dict(scfg)))
-        except json.JSONDecodeError:
-            reuse = False
+    reuse = reusable(scfg)
     if reuse:
         log(f"[sft] reusing the SFT policy in {model_dir} (made by {path})")
     else:
