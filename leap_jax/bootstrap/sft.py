@@ -229,24 +229,29 @@ def _pass_rates(results_by_task: dict[str, list[str]]) -> dict[str, Any]:
             "per_task": results_by_task}
 
 
+def make_eval_sampler(cfg: Config, model_config: Any, tokenizer: Any) -> Any:
+    """The Sampler the pass-rate evaluations share (built once: one compilation per shape)."""
+    from leap_jax.sampling.sampler import Sampler
+    from leap_jax.train.trainer import _prompt_buckets
+    return Sampler(model_config, max_batch=cfg.sft.eval_batch,
+                   prompt_buckets=_prompt_buckets(cfg.rollout.max_context_tokens),
+                   max_new_tokens=cfg.sampling.max_new_tokens, pad_id=tokenizer.pad_id)
+
+
 def evaluate_first_turn(cfg: Config, model_config: Any, params: Any, tokenizer: Any, tasks: Sequence[str],
-                        evaluator: Any, env_config: Any, temperature: float, samples: int, seed: int
-                        ) -> dict[str, Any]:
+                        evaluator: Any, env_config: Any, temperature: float, samples: int, seed: int,
+                        sampler: Any = None) -> dict[str, Any]:
     """First-turn pass rate of the policy on `tasks`: `samples` rollouts per task (1 when greedy) with
     the real Sampler, every answer scored by `evaluator` (an EvalPool). Per-task statuses are kept."""
     from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout
     from leap_jax.rollout.policy import SamplerPolicy
     from leap_jax.sampling.params import SamplingParams
-    from leap_jax.sampling.sampler import Sampler
-    from leap_jax.train.trainer import _prompt_buckets
     if not tasks:
         return _pass_rates({})
     s = cfg.sampling
     n = 1 if temperature == 0 else samples
     streams = ChatStreams(tokenizer)
-    sampler = Sampler(model_config, max_batch=cfg.sft.eval_batch,
-                      prompt_buckets=_prompt_buckets(cfg.rollout.max_context_tokens),
-                      max_new_tokens=s.max_new_tokens, pad_id=tokenizer.pad_id)
+    sampler = sampler or make_eval_sampler(cfg, model_config, tokenizer)
     sp = SamplingParams(temperature=temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=s.max_new_tokens,
                         stop_token_ids=tuple(streams.end_ids))
     policy = SamplerPolicy(sampler, tokenizer, sp, params=params,
@@ -341,33 +346,63 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
             f"hidden {model_config.hidden_size}) | {f.steps} steps x {f.batch_size} rows x {seq_len} tokens | "
             f"backend {jax.default_backend()}")
 
+        sampler = make_eval_sampler(cfg, model_config, tokenizer)
+        eval_seed = cfg.train.seed + 1_000_003
+        curve: list[dict[str, Any]] = []
+        chosen: dict[str, Any] | None = None  # the latest snapshot whose greedy train pass rate is in band
+
+        def greedy_train_rate(p: Any) -> float | None:
+            return evaluate_first_turn(cfg, model_config, p, tokenizer, train_tasks, evaluator, ecfg, 0.0, 1,
+                                       eval_seed, sampler)["pass_rate"]
+
+        def in_band(rate: float | None) -> bool:
+            return bool(f.target_band) and rate is not None and f.target_band[0] <= rate <= f.target_band[1]
+
         stream = batch_stream(seqs, seq_len, f.batch_size, cfg.train.seed, tokenizer.pad_id or 0)
         truncate_metrics(run_dir, -1)
+        # progress is printed as log lines (records are written every log_interval steps, not per step)
         writer = MetricsWriter(run_dir, jsonl=cfg.logging.jsonl, tensorboard=cfg.logging.tensorboard,
-                               progress_bar=cfg.logging.progress_bar, total_steps=f.steps)
+                               progress_bar=False)
         history: list[dict[str, Any]] = []
         t_train0 = time.perf_counter()
-        t_win, tok_win, loss_win, n_win = time.perf_counter(), 0.0, 0.0, 0
+        t_win = time.perf_counter()
         stopped_early = False
         steps_done = 0
+        t_eval_in_train = 0.0  # intermediate evaluations: not training time
+
+        def train_seconds() -> float:
+            return time.perf_counter() - t_train0 - t_eval_in_train
+
         try:
             for step in range(f.steps):
                 batch = {k: jnp.asarray(v) for k, v in next(stream).items()}
                 params, opt_state, m = step_fn(params, opt_state, batch)
                 steps_done = step + 1
                 last = steps_done == f.steps
-                over = f.max_train_seconds is not None and time.perf_counter() - t_train0 > f.max_train_seconds
-                if steps_done % f.log_interval == 0 or last or over or step == 0:
-                    m = {k: float(v) for k, v in jax.device_get(m).items()}
+                over = f.max_train_seconds is not None and train_seconds() > f.max_train_seconds
+                do_eval = bool(f.eval_interval) and steps_done % f.eval_interval == 0 and not last and not over
+                if not (steps_done % f.log_interval == 0 or last or over or step == 0 or do_eval):
+                    continue
+                m = {k: float(v) for k, v in jax.device_get(m).items()}
+                now = time.perf_counter()
+                steps_in = steps_done - (history[-1]["step"] + 1 if history else 0)
+                rec = {"loss": m["loss"], "grad_norm": m["grad_norm"], "optim/lr": float(schedule(step)),
+                       "tokens/trained": m["tokens/trained"], "tokens/packed": m["tokens/packed"],
+                       "tokens/s": m["tokens/packed"] * steps_in / max(now - t_win, 1e-9),
+                       "time/train": train_seconds()}
+                if do_eval:
+                    rate = greedy_train_rate(params)
+                    rec["eval/train_pass_rate_greedy"] = rate
+                    curve.append({"step": steps_done, "loss": rec["loss"], "train_pass_rate_greedy": rate})
+                    if in_band(rate):
+                        chosen = {"steps": steps_done, "params": jax.device_get(params), "rate": rate}
+                    t_eval_in_train += time.perf_counter() - now
+                    log(f"[sft] step {steps_done}: loss {rec['loss']:.4f}, greedy first-turn pass rate on "
+                        f"train tasks {rate:.3f} (eval {time.perf_counter() - now:.1f}s)")
                     now = time.perf_counter()
-                    steps_in = steps_done - (history[-1]["step"] + 1 if history else 0)
-                    rec = {"loss": m["loss"], "grad_norm": m["grad_norm"], "optim/lr": float(schedule(step)),
-                           "tokens/trained": m["tokens/trained"], "tokens/packed": m["tokens/packed"],
-                           "tokens/s": m["tokens/packed"] * steps_in / max(now - t_win, 1e-9),
-                           "time/elapsed": now - t_train0}
-                    t_win = now
-                    writer.write(step, rec)
-                    history.append({"step": step, **rec})
+                t_win = now
+                writer.write(step, rec)
+                history.append({"step": step, **rec})
                 if over and not last:
                     stopped_early = True
                     log(f"[sft] sft.max_train_seconds={f.max_train_seconds} reached: stopping after "
@@ -375,13 +410,25 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
                     break
         finally:
             writer.close()
-        t_train = time.perf_counter() - t_train0
+        t_train = train_seconds()
         log(f"[sft] trained {steps_done} steps in {t_train:.1f}s: loss {history[0]['loss']:.4f} -> "
             f"{history[-1]['loss']:.4f}, {history[-1]['tokens/s']:.0f} tokens/s")
 
-        # 6. save
+        # 6. choose (target band) and save
+        selected_step = steps_done
+        if f.eval_interval or f.target_band:
+            rate = greedy_train_rate(params)
+            curve.append({"step": steps_done, "loss": history[-1]["loss"], "train_pass_rate_greedy": rate})
+            log(f"[sft] step {steps_done} (final): greedy first-turn pass rate on train tasks {rate:.3f}")
+            if f.target_band and not in_band(rate) and chosen is not None:
+                params, selected_step = jax.device_put(chosen["params"]), chosen["steps"]
+                log(f"[sft] sft.target_band={f.target_band}: keeping the step-{selected_step} policy "
+                    f"(greedy train pass rate {chosen['rate']:.3f}) instead of the final one")
+            elif f.target_band and not in_band(rate):
+                log(f"[sft] sft.target_band={f.target_band}: no evaluated policy was in the band; keeping the final one")
+        chosen = None
         save_policy(model_dir, model_config, params, tokenizer)
-        log(f"[sft] policy saved to {model_dir} (HF safetensors + tokenizer.json)")
+        log(f"[sft] policy (step {selected_step}) saved to {model_dir} (HF safetensors + tokenizer.json)")
 
         # 7. first-turn pass rates
         evals = []
@@ -390,7 +437,7 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
             for temp in f.eval_temperatures:
                 t0 = time.perf_counter()
                 r = evaluate_first_turn(cfg, model_config, params, tokenizer, tasks, evaluator, ecfg, temp,
-                                        f.eval_samples, seed=cfg.train.seed + 1_000_003)
+                                        f.eval_samples, eval_seed, sampler)
                 r.update({"split": name, "time/eval": time.perf_counter() - t0})
                 evals.append(r)
                 log(f"[sft] first-turn pass rate on {name} tasks at T={temp:g}: {r['pass_rate']:.3f} "
@@ -400,6 +447,7 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
             evaluator.close()
     result = {"model_dir": str(model_dir), "tokenizer": str(model_dir / "tokenizer.json"),
               "train_tasks": train_tasks, "held_out": held_out, "steps": steps_done,
+              "selected_step": selected_step, "curve": curve,
               "stopped_early": stopped_early, "final_loss": history[-1]["loss"], "first_loss": history[0]["loss"],
               "num_params": model_config.num_params(), "seq_len": seq_len, "examples": len(seqs),
               "time/corpus": t_corpus, "time/train": t_train, "time/total": time.perf_counter() - t_start,

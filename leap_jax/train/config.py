@@ -217,6 +217,8 @@ class SFTCfg:
     eval_samples: int = 4  # samples per task at temperature > 0 (greedy: 1)
     eval_held_out: bool = True
     eval_batch: int = 32  # rows per sampler call
+    eval_interval: int | None = None  # greedy train pass rate every N steps (metrics + sft_eval.json curve)
+    target_band: list[float] = field(default_factory=list)  # [lo, hi]: keep the latest evaluated policy in it
 
 
 @dataclass
@@ -550,6 +552,11 @@ def validate_sft(cfg: Config) -> None:
     if cfg.mode == "sft" and f.batch_size % cfg.optimizer.micro_batch_size:
         raise ConfigError(f"sft.batch_size={f.batch_size} must be a multiple of optimizer.micro_batch_size="
                           f"{cfg.optimizer.micro_batch_size} (rows are accumulated in micro-batches)")
+    if f.eval_interval is not None:
+        _positive(f.eval_interval, "sft.eval_interval")
+    if f.target_band and (len(f.target_band) != 2 or not 0 <= f.target_band[0] <= f.target_band[1] <= 1):
+        raise ConfigError(f"sft.target_band={f.target_band}: expected [lo, hi] with 0 <= lo <= hi <= 1 "
+                          "(or [] to keep the final policy)")
     for i, t in enumerate(f.eval_temperatures):
         _positive(t, f"sft.eval_temperatures[{i}]", allow_zero=True)
     c = f.corpus

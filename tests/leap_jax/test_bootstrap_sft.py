@@ -202,7 +202,8 @@ def sft_run(tmp_path_factory):
     cfg_path = d / "sft.yaml"
     cfg_path.write_text(f"base: {TINY}\ntasks:\n  names: [relu, tanh]\n  held_out_fraction: 0.5\n"
                         f"train:\n  run_dir: {d / 'run'}\nenv:\n  pool_mode: inline\n"
-                        "sft:\n  steps: 60\n  eval_temperatures: [0.0, 1.0]\n  eval_samples: 2\n")
+                        "sft:\n  steps: 60\n  eval_temperatures: [0.0, 1.0]\n  eval_samples: 2\n"
+                        "  eval_interval: 30\n  target_band: [0.0, 0.5]\n")
     assert main_mod.main(["--config", str(cfg_path)]) == 0
     return cfg_path, d / "run"
 
@@ -227,8 +228,15 @@ def test_main_sft_end_to_end_writes_policy_and_consistent_eval(sft_run, capsys):
         assert e["pass_rate"] == e["passed"] / e["total"]
         assert e["env_errors"] == statuses.count("env_error") == 0
     assert res["pass_rate"] == res["evals"][0]["pass_rate"]  # the headline: training tasks, greedy
+    # the curve: step 30 and the final step; the kept policy is the latest one in the target band
+    assert [c["step"] for c in res["curve"]] == [30, 60]
+    in_band = [c["step"] for c in res["curve"] if 0.0 <= c["train_pass_rate_greedy"] <= 0.5]
+    assert res["selected_step"] == (in_band[-1] if in_band else 60)
+    if res["selected_step"] == 60:
+        assert res["evals"][0]["pass_rate"] == res["curve"][-1]["train_pass_rate_greedy"]
     rows = read_metrics(run)
     assert rows[0]["step"] == 0 and rows[-1]["step"] == 59
+    assert [r["step"] for r in rows if "eval/train_pass_rate_greedy" in r] == [29]
     assert all(r["tokens/s"] > 0 and r["loss"] > 0 for r in rows)
     mcfg, params = load_hf_checkpoint(str(run / sft.MODEL_DIR))
     assert mcfg.num_params() == res["num_params"]
@@ -270,6 +278,8 @@ def test_resume_is_refused_for_sft(tmp_path, capsys):
     ("sft.corpus.backend=gpu", "sft.corpus.backend='gpu'"),
     ("sft.corpus.variants_per_task=-1", "sft.corpus.variants_per_task=-1"),
     ("sft.eval_samples=0", "sft.eval_samples=0"),
+    ("sft.target_band=[0.6, 0.2]", "sft.target_band=[0.6, 0.2]"),
+    ("sft.eval_interval=0", "sft.eval_interval=0"),
     ("mode=train", "mode='train'"),
     ("sft.stepz=3", "did you mean 'steps'"),
 ])
