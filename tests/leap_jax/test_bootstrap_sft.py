@@ -294,3 +294,16 @@ def test_model_source_sft_needs_a_config():
         load_config(None, ["model.source=sft"])
     with pytest.raises(ConfigError, match="has mode='rl'"):
         sft.resolve_sft_init(load_config(None, ["model.source=sft", f"model.sft_config={ROOT / 'configs' / 'smoke.yaml'}"]))
+
+
+@pytest.mark.gpu
+def test_tiny_sft_with_the_cupy_backend_solves_its_training_tasks(tmp_path):
+    """GPU machine: the tiny config with corpus and evaluation on the cupy backend; overfitting its
+    training tasks makes the greedy first-turn pass rate on them non-zero."""
+    from leap_jax import main as main_mod
+    run = tmp_path / "run"
+    assert main_mod.main(["--config", str(TINY), f"train.run_dir={run}", "env.backend=cupy",
+                          "sft.corpus.backend=cupy"]) == 0
+    res = json.loads((run / sft.EVAL_FILE).read_text())
+    train_greedy = [e for e in res["evals"] if e["split"] == "train" and e["temperature"] == 0.0][0]
+    assert train_greedy["env_errors"] == 0 and train_greedy["pass_rate"] > 0, train_greedy
