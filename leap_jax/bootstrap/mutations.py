@@ -38,18 +38,20 @@ def join_blocks(cuda: str, launch: str) -> str:
     return f"```cuda\n{cuda.rstrip()}\n```\n\n```launch\n{launch.rstrip()}\n```\n"
 
 
-def _comment_spans(src: str) -> list[tuple[int, int]]:
-    return [m.span() for m in _COMMENT_RE.finditer(src)]
-
-
 def _sites(rx: re.Pattern, src: str) -> list[re.Match]:
     """Matches of `rx` in `src` that do not start inside a `//` comment (edits there change nothing)."""
-    spans = _comment_spans(src)
+    spans = [c.span() for c in _COMMENT_RE.finditer(src)]
     return [m for m in rx.finditer(src) if not any(a <= m.start() < b for a, b in spans)]
 
 
 def _replace_at(src: str, m: re.Match, new: str, group: int = 0) -> str:
     return src[:m.start(group)] + new + src[m.end(group):]
+
+
+def _replace_cuda(text: str, m: re.Match, new: str) -> str:
+    """`text` with match `m` of its cuda block replaced by `new`."""
+    cuda, launch = split_blocks(text)
+    return join_blocks(_replace_at(cuda, m, new), launch)
 
 
 def _pick(rng: random.Random, items: list):
@@ -285,11 +287,6 @@ def wrong_operator(text: str, rng: random.Random) -> str | None:
     if m is None:
         return None
     return _replace_cuda(text, m, _pick(rng, _OPS[int(m.lastgroup[2:])][1]))
-
-
-def _replace_cuda(text: str, m: re.Match, new: str) -> str:
-    cuda, launch = split_blocks(text)
-    return join_blocks(_replace_at(cuda, m, new), launch)
 
 
 def drop_semicolon(text: str, rng: random.Random) -> str | None:
