@@ -361,3 +361,18 @@ def test_cli_writes_the_corpus(tmp_path, capsys):
     records = C.read_jsonl(tmp_path / C.VARIANTS_FILE)
     assert printed["variants"] == len(records) >= 1 and printed["tasks"] == 1
     assert json.loads((tmp_path / C.MANIFEST_FILE).read_text())["config"]["tasks"] == ["relu"]
+
+
+@pytest.mark.gpu
+def test_cpu_labels_hold_on_the_gpu():
+    """The training targets chosen on the cpu backend are correct on a real GPU (cupy), and the
+    deterministic failure statuses (compile/format errors) agree between the two backends."""
+    variants = [v for t in TASKS + ["softmax", "layer_norm"] for v in C.generate_variants(t, 16, seed=0)]
+    cpu = C.score_variants(variants, _cfg())
+    gpu = C.score_variants(variants, _cfg(backend="cupy"))
+    diffs = [(c["task"], c["mutations"], c["status"], g["status"], g["message"][:120])
+             for c, g in zip(cpu, gpu) if c["status"] != g["status"]]
+    for c, g in zip(cpu, gpu):
+        if C.is_clean_correct(c) or c["status"] in ("compile_error", "format_error"):
+            assert g["status"] == c["status"], (c["task"], c["mutations"], g["message"], diffs)
+    print(f"cpu/cupy label disagreements: {len(diffs)} of {len(cpu)}", *diffs, sep="\n")
