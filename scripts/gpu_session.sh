@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info tests tests-all suite envbench sampler sampler-xla kenv train
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench sampler sampler-xla kenv kenv-fix train
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +24,16 @@ for s in "$@"; do
     tests) stage tests 400 python3 -m pytest -q -rfE -m gpu --timeout=200 -p no:cacheprovider tests ;;
     tests-all) stage tests-all 540 python3 -m pytest -q --timeout=300 -p no:cacheprovider tests ;;
     suite) stage suite 300 python3 -m kernels_env check-suite --backend cupy ;;
-    envbench) stage envbench 300 python3 benchmarks/env_throughput.py ;;
+    envbench) stage envbench ${ENVBENCH_S:-300} python3 benchmarks/env_throughput.py ${ENVBENCH_ARGS:-} ;;
     sampler) stage sampler 230 python3 benchmarks/sampler_throughput.py ;;
+    nvrtc) stage nvrtc 60 python3 -c "
+from cupy_backends.cuda.libs import nvrtc
+from kernels_env.compile import nvrtc_options, compile_cuda
+src = 'extern \"C\" __global__ void k(float* y){ y[threadIdx.x] = 1.f; }'
+p = nvrtc.createProgram(src, 'k.cu', [], []); nvrtc.compileProgram(p, nvrtc_options('sm_90'))
+print('nvrtc', nvrtc.getVersion(), 'log:', repr(nvrtc.getProgramLog(p)))
+print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
+    kenv-fix) stage kenv-fix 200 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_broken_corpus.py "tests/kernels_env/test_cupy_backend.py::test_pipeline_score_on_cupy" ;;
     kenv) stage kenv 300 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py tests/kernels_env/test_pipeline.py ;;
     sampler-xla)  # the decode loop under XLA command buffers (CUDA graphs incl. WHILE) vs default
       V=unrolled-threefry-einsum,unrolled-threefry-einsum-k4,unrolled-threefry-einsum-cond

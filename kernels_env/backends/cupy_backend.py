@@ -153,14 +153,18 @@ class CupyDevice:
     def _fill_resources(compiled: CompiledModule, program: CupyProgram) -> None:
         """Where the compile log gave no ptxas report, read registers / shared / local memory from
         the loaded functions (cuFuncGetAttribute): the driver's numbers for the code that will run."""
+        from cupy_backends.cuda.api import driver
         for name, fn in program.functions.items():
             if name in compiled.resources:
                 continue
             try:
+                def attr(which: int) -> int:
+                    return int(driver.funcGetAttribute(which, fn.ptr))
                 compiled.resources[name] = KernelResources(
-                    registers=int(fn.num_regs), shared_bytes=int(fn.shared_size_bytes),
-                    stack_frame_bytes=int(fn.local_size_bytes))
-            except Exception:  # attributes unavailable on this CuPy: keep what the log gave
+                    registers=attr(driver.CU_FUNC_ATTRIBUTE_NUM_REGS),
+                    shared_bytes=attr(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+                    stack_frame_bytes=attr(driver.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES))
+            except Exception:  # the driver refused: keep what the compile log gave
                 return
 
     # ---- execution -------------------------------------------------------------------------------

@@ -500,6 +500,25 @@ def test_correctness_stage_soft_limit_is_timeout():
     assert res.status is Status.TIMEOUT and "limit" in res.message and res.trials < 5
 
 
+def test_correctness_limit_charges_the_candidate_not_the_reference():
+    """A slow reference (e.g. CuPy building its elementwise kernels on a cold worker) must not
+    turn a fast, correct kernel into a timeout; a slow candidate still is one."""
+    def slow_reference(xp, a, b):
+        time.sleep(0.03)
+        return a + b
+
+    cfg = FAST.replace(timing=False, limits=StageLimits(correctness=0.05))
+    res = run(device_with(add=add_kernel), add_task(reference=slow_reference), ADD_SUB, config=cfg)
+    assert res.status is Status.CORRECT and res.trials == 5, res.message
+
+    def slow(grid, block, shared, a, b, y, n):
+        time.sleep(0.02)
+        add_kernel(grid, block, shared, a, b, y, n)
+
+    res = run(device_with(add=slow), add_task(reference=slow_reference), ADD_SUB, config=cfg)
+    assert res.status is Status.TIMEOUT and res.trials == 3  # 0.02 s per trial: over 0.05 s at the third
+
+
 def test_timing_stage_projection_is_timeout():
     cfg = FAST.replace(limits=StageLimits(timing=5.0))
     dev = device_with(add=(add_kernel, 1000.0))  # 1 s per fake run: 102 runs would take > 5 s
