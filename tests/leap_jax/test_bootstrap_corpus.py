@@ -203,16 +203,26 @@ def test_mutation_status_is_measured(task, mutation, expected):
 
 
 # ---- the built corpus --------------------------------------------------------------------------
+def _reproducible(r: dict) -> bool:
+    """Labels that must repeat exactly: rewrites of known-good code, and the static stages. A
+    deliberate bound bug that READS out of bounds reads uninitialised memory, so its measured status
+    may differ between runs (seen: softmax `j <= N` scoring correct in one run, wrong_output in the
+    next on the cpu backend); those variants are never training targets."""
+    return r["intent"] == "correct" or r["status"] in ("compile_error", "format_error")
+
+
 def test_labels_equal_an_independent_rescore(built):
     cfg, records, _, _ = built
     assert {r["task"] for r in records} == set(TASKS)
     statuses = {r["status"] for r in records}
     assert "correct" in statuses and statuses - {"correct"}, statuses
+    assert sum(C.is_clean_correct(r) for r in records) >= len(TASKS)
     for r in records:
-        again = score(r["task"], r["text"], RESCORE)  # other inputs, more trials, this process
-        assert (again.status.value == "correct") == (r["status"] == "correct"), (r["mutations"], again.message)
-        if r["status"] in ("compile_error", "format_error"):
-            assert again.status.value == r["status"]
+        again = score(r["task"], r["text"], RESCORE).status.value  # other inputs, more trials, this process
+        if _reproducible(r):
+            assert again == r["status"], (r["task"], r["mutations"], r["status"], again)
+        else:  # it compiled and ran both times
+            assert again not in ("compile_error", "format_error", "env_error"), (r["mutations"], again)
         assert r["id"] == C._vid(r["task"], r["text"])
     for t in TASKS:  # the canonical solution is always variant 0 of its task, and correct
         first = next(r for r in records if r["task"] == t)
@@ -307,7 +317,9 @@ def test_same_seed_same_bytes_other_seed_other_corpus(built, pool, tmp_path):
     # scoring in a fresh pool (no shared cache) gives the same labels
     fresh = C.score_variants([{k: r[k] for k in ("id", "task", "mutations", "intent", "parent", "text")}
                               for r in records], _cfg())
-    assert [r["status"] for r in fresh] == [r["status"] for r in records]
+    for f, r in zip(fresh, records, strict=True):
+        if _reproducible(r):
+            assert f["status"] == r["status"], (r["task"], r["mutations"])
 
 
 def test_load_or_build_reuses_a_matching_corpus(built, tmp_path):
