@@ -323,11 +323,13 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
         tokenizer = build_sft_tokenizer(cfg, examples, [get_task(t) for t in train_tasks],
                                         run_dir / "tokenizer.json")
         seqs = encode_examples(tokenizer, examples)
+        if not seqs:
+            raise ConfigError(f"no example of the corpus in {corpus_dir} has a trained (train: true) assistant turn")
         longest = max(len(ids) - 1 for ids, _ in seqs)
         pm = cfg.optimizer.pad_to_multiple
         seq_len = f.seq_len or max(pm, -(-longest // pm) * pm)
-        too_long = [k for k, (ids, _) in enumerate(seqs) if len(ids) - 1 > seq_len]
-        seqs = [s for k, s in enumerate(seqs) if k not in set(too_long)]
+        too_long = {k for k, (ids, _) in enumerate(seqs) if len(ids) - 1 > seq_len}
+        seqs = [s for k, s in enumerate(seqs) if k not in too_long]
         if not seqs:
             raise ConfigError(f"sft.seq_len={seq_len}: every example is longer (longest {longest} tokens)")
         n_train_tokens = int(sum(m[1:].sum() for _, m in seqs))

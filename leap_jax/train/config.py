@@ -540,7 +540,7 @@ def validate(cfg: Config) -> None:
 def validate_sft(cfg: Config) -> None:
     """Ranges of the `sft:` section (checked in every mode, so a bad value never waits for mode=sft)."""
     f = cfg.sft
-    _positive(f.steps, "sft.steps", allow_zero=True)
+    _positive(f.steps, "sft.steps")
     _positive(f.batch_size, "sft.batch_size")
     _positive(f.log_interval, "sft.log_interval")
     _positive(f.eval_samples, "sft.eval_samples")
