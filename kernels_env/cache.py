@@ -16,43 +16,17 @@ from collections import OrderedDict
 
 from kernels_env.config import EnvConfig
 from kernels_env.result import Result
+from kernels_env.source_text import strip_comments
 from kernels_env.status import Status
 
 KEY_VERSION = "1"
-
-
-def _strip_comments(src: str) -> str:
-    """Remove // and /* */ comments (keeping their newlines), leaving string literals intact."""
-    out: list[str] = []
-    i, n = 0, len(src)
-    while i < n:
-        c = src[i]
-        if src.startswith("//", i):
-            j = src.find("\n", i)
-            i = n if j < 0 else j
-            out.append(" ")
-        elif src.startswith("/*", i):
-            j = src.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(" " + "\n" * src.count("\n", i, j))  # keep line numbers
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and src[j] != c and src[j] != "\n":
-                j += 2 if src[j] == "\\" else 1
-            out.append(src[i:j + 1])
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def normalize_source(src: str) -> str:
     """Comments removed, each line stripped, blank lines dropped, whitespace runs collapsed.
 
     Line structure is kept (preprocessor directives end at a newline)."""
-    lines = (re.sub(r"[ \t\f\v\r]+", " ", ln).strip() for ln in _strip_comments(src).split("\n"))
+    lines = (re.sub(r"[ \t\f\v\r]+", " ", ln).strip() for ln in strip_comments(src).split("\n"))
     return "\n".join(ln for ln in lines if ln)
 
 

@@ -62,8 +62,8 @@ def check_includes(source: str) -> None:
 
     Untrusted code must not read other files of the machine through the preprocessor (their
     contents would come back in the compiler log). Raises CompileError naming the line."""
-    from kernels_env.cache import _strip_comments  # comments removed, string literals kept
-    text = _strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
+    from kernels_env.source_text import strip_comments  # comments removed, string literals kept
+    text = strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
     allowed = cuda_include_dirs()
     for m in _INCLUDE_RE.finditer(text):
         line = text.count("\n", 0, m.start()) + 1

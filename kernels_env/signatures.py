@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from kernels_env.program import KernelParam, KernelSignature
+from kernels_env.source_text import strip_comments
 
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "register"}
 _C_TYPE_WORDS = {"int", "long", "short", "char", "float", "double", "unsigned", "signed", "bool", "void"}
@@ -17,33 +18,8 @@ _MODIFIERS = {"static", "inline", "__forceinline__", "__noinline__", "__inline__
 
 
 def strip_comments_and_strings(src: str) -> str:
-    """Blank out comments, string and char literals (keeping newlines and the literal `"C"`)."""
-    out: list[str] = []
-    i, n = 0, len(src)
-    while i < n:
-        c = src[i]
-        if src.startswith("//", i):
-            j = src.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif src.startswith("/*", i):
-            j = src.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("".join(ch if ch == "\n" else " " for ch in src[i:j]))
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and src[j] != c and src[j] != "\n":
-                j += 2 if src[j] == "\\" else 1
-            j = min(j + 1, n)
-            lit = src[i:j]
-            out.append(lit if lit == '"C"' else c + " " * max(0, len(lit) - 2) + (c if len(lit) > 1 else ""))
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    """Blank out comments, string and char literals in place (keeping newlines and the literal `"C"`)."""
+    return strip_comments(src, blank_literals=True)
 
 
 def _strip_preprocessor(src: str) -> str:

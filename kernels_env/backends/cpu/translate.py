@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from kernels_env.source_text import strip_comments
+
 SOURCE_NAME = "kernel.cu"
 
 # Headers whose content the prelude provides (or that only matter to the host compiler).
@@ -71,34 +73,7 @@ class Translation:
 def blank_comments_and_strings(src: str) -> str:
     """`src` with comments and string/char literals replaced by spaces (newlines kept), so regexes
     over the result see only code and every offset still matches the original."""
-    out = list(src)
-    i, n = 0, len(src)
-    while i < n:
-        c = src[i]
-        if c == "/" and i + 1 < n and src[i + 1] == "/":
-            j = src.find("\n", i)
-            j = n if j < 0 else j
-            for k in range(i, j):
-                out[k] = " "
-            i = j
-        elif c == "/" and i + 1 < n and src[i + 1] == "*":
-            j = src.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            for k in range(i, j):
-                if out[k] != "\n":
-                    out[k] = " "
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and src[j] != c and src[j] != "\n":
-                j += 2 if src[j] == "\\" else 1
-            j = min(j + 1, n)
-            for k in range(i + 1, j - 1):
-                out[k] = " "
-            i = j
-        else:
-            i += 1
-    return "".join(out)
+    return strip_comments(src, blank_literals=True)
 
 
 def find_unsupported(src: str) -> list[str]:
