@@ -174,6 +174,13 @@ class TrainCfg:
     steps: int = 100
     seed: int = 0
     run_dir: str = "runs/default"
+    # wall-clock budget of one train() call (s): past it, finish the step, checkpoint and stop, so a
+    # time-limited device call can be continued later with --resume (None: no budget)
+    max_wall_s: float | None = None
+    # training-time budget of the whole run (s, summed over resumes): the run is complete once its
+    # net step time (time/step minus JAX compilation, time/train_total) reaches it, like reaching
+    # train.steps. Gives every arm of an experiment the same wall-clock. None: steps only.
+    time_budget_s: float | None = None
 
 
 @dataclass
@@ -198,6 +205,14 @@ class EvalCfg:
     turns: int = 3
     samples: int = 1  # rollouts per held-out task
     temperature: float = 0.0  # greedy by default
+    # during training: held-out Acc@1..turns every `interval` steps and at the last step, logged as
+    # heldout/acc@t in that step's record (None: off; its time is time/heldout_eval, not time/step)
+    interval: int | None = None
+    # with `interval`: also evaluate the training tasks the same way (train_eval/acc@t), the
+    # experiment's accuracy measure (the held-out split is small)
+    train_tasks: bool = False
+    # with `interval`: also evaluate before the first update, logged as a record of step -1
+    at_start: bool = False
 
 
 @dataclass
@@ -380,8 +395,9 @@ def _deepcopy(d: Any) -> Any:
 
 
 def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A YAML mapping; a top-level `base: other.yaml` (relative to this file) is loaded first and this
-    file's keys are deep-merged over it, so baseline configs state only what differs."""
+    """A YAML mapping; a top-level `base: other.yaml` (relative to this file; or a list of files, merged
+    in order) is loaded first and this file's keys are deep-merged over it, so baseline configs state
+    only what differs."""
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist")
     if p.resolve() in seen:
@@ -397,9 +413,14 @@ def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     base = loaded.pop("base", None)
     if base is None:
         return loaded
-    if not isinstance(base, str):
-        raise ConfigError(f"config file {str(p)!r}: base={base!r}; expected a file name")
-    return _merge(_read_yaml(p.parent / base, seen + (p.resolve(),)), loaded)
+    bases = base if isinstance(base, list) else [base]
+    if not bases or not all(isinstance(b, str) for b in bases):
+        raise ConfigError(f"config file {str(p)!r}: base={base!r}; expected a file name or a list of them "
+                          "(merged in order, later ones win)")
+    merged: dict[str, Any] = {}
+    for b in bases:
+        merged = _merge(merged, _read_yaml(p.parent / b, seen + (p.resolve(),)))
+    return _merge(merged, loaded)
 
 
 def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -530,6 +551,15 @@ def validate(cfg: Config) -> None:
     for lv in cfg.tasks.levels:
         _choice(lv, (1, 2, 3), "tasks.levels[]")
     _positive(cfg.train.steps, "train.steps", allow_zero=True)
+    if cfg.train.max_wall_s is not None:
+        _positive(cfg.train.max_wall_s, "train.max_wall_s")
+    if cfg.train.time_budget_s is not None:
+        _positive(cfg.train.time_budget_s, "train.time_budget_s")
+    if cfg.eval.interval is not None:
+        _positive(cfg.eval.interval, "eval.interval")
+    elif cfg.eval.train_tasks or cfg.eval.at_start:
+        raise ConfigError(f"eval.train_tasks={cfg.eval.train_tasks}, eval.at_start={cfg.eval.at_start} need "
+                          "eval.interval (the periodic evaluation they extend); set eval.interval=N")
     _positive(cfg.checkpoint.interval, "checkpoint.interval")
     _positive(cfg.checkpoint.keep_last, "checkpoint.keep_last")
     _positive(cfg.eval.turns, "eval.turns")

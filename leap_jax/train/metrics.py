@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,21 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in keep))
 
 
+def _summary_writer(log_dir: Path) -> Any:
+    """A TensorBoard event writer: tensorboardX (the `train` extra), else the one torch ships; with
+    neither, a warning and none (metrics.jsonl is the source of truth for reports)."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            warnings.warn("logging.tensorboard=true but neither tensorboardX nor torch.utils.tensorboard is "
+                          "importable (pip install tensorboardX); writing metrics.jsonl only", stacklevel=3)
+            return None
+    return SummaryWriter(str(log_dir))
+
+
 class MetricsWriter:
     """Write step records to JSONL and (optionally) TensorBoard; drive an optional tqdm bar."""
 
@@ -55,15 +71,15 @@ class MetricsWriter:
         self._jsonl = open(self.run_dir / METRICS_FILE, "a") if jsonl else None
         self._tb = None
         if tensorboard:
-            from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(str(self.run_dir / "tb"))
+            self._tb = _summary_writer(self.run_dir / "tb")
         self._bar = None
         if progress_bar:
             from tqdm import tqdm
             self._bar = tqdm(total=total_steps, initial=initial_step, desc="train", unit="step",
                              dynamic_ncols=True)
 
-    def write(self, step: int, metrics: dict[str, Any]) -> None:
+    def write(self, step: int, metrics: dict[str, Any], progress: bool = True) -> None:
+        """Append one record; `progress=False` (an evaluation-only record) leaves the bar where it is."""
         record = {"step": int(step), **{k: _clean(v) for k, v in metrics.items()}}
         if self._jsonl is not None:
             self._jsonl.write(json.dumps(record) + "\n")
@@ -73,7 +89,7 @@ class MetricsWriter:
                 if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
                     self._tb.add_scalar(k, v, int(step))
             self._tb.flush()
-        if self._bar is not None:
+        if self._bar is not None and progress:
             shown = {k: record[k] for k in ("acc@1", f"acc@{_max_turn(record)}", "loss/policy")
                      if record.get(k) is not None}
             self._bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items()}, refresh=False)

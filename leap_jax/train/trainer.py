@@ -24,12 +24,14 @@ from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOut
 from leap_jax.rollout.policy import MixedPolicy, SamplerPolicy, ScriptedPolicy
 from leap_jax.train import algorithms
 from leap_jax.train.checkpoint import Checkpointer
+from leap_jax.train.compile_clock import compile_seconds
 from leap_jax.train.config import Config, ConfigError, save_config, to_dict
 from leap_jax.train.metrics import EVAL_FILE, MetricsWriter, truncate_metrics
 from leap_jax.train.update import (build_batch, fill_old_logprobs, init_value_head, make_logprob_fn,
                                    make_optimizer, make_update, make_value_fn, prepare_ppo)
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+FINISHED_FILE = "finished.json"  # written when a run reaches train.steps or train.time_budget_s
 
 
 # ---- construction helpers ---------------------------------------------------------------------
@@ -141,6 +143,9 @@ class Trainer:
         self.opt_state = self.tx.init(self.params)
         self.step = 0
         self.updates_done = 0
+        self.train_time = 0.0  # net training seconds so far (time/step minus compilation), all calls
+        self.finished = False
+        self.stopped_by_budget = False
         self.cursor = {"epoch": 0, "pos": 0}
         self.dcp_history: dict[str, Any] | None = None
         if cfg.dcp.history:
@@ -237,6 +242,7 @@ class Trainer:
     # -- one training step --
     def train_step(self) -> dict[str, Any]:
         cfg = self.cfg
+        c0 = compile_seconds()
         t0 = time.perf_counter()
         self.rng, k_roll = jax.random.split(self.rng)
         tasks = self.next_tasks()
@@ -280,6 +286,10 @@ class Trainer:
         metrics["time/rollout"] = t_roll - t0
         metrics["time/update"] = t_end - t_upd0
         metrics["time/step"] = t_end - t0
+        # compilation is paid once per new shape: logged apart and left out of the training clock
+        metrics["time/compile"] = min(compile_seconds() - c0, t_end - t0)
+        self.train_time += metrics["time/step"] - metrics["time/compile"]
+        metrics["time/train_total"] = self.train_time
         metrics["time/generate"] = out.stats["time/generate"]
         metrics["time/evaluate"] = out.stats["time/evaluate_wait"] + out.stats["time/evaluate_submit"]
         self.step += 1
@@ -312,7 +322,7 @@ class Trainer:
 
     def save(self) -> None:
         meta = {"step": self.step, "updates_done": self.updates_done, "cursor": dict(self.cursor),
-                "config": to_dict(self.cfg), "algorithm": self.algorithm}
+                "config": to_dict(self.cfg), "algorithm": self.algorithm, "train_time_s": self.train_time}
         self.checkpointer.save(self.step, self._arrays(), meta)
 
     def restore(self, step: int | None = None, checkpointer: Checkpointer | None = None) -> int:
@@ -323,6 +333,7 @@ class Trainer:
         if "dcp_history" in arrays:
             self.dcp_history = arrays["dcp_history"]
         self.step, self.updates_done = int(meta["step"]), int(meta["updates_done"])
+        self.train_time = float(meta.get("train_time_s", 0.0))
         self.cursor = {k: int(v) for k, v in meta["cursor"].items()}
         return got
 
@@ -342,32 +353,91 @@ class Trainer:
                 pass
         return old
 
+    def out_of_time(self) -> bool:
+        """True once the run's net training time has reached train.time_budget_s."""
+        budget = self.cfg.train.time_budget_s
+        return budget is not None and self.train_time >= budget
+
     def train(self, max_steps: int | None = None) -> list[dict[str, Any]]:
-        """Run until train.steps (or `max_steps` more steps); returns this call's step records."""
+        """Run until train.steps or train.time_budget_s (or `max_steps` more steps, or this call's
+        train.max_wall_s); returns this call's step records. A run that reached train.steps or its
+        time budget writes RUN_DIR/finished.json."""
         cfg = self.cfg
         target = cfg.train.steps if max_steps is None else min(cfg.train.steps, self.step + max_steps)
-        truncate_metrics(self.run_dir, self.step - 1)
+        iv = cfg.eval.interval
+        start_eval = iv is not None and cfg.eval.at_start and self.step == 0
+        truncate_metrics(self.run_dir, self.step - 1 if not start_eval else -2)
         writer = MetricsWriter(self.run_dir, jsonl=cfg.logging.jsonl, tensorboard=cfg.logging.tensorboard,
                                progress_bar=cfg.logging.progress_bar, total_steps=cfg.train.steps,
                                initial_step=self.step)
         old = self._install_signals()
         records = []
+        t_start = time.perf_counter()
+        self.stopped_by_budget = False
         try:
-            while self.step < target:
+            if start_eval:  # the starting policy, before any update: a record of step -1
+                m = {"time/train_total": 0.0, **self.periodic_eval_metrics()}
+                writer.write(-1, m, progress=False)
+                records.append({"step": -1, **m})
+            while self.step < target and not self.out_of_time():
                 m = self.train_step()
                 step_done = self.step - 1
+                done = self.step >= cfg.train.steps or self.out_of_time()
+                if iv is not None and (self.step % iv == 0 or done):
+                    m.update(self.periodic_eval_metrics())
                 writer.write(step_done, m)
                 records.append({"step": step_done, **m})
+                budget = cfg.train.max_wall_s
+                self.stopped_by_budget = (budget is not None and self.step < target and not done
+                                          and time.perf_counter() - t_start >= budget)
                 if cfg.checkpoint.enabled and (self.step % cfg.checkpoint.interval == 0 or self.step == target
-                                               or self._stop_signal is not None):
+                                               or done or self._stop_signal is not None or self.stopped_by_budget):
                     self.save()
-                if self._stop_signal is not None:
+                if done:
+                    self._mark_finished()
+                if self._stop_signal is not None or self.stopped_by_budget:
+                    if self.stopped_by_budget:
+                        print(f"\n[leap_jax] train.max_wall_s={budget:g} s reached after step {step_done}: "
+                              "checkpoint saved, stopping (continue with --resume)", flush=True)
                     break
+            if self.step >= cfg.train.steps or self.out_of_time():
+                self._mark_finished()
         finally:
             writer.close()
             for s, h in old.items():
                 signal.signal(s, h)
         return records
+
+    def _mark_finished(self) -> None:
+        self.finished = True
+        reason = "time_budget" if self.out_of_time() else "steps"
+        (self.run_dir / FINISHED_FILE).write_text(json.dumps(
+            {"reason": reason, "step": self.step, "train_time_s": self.train_time}, indent=2))
+
+    def _eval_on(self, tasks: Sequence[str]) -> tuple[dict[str, Any], Any]:
+        """Acc@1..eval.turns of the current params on `tasks` (eval settings, every failing row
+        debugged, no scripted mix, a fixed seed: consumes no training RNG, so resumed runs stay exact)."""
+        cfg = self.cfg
+        rollout = self._rollout(cfg.eval.samples, cfg.eval.turns, "all")
+        out = rollout.run(list(tasks), self._policy(self._sampling(cfg.eval.temperature), allow_scripted_mix=False),
+                          seed=cfg.train.seed + 1_000_003, step=-1)
+        return outcome_metrics(out), out
+
+    def periodic_eval_metrics(self) -> dict[str, Any]:
+        """The in-training evaluation (eval.interval): held-out tasks as heldout/..., and the training
+        tasks as train_eval/... when eval.train_tasks; its time is time/periodic_eval, not time/step."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        res: dict[str, Any] = {}
+        splits = [("heldout", self.held_out)] + ([("train_eval", self.train_tasks)] if cfg.eval.train_tasks else [])
+        for prefix, tasks in splits:
+            if not tasks:
+                continue
+            m, _ = self._eval_on(tasks)
+            res.update({f"{prefix}/acc@{t}": m.get(f"acc@{t}") for t in range(1, cfg.eval.turns + 1)})
+            res[f"{prefix}/turns_per_pass"] = m.get("turns_per_pass")
+        res["time/periodic_eval"] = time.perf_counter() - t0
+        return res
 
     def evaluate(self, checkpoint: str | None = None) -> dict[str, Any]:
         """Held-out tasks, eval.turns turns, every failing row debugged; no training."""
@@ -380,12 +450,8 @@ class Trainer:
                 raise FileNotFoundError(f"eval.checkpoint={src!r}: no checkpoint found under it")
             restored = self.restore(checkpointer=ck)
         tasks = self.held_out or self.train_tasks
-        rollout = self._rollout(cfg.eval.samples, cfg.eval.turns, "all")
         t0 = time.perf_counter()
-        # never the smoke scripted mix here: eval measures the policy alone
-        out = rollout.run(tasks, self._policy(self._sampling(cfg.eval.temperature), allow_scripted_mix=False),
-                          seed=cfg.train.seed + 1_000_003, step=-1)
-        m = outcome_metrics(out)
+        m, out = self._eval_on(tasks)  # never the smoke scripted mix: eval measures the policy alone
         result = {"checkpoint_step": restored, "tasks": list(tasks), "held_out": bool(self.held_out),
                   "samples": cfg.eval.samples, "turns": cfg.eval.turns, **m,
                   "env/evaluations": out.stats["env/evaluations"], "env/env_errors": out.stats["env/env_errors"],
