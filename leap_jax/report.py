@@ -3,7 +3,9 @@
 Reads each run's metrics.jsonl (and config.yaml for its algorithm) and writes, with matplotlib's
 Agg backend: accuracy (Acc@t for every t) against wall-clock and against step, one panel per
 metric with the runs (arms) side by side; turn-budget usage (rows generated per turn, and the share
-of turn-2 generations DCP skipped); and summary.md, a Markdown table of every run.
+of turn-2 generations DCP skipped); the periodic evaluations (`eval.interval`: training and held-out
+tasks) against training time when runs logged them; and summary.md, a Markdown table of every run.
+Wall-clock is training time: `time/train_total` (JAX compilation left out) where logged.
 """
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ from typing import Any, Sequence
 import numpy as np
 import yaml
 
+from leap_jax.experiment_report import train_clock
 from leap_jax.train.metrics import read_metrics
+
+EVAL_PREFIXES = (("train_eval", "training tasks"), ("heldout", "held-out tasks"))
 
 
 def _label(run_dir: Path) -> str:
@@ -33,9 +38,15 @@ def _series(rows: list[dict[str, Any]], key: str) -> np.ndarray:
     return np.asarray([np.nan if r.get(key) is None else float(r[key]) for r in rows], float)
 
 
-def _turns(rows: list[dict[str, Any]]) -> int:
-    ts = [int(k[4:]) for r in rows for k in r if k.startswith("acc@") and k[4:].isdigit()]
+def _turns(rows: list[dict[str, Any]], prefix: str = "") -> int:
+    head = prefix + "acc@"
+    ts = [int(k[len(head):]) for r in rows for k in r if k.startswith(head) and k[len(head):].isdigit()]
     return max(ts) if ts else 1
+
+
+def _train_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Step records (an evaluation-only record before the first step has step -1)."""
+    return [r for r in rows if int(r.get("step", 0)) >= 0]
 
 
 def load_runs(run_dirs: Sequence[str | Path]) -> list[tuple[str, Path, list[dict[str, Any]]]]:
@@ -54,7 +65,7 @@ def load_runs(run_dirs: Sequence[str | Path]) -> list[tuple[str, Path, list[dict
 def summary_table(runs: list[tuple[str, Path, list[dict[str, Any]]]], last_k: int = 5) -> str:
     """Markdown: per run, accuracies averaged over the last `last_k` steps, time and DCP columns."""
     T = max(_turns(rows) for _, _, rows in runs)
-    head = (["run", "steps", "wall-clock s"] + [f"Acc@{t}" for t in range(1, T + 1)]
+    head = (["run", "steps", "train s"] + [f"Acc@{t}" for t in range(1, T + 1)]
             + ["turns/pass", "fast_1", "activated groups", "turn-2 skipped", "s/step gen", "s/step eval",
                "s/step update", "tokens gen", "env evals", "scripted"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -62,7 +73,8 @@ def summary_table(runs: list[tuple[str, Path, list[dict[str, Any]]]], last_k: in
     def f(x: float) -> str:
         return "n/a" if x is None or not np.isfinite(x) else f"{x:.3g}"
 
-    for label, _, rows in runs:
+    for label, _, all_rows in runs:
+        rows = _train_rows(all_rows)
         tail = rows[-last_k:]
 
         def mean(k: str) -> float:
@@ -72,7 +84,7 @@ def summary_table(runs: list[tuple[str, Path, list[dict[str, Any]]]], last_k: in
         def total(k: str) -> float:
             return float(np.nansum(_series(rows, k)))
 
-        cells = [label, str(len(rows)), f(total("time/step"))]
+        cells = [label, str(len(rows)), f(train_clock(all_rows)[-1] if all_rows else float("nan"))]
         cells += [f(mean(f"acc@{t}")) for t in range(1, T + 1)]
         cells += [f(mean("turns_per_pass")), f(mean("fast_1")), f(mean("dcp/activated_groups_frac")),
                   f(mean("dcp/skipped_turn2_frac")), f(mean("time/generate")), f(mean("time/evaluate")),
@@ -93,12 +105,13 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Pa
     out.mkdir(parents=True, exist_ok=True)
     T = max(_turns(rows) for _, _, rows in runs)
     written = []
-    for xname, fname in (("wall-clock (s)", "accuracy_vs_time.png"), ("step", "accuracy_vs_step.png")):
+    for xname, fname in (("training time (s)", "accuracy_vs_time.png"), ("step", "accuracy_vs_step.png")):
         fig, axes = plt.subplots(1, T, figsize=(4.2 * T, 3.4), squeeze=False)
         for t in range(1, T + 1):
             ax = axes[0, t - 1]
-            for label, _, rows in runs:
-                x = (np.cumsum(np.nan_to_num(_series(rows, "time/step"))) if xname.startswith("wall")
+            for label, _, all_rows in runs:
+                rows = _train_rows(all_rows)
+                x = (np.asarray(train_clock(rows)) if xname.startswith("training")
                      else _series(rows, "step"))
                 ax.plot(x, _series(rows, f"acc@{t}"), marker="o", ms=3, label=label)
             ax.set_title(f"Acc@{t}")
@@ -114,9 +127,12 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Pa
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     width = 0.8 / max(len(runs), 1)
-    for i, (label, _, rows) in enumerate(runs):
-        per_turn = [float(np.nanmean(_series(rows, f"rollout/gen_rows_turn{t}"))) for t in range(1, T + 1)]
-        per_turn = [0.0 if not np.isfinite(v) else v for v in per_turn]
+    for i, (label, _, all_rows) in enumerate(runs):
+        rows = _train_rows(all_rows)
+        per_turn = []
+        for t in range(1, T + 1):
+            v = _series(rows, f"rollout/gen_rows_turn{t}")
+            per_turn.append(float(np.nanmean(v)) if np.isfinite(v).any() else 0.0)
         axes[0].bar(np.arange(1, T + 1) + (i - (len(runs) - 1) / 2) * width, per_turn, width, label=label)
         axes[1].plot(_series(rows, "step"), _series(rows, "dcp/skipped_turn2_frac"), marker="o", ms=3, label=label)
     axes[0].set_title("turn budget: rows generated per turn (mean per step)")
@@ -133,9 +149,36 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Pa
     plt.close(fig)
     written.append(out / "turn_budget.png")
 
+    if any(r.get(f"{p}/acc@1") is not None for _, _, rows in runs for r in rows for p, _ in EVAL_PREFIXES):
+        written.append(_eval_plot(runs, out / "eval_accuracy_vs_time.png", plt))
+
     (out / "summary.md").write_text("# LEAP-JAX run summary\n\n" + summary_table(runs))
     written.append(out / "summary.md")
     return written
+
+
+def _eval_plot(runs: list[tuple[str, Path, list[dict[str, Any]]]], path: Path, plt: Any) -> Path:
+    """Periodic-evaluation Acc@t (rows: training / held-out tasks; columns: t) against training time."""
+    T = max(_turns(rows, f"{p}/") for _, _, rows in runs for p, _ in EVAL_PREFIXES)
+    fig, axes = plt.subplots(len(EVAL_PREFIXES), T, figsize=(4.2 * T, 3.2 * len(EVAL_PREFIXES)), squeeze=False)
+    for i, (prefix, title) in enumerate(EVAL_PREFIXES):
+        for t in range(1, T + 1):
+            ax = axes[i, t - 1]
+            for label, _, rows in runs:
+                clock = train_clock(rows)
+                pts = [(c, r[f"{prefix}/acc@{t}"]) for c, r in zip(clock, rows) if r.get(f"{prefix}/acc@{t}") is not None]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", ms=3, label=label)
+            ax.set_title(f"{title}: Acc@{t}")
+            ax.set_xlabel("training time (s)")
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+        axes[i, 0].set_ylabel("pass rate (greedy)")
+    axes[0, -1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,3 +45,13 @@ class OracleEvaluator:
 
     def close(self) -> None:
         pass
+
+
+def cpu_backend_works() -> bool:
+    """Whether the cpu backend scores the relu solution here (a C++ compiler and the runtime work)."""
+    try:
+        from kernels_env import EnvConfig, score
+        return score(get_task("relu"), get_task("relu").solution,
+                     EnvConfig(backend="cpu", sizes="small", correctness_trials=1, timing=False)).correct
+    except Exception:
+        return False

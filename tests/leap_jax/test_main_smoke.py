@@ -14,23 +14,14 @@ import pytest
 
 from leap_jax import main as main_mod
 from leap_jax.train.metrics import read_metrics
+from tests.leap_jax._trainer_helpers import cpu_backend_works
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _cpu_backend_works() -> bool:
-    try:
-        from kernels_env import EnvConfig, get_task, score
-        r = score(get_task("relu"), get_task("relu").solution,
-                  EnvConfig(backend="cpu", sizes="small", correctness_trials=1, timing=False))
-        return r.correct
-    except Exception:
-        return False
-
-
 @pytest.mark.slow
 def test_smoke_config_end_to_end_then_eval(tmp_path, capsys):
-    if not _cpu_backend_works():
+    if not cpu_backend_works():
         pytest.skip("the cpu backend cannot score the relu solution on this machine")
     run = tmp_path / "smoke"
     args = ["--config", str(ROOT / "configs" / "smoke.yaml"), f"train.run_dir={run}", "train.steps=2",

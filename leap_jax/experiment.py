@@ -1,0 +1,246 @@
+"""`python -m leap_jax.experiment`: LEAP against the baselines, every arm from one SFT policy.
+
+1. Policy: `--sft-config` (mode: sft) runs once into OUT/sft; its model is exported in bf16, in
+   safetensors shards of at most 15 MiB, to OUT/policy, which every arm loads (small enough to bring
+   back from a GPU machine and carry to the next one, so later arms start from the same weights).
+   An existing OUT/policy is used as it is; `--policy DIR` names another; `--policy none` keeps the
+   arm configs' own model settings (tests).
+2. Runs: for each seed, for each arm, `CONFIG_DIR/<arm>.yaml` runs in a subprocess
+   (`python -m leap_jax.main`) into OUT/<arm>-s<seed> with train.seed=<seed>. A run with
+   finished.json is skipped, one with a checkpoint resumes, the others start. `--budget-s` bounds
+   this call: no run starts with less than `--min-run-s` left, and each gets train.max_wall_s so it
+   stops with a checkpoint in time; the next call continues where this one stopped.
+3. Report: `leap_jax.report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
+   (leap_jax.experiment_report: per-arm accuracies over seeds, time per phase, time to the
+   `multiturn` arm's best accuracy, and the headline ratio).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+ARMS = ("leap", "multiturn", "grpo", "trloo", "rank_no_dcp", "dcp_binary")
+MAX_SHARD_BYTES = 15 * 2 ** 20  # under the GPU machine's 16 MiB per returned file
+POLICY_FILES = ("tokenizer.json", "tokenizer_config.json")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ExperimentError(RuntimeError):
+    """A bad argument or a failed stage; the message says which and what to look at."""
+
+
+def _csv(text: str, what: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ExperimentError(f"{what}={text!r}: expected a comma-separated list")
+    return items
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m leap_jax.experiment", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="runs/experiment", help="experiment folder (default runs/experiment)")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma list (default {','.join(ARMS)})")
+    p.add_argument("--seeds", default="0,1", help="comma list of train.seed values (default 0,1)")
+    p.add_argument("--config-dir", default=str(ROOT / "configs" / "experiment"),
+                   help="folder holding <arm>.yaml (default configs/experiment)")
+    p.add_argument("--sft-config", default=str(ROOT / "configs" / "bootstrap_sft.yaml"),
+                   help="SFT config (mode: sft) that makes the shared policy")
+    p.add_argument("--sft-override", action="append", default=[], metavar="KEY=VALUE",
+                   help="dotted override for the SFT run (repeatable), e.g. sft.max_train_seconds=110")
+    p.add_argument("--policy", default=None,
+                   help="HF folder every arm starts from (default OUT/policy, built from --sft-config); "
+                        "'none': keep the arm configs' model settings")
+    p.add_argument("--budget-s", type=float, default=None, help="wall-clock budget of this call (s)")
+    p.add_argument("--min-run-s", type=float, default=90.0,
+                   help="with --budget-s: start or resume a run only with this much left (default 90)")
+    p.add_argument("--max-runs", type=int, default=None, help="start or resume at most N runs in this call")
+    p.add_argument("--metric", default=None, help="accuracy for time-to-target (default train_eval/acc@3)")
+    p.add_argument("--report-only", action="store_true", help="only write the report of the runs in OUT")
+    p.add_argument("overrides", nargs="*", help="dotted overrides for every arm, e.g. train.time_budget_s=120")
+    args = p.parse_args(argv)
+    args.arm_list = _csv(args.arms, "--arms")
+    try:
+        args.seed_list = [int(s) for s in _csv(args.seeds, "--seeds")]
+    except ValueError:
+        raise ExperimentError(f"--seeds={args.seeds!r}: expected integers, e.g. 0,1") from None
+    for a in args.arm_list:
+        if not (Path(args.config_dir) / f"{a}.yaml").is_file():
+            raise ExperimentError(f"--arms: no config {Path(args.config_dir) / (a + '.yaml')} for arm {a!r} "
+                                  f"(--config-dir={args.config_dir})")
+    if args.max_runs is not None and args.max_runs < 0:
+        raise ExperimentError(f"--max-runs={args.max_runs}: expected >= 0")
+    return args
+
+
+# ---- the shared policy --------------------------------------------------------------------------
+def export_policy(src: str | Path, dst: str | Path, dtype: str = "bfloat16",
+                  max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
+    """Copy a HF policy folder (an SFT model) to `dst` in `dtype`, sharded, with its tokenizer."""
+    from leap_jax.models.hf import load_hf_checkpoint, save_hf_checkpoint
+    src, dst = Path(src), Path(dst)
+    mcfg, params = load_hf_checkpoint(str(src), as_numpy=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_hf_checkpoint(str(tmp), mcfg, params, dtype=dtype, max_shard_bytes=max_shard_bytes)
+    for name in POLICY_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, tmp / name)
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+    return dst
+
+
+def _run(cmd: list[str], log_path: Path, timeout: float | None = None) -> int:
+    """Run a subprocess with its output in log_path (and the last lines echoed); its exit code."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(log_path, "a") as log:
+        log.write(f"\n$ {' '.join(cmd)}\n")
+        log.flush()
+        try:
+            return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
+                                  timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return 124
+
+
+def _tail(path: Path, n: int = 12) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def ensure_policy(args: argparse.Namespace, out: Path, log: Any = print) -> Path | None:
+    """The policy folder every arm loads (building it from the SFT config when needed), or None."""
+    if args.policy == "none":
+        return None
+    if args.policy is not None:
+        p = Path(args.policy)
+        if not (p / "config.json").is_file():
+            raise ExperimentError(f"--policy {p}: no config.json there (expected a HF model folder)")
+        return p
+    policy = out / "policy"
+    if (policy / "config.json").is_file():
+        log(f"[experiment] policy: {policy} (existing)")
+        return policy
+    sft_dir = out / "sft"
+    if not (sft_dir / "model" / "config.json").is_file() or not (sft_dir / "sft_done.json").is_file():
+        log(f"[experiment] SFT: {args.sft_config} -> {sft_dir}")
+        t0 = time.perf_counter()
+        rc = _run([sys.executable, "-m", "leap_jax.main", "--config", args.sft_config,
+                   f"train.run_dir={sft_dir}", *args.sft_override], out / "logs" / "sft.log")
+        if rc != 0:
+            raise ExperimentError(f"the SFT run failed (exit {rc}); see {out / 'logs' / 'sft.log'}:\n"
+                                  + _tail(out / "logs" / "sft.log"))
+        log(f"[experiment] SFT done in {time.perf_counter() - t0:.0f} s")
+    export_policy(sft_dir / "model", policy)
+    sft_eval = sft_dir / "sft_eval.json"
+    if sft_eval.is_file():
+        shutil.copy2(sft_eval, policy / "sft_eval.json")
+    log(f"[experiment] policy: {policy} (bf16 export of {sft_dir / 'model'})")
+    return policy
+
+
+# ---- the runs -----------------------------------------------------------------------------------
+def run_state(run_dir: Path) -> str:
+    """'finished' (finished.json), 'resumable' (a checkpoint) or 'new'."""
+    if (run_dir / "finished.json").is_file():
+        return "finished"
+    ck = run_dir / "checkpoints"
+    if (run_dir / "config.yaml").is_file() and ck.is_dir() and any(p.name.isdigit() for p in ck.iterdir()):
+        return "resumable"
+    return "new"
+
+
+def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: float,
+             log: Any = print) -> dict[str, str]:
+    """Start, resume or skip every (seed, arm) run; returns {run name: state after this call}."""
+    states: dict[str, str] = {}
+    launched = 0
+    for seed in args.seed_list:
+        for arm in args.arm_list:
+            name = f"{arm}-s{seed}"
+            run_dir = out / name
+            state = run_state(run_dir)
+            if state == "finished":
+                states[name] = state
+                continue
+            left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
+            if (left is not None and left < args.min_run_s) or (args.max_runs is not None
+                                                                 and launched >= args.max_runs):
+                states[name] = state + " (not run: this call's budget is spent)"
+                continue
+            # this call's wall budget (a resumed run would otherwise keep the one saved in its config)
+            wall = [f"train.max_wall_s={'null' if left is None else f'{max(left - 45.0, 1.0):.0f}'}"]
+            if state == "resumable":
+                cmd = [sys.executable, "-m", "leap_jax.main", "--resume", str(run_dir), *wall, *args.overrides]
+            else:
+                model = [] if policy is None else [f"model.path={policy}"]
+                cmd = [sys.executable, "-m", "leap_jax.main", "--config", str(Path(args.config_dir) / f"{arm}.yaml"),
+                       f"train.run_dir={run_dir}", f"train.seed={seed}", *model, *wall, *args.overrides]
+            log(f"[experiment] {name}: {'resume' if state == 'resumable' else 'start'}"
+                + (f" ({left:.0f} s left in this call)" if left is not None else ""))
+            t0 = time.perf_counter()
+            rc = _run(cmd, out / "logs" / f"{name}.log", timeout=None if left is None else left + 60.0)
+            launched += 1
+            after = run_state(run_dir)
+            states[name] = after if rc == 0 else f"{after} (exit {rc}; see {out / 'logs' / (name + '.log')})"
+            log(f"[experiment] {name}: {states[name]} after {time.perf_counter() - t0:.0f} s")
+            if rc != 0:
+                log(_tail(out / "logs" / f"{name}.log"))
+    return states
+
+
+def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: str | None) -> list[Path]:
+    """OUT/report: the generic report of every run with metrics, plus experiment.md."""
+    from leap_jax.experiment_report import DEFAULT_METRIC, experiment_markdown, load_experiment
+    from leap_jax.report import write_report
+    from leap_jax.train.metrics import read_metrics
+    dirs = [out / f"{a}-s{s}" for s in seeds for a in arms if read_metrics(out / f"{a}-s{s}")]
+    if not dirs:
+        return []
+    report = out / "report"
+    written = write_report(dirs, report)
+    runs = load_experiment(dirs)
+    turns = max((int(k.rsplit("@", 1)[1]) for by_seed in runs.values() for rows in by_seed.values()
+                 for r in rows for k in r if k.startswith("train_eval/acc@")), default=3)
+    (report / "experiment.md").write_text(experiment_markdown(runs, metric or DEFAULT_METRIC, turns=turns))
+    return [*written, report / "experiment.md"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    t_start = time.perf_counter()
+    try:
+        args = _parse_args(argv)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        states: dict[str, str] = {}
+        if not args.report_only:
+            policy = ensure_policy(args, out)
+            states = run_arms(args, out, policy, t_start)
+    except ExperimentError as e:
+        print(f"experiment error: {e}", file=sys.stderr)
+        return 2
+    paths = write_reports(out, args.arm_list, args.seed_list, args.metric)
+    (out / "state.json").write_text(json.dumps(states, indent=2))
+    for name, st in states.items():
+        print(f"[experiment] {name}: {st}")
+    if paths:
+        print(f"[experiment] report: {paths[-1]}")
+        print(paths[-1].read_text())
+    unfinished = [n for n, st in states.items() if not st.startswith("finished")]
+    if unfinished:
+        print(f"[experiment] {len(unfinished)} run(s) not finished; run the same command again to continue")
+    return 0 if not any("exit" in st for st in states.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

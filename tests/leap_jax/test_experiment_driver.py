@@ -1,0 +1,129 @@
+"""`python -m leap_jax.experiment` end to end on tiny CPU arms (cpu backend, scripted mix), resumed
+across calls; the bf16 policy export; argument errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+
+from leap_jax import experiment
+from leap_jax.models import decoder
+from leap_jax.models.config import ModelConfig
+from leap_jax.models.hf import find_tensors, load_hf_checkpoint, save_hf_checkpoint
+from leap_jax.train.metrics import read_metrics
+from tests.leap_jax._trainer_helpers import cpu_backend_works
+
+TINY_ARM = """
+model: {source: random, hidden_size: 32, intermediate_size: 64, num_layers: 1, num_heads: 2, num_kv_heads: 1}
+tokenizer: {kind: bpe, vocab_size: 600}
+sampling: {max_new_tokens: 24}
+rollout:
+  group_size: 2
+  max_turns: 2
+  prompts_per_step: 1
+  max_context_tokens: 1024
+  scripted_mix: {enabled: true, fraction: 1.0, p_good: 0.5}
+algorithm: {name: ALGO}
+dcp: {t_min: 1, t_max: 1}
+tasks: {names: [relu, tanh, sigmoid], held_out_fraction: 0.34}
+env: {backend: cpu, pool_mode: inline, sizes: small, correctness_trials: 1, timing: false}
+optimizer: {lr: 1.0e-2, micro_batch_size: 2, pad_to_multiple: 128}
+train: {steps: 2}
+checkpoint: {interval: 100}
+eval: {interval: 1, train_tasks: true, at_start: true, turns: 2, samples: 1}
+logging: {progress_bar: false, tensorboard: false}
+"""
+
+
+@pytest.mark.slow
+def test_driver_runs_resumes_and_reports(tmp_path, capsys):
+    if not cpu_backend_works():
+        pytest.skip("the cpu backend cannot score the relu solution on this machine")
+    cfg_dir = tmp_path / "cfg"
+    cfg_dir.mkdir()
+    for algo in ("leap", "multiturn"):
+        (cfg_dir / f"{algo}.yaml").write_text(TINY_ARM.replace("ALGO", algo))
+    out = tmp_path / "exp"
+    base = ["--out", str(out), "--arms", "leap,multiturn", "--seeds", "3", "--config-dir", str(cfg_dir),
+            "--policy", "none"]
+    # call 1: one run only, and that one stopped by its wall budget after its first step
+    assert experiment.main(base + ["--max-runs", "1", "train.max_wall_s=0.001"]) == 0
+    state = json.loads((out / "state.json").read_text())
+    assert state["leap-s3"] == "resumable" and state["multiturn-s3"].startswith("new (not run")
+    assert [r["step"] for r in read_metrics(out / "leap-s3")] == [-1, 0]
+    assert "run the same command again" in capsys.readouterr().out
+    # call 2: resumes leap, runs multiturn; both finish; the report covers both
+    assert experiment.main(base) == 0
+    state = json.loads((out / "state.json").read_text())
+    assert state == {"leap-s3": "finished", "multiturn-s3": "finished"}
+    for name in ("leap-s3", "multiturn-s3"):
+        rows = read_metrics(out / name)
+        assert [r["step"] for r in rows] == [-1, 0, 1]
+        assert all("train_eval/acc@2" in r and "heldout/acc@2" in r for r in rows)
+        assert json.loads((out / name / "finished.json").read_text())["reason"] == "steps"
+    cfg = (out / "leap-s3" / "config.yaml").read_text()
+    assert "seed: 3" in cfg and "name: leap" in cfg
+    page = (out / "report" / "experiment.md").read_text()
+    assert "| leap | 3 |" in page and "| multiturn | 3 |" in page and "Target per seed" in page
+    for name in ("accuracy_vs_time.png", "eval_accuracy_vs_time.png", "summary.md"):
+        assert (out / "report" / name).is_file()
+    # call 3: nothing left to run
+    assert experiment.main(base) == 0
+    assert "not finished" not in capsys.readouterr().out
+
+
+def test_export_policy_is_bf16_sharded_and_loads_back(tmp_path):
+    mcfg = ModelConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                       num_kv_heads=2, architecture="LlamaForCausalLM", eos_token_ids=(2,), pad_token_id=0)
+    params = decoder.init(mcfg, jax.random.key(0))
+    src = tmp_path / "sft_model"
+    save_hf_checkpoint(str(src), mcfg, params)
+    (src / "tokenizer.json").write_text("{}")
+    dst = experiment.export_policy(src, tmp_path / "policy", max_shard_bytes=40_000)
+    assert (dst / "tokenizer.json").read_text() == "{}" and (dst / "model.safetensors.index.json").is_file()
+    assert len({v for v in find_tensors(str(dst)).values()}) > 1  # several shard files
+    assert all(p.stat().st_size <= 40_000 + 4096 for p in dst.glob("*.safetensors"))
+    got_cfg, got = load_hf_checkpoint(str(dst), as_numpy=True)
+    _, ref = load_hf_checkpoint(str(src), as_numpy=True)
+    assert got_cfg.num_layers == 2 and got_cfg.vocab_size == 300
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(ref)):
+        assert a.dtype == ml_dtypes.bfloat16
+        np.testing.assert_array_equal(a, b.astype(ml_dtypes.bfloat16))
+    assert not (tmp_path / "policy.tmp").exists()
+
+
+def test_bad_arguments_are_clear(tmp_path, capsys):
+    assert experiment.main(["--out", str(tmp_path), "--arms", "nope", "--config-dir", str(tmp_path)]) == 2
+    assert "no config" in capsys.readouterr().err
+    assert experiment.main(["--out", str(tmp_path), "--seeds", "a,b"]) == 2
+    assert "expected integers" in capsys.readouterr().err
+    assert experiment.main(["--out", str(tmp_path), "--policy", str(tmp_path / "missing")]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    assert Path(experiment.ROOT / "configs" / "experiment" / "leap.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_driver_builds_the_shared_policy_from_the_sft_config_once(tmp_path, capsys):
+    if not cpu_backend_works():
+        pytest.skip("the cpu backend cannot score the relu solution on this machine")
+    out = tmp_path / "exp"
+    args = ["--out", str(out), "--arms", "leap", "--seeds", "0", "--max-runs", "0",
+            "--sft-config", str(experiment.ROOT / "configs" / "bootstrap_sft_tiny.yaml"),
+            "--sft-override", "sft.steps=3", "--sft-override", "sft.eval_held_out=false"]
+    assert experiment.main(args) == 0
+    policy = out / "policy"
+    assert (out / "sft" / "sft_done.json").is_file() and (policy / "sft_eval.json").is_file()
+    assert "steps: 3" in (out / "sft" / "config.yaml").read_text()
+    mcfg, params = load_hf_checkpoint(str(policy), as_numpy=True)
+    assert all(a.dtype == ml_dtypes.bfloat16 for a in jax.tree_util.tree_leaves(params))
+    assert (policy / "tokenizer.json").is_file() and mcfg.num_layers == 2
+    assert json.loads((out / "state.json").read_text()) == {"leap-s0": "new (not run: this call's budget is spent)"}
+    capsys.readouterr()
+    # a second call reuses the policy (no SFT run)
+    (out / "sft" / "sft_done.json").unlink()
+    assert experiment.main(args) == 0
+    assert "(existing)" in capsys.readouterr().out and not (out / "sft" / "sft_done.json").exists()
