@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench sampler sampler-xla kenv kenv-fix train
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench sampler sampler-xla kenv kenv-fix train experiment
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +43,15 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         stage sampler-xla-while 150 python3 benchmarks/sampler_throughput.py --no-torch --batches 64 --variants unrolled-threefry-einsum,unrolled-threefry-einsum-k4 ;;
     train) stage train-leap 150 python3 -m leap_jax.main --config configs/leap.yaml train.steps=2 rollout.scripted_mix.enabled=true
            stage train-mt 150 python3 -m leap_jax.main --config configs/multiturn.yaml train.steps=2 rollout.scripted_mix.enabled=true ;;
+    experiment)  # issue 7: SFT policy (or the carried runs/experiment/policy) + arms, within EXP_S seconds;
+      # brings back the policy as <=15 MiB tar parts and every run's metrics/report as one tarball
+      EXP_S=${EXP_S:-540}
+      stage experiment "$EXP_S" python3 -m leap_jax.experiment --out runs/experiment --budget-s $((EXP_S - 20)) ${EXP_ARGS:-}
+      if [ -d runs/experiment/policy ]; then
+        tar cf - -C runs/experiment policy | split -b 15M - "$OUT/policy.tar.part-"
+      fi
+      (cd runs/experiment && tar czf "$OUT/experiment_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' \
+         --exclude=policy --exclude='sft/model' --exclude='sft/corpus' --exclude='*/tokenizer.json' .) ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done
