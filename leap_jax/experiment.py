@@ -202,7 +202,7 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
 def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: str | None) -> list[Path]:
     """OUT/report: the generic report of every run with metrics, plus experiment.md."""
     from leap_jax.experiment_report import DEFAULT_METRIC, experiment_markdown, load_experiment
-    from leap_jax.report import write_report
+    from leap_jax.report import max_turn, write_report
     from leap_jax.train.metrics import read_metrics
     dirs = [out / f"{a}-s{s}" for s in seeds for a in arms if read_metrics(out / f"{a}-s{s}")]
     if not dirs:
@@ -210,8 +210,8 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
     report = out / "report"
     written = write_report(dirs, report)
     runs = load_experiment(dirs)
-    turns = max((int(k.rsplit("@", 1)[1]) for by_seed in runs.values() for rows in by_seed.values()
-                 for r in rows for k in r if k.startswith("train_eval/acc@")), default=3)
+    turns = max_turn([r for by_seed in runs.values() for rows in by_seed.values() for r in rows], "train_eval/",
+                     default=3)
     (report / "experiment.md").write_text(experiment_markdown(runs, metric or DEFAULT_METRIC, turns=turns))
     return [*written, report / "experiment.md"]
 

@@ -43,6 +43,11 @@ def train_clock(rows: Sequence[dict[str, Any]]) -> list[float]:
     return out
 
 
+def step_records(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The training-step records (an evaluation-only record before the first step has step -1)."""
+    return [r for r in rows if int(r.get("step", 0)) >= 0]
+
+
 def eval_points(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
     """(training seconds, value) of every record that has `metric`, in order."""
     return [(t, float(r[metric])) for t, r in zip(train_clock(rows), rows) if r.get(metric) is not None]
@@ -87,7 +92,7 @@ def _fmt_ms(xs: Sequence[float | None], digits: int = 3) -> str:
 
 
 def _step_mean(rows: Sequence[dict[str, Any]], key: str) -> float | None:
-    vals = [float(r[key]) for r in rows if r.get("step", 0) >= 0 and r.get(key) is not None]
+    vals = [float(r[key]) for r in step_records(rows) if r.get(key) is not None]
     return statistics.fmean(vals) if vals else None
 
 
@@ -138,7 +143,7 @@ def experiment_markdown(runs: dict[str, dict[int, list[dict[str, Any]]]], metric
         cells = [a, ",".join(map(str, seeds))]
         cells += [_fmt_ms([final_value(r, f"train_eval/acc@{t}") for r in rows_all]) for t in range(1, turns + 1)]
         cells += [_fmt_ms([final_value(r, f"heldout/acc@{t}") for r in rows_all]) for t in range(1, turns + 1)]
-        cells.append(_fmt_ms([float(sum(1 for x in r if x.get("step", 0) >= 0)) for r in rows_all]))
+        cells.append(_fmt_ms([float(len(step_records(r))) for r in rows_all]))
         cells.append(_fmt_ms([train_clock(r)[-1] if r else None for r in rows_all], 4))
         for k in ("time/generate", "time/evaluate", "time/update", "turns_per_pass", "dcp/activated_groups_frac",
                   "tokens/generated"):

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import yaml
 
-from leap_jax.experiment_report import train_clock
+from leap_jax.experiment_report import step_records, train_clock
 from leap_jax.train.metrics import read_metrics
 
 EVAL_PREFIXES = (("train_eval", "training tasks"), ("heldout", "held-out tasks"))
@@ -38,15 +38,11 @@ def _series(rows: list[dict[str, Any]], key: str) -> np.ndarray:
     return np.asarray([np.nan if r.get(key) is None else float(r[key]) for r in rows], float)
 
 
-def _turns(rows: list[dict[str, Any]], prefix: str = "") -> int:
+def max_turn(rows: Sequence[dict[str, Any]], prefix: str = "", default: int = 1) -> int:
+    """The largest t of any `<prefix>acc@t` key in the records (`default` when there is none)."""
     head = prefix + "acc@"
     ts = [int(k[len(head):]) for r in rows for k in r if k.startswith(head) and k[len(head):].isdigit()]
-    return max(ts) if ts else 1
-
-
-def _train_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Step records (an evaluation-only record before the first step has step -1)."""
-    return [r for r in rows if int(r.get("step", 0)) >= 0]
+    return max(ts) if ts else default
 
 
 def load_runs(run_dirs: Sequence[str | Path]) -> list[tuple[str, Path, list[dict[str, Any]]]]:
@@ -64,7 +60,7 @@ def load_runs(run_dirs: Sequence[str | Path]) -> list[tuple[str, Path, list[dict
 
 def summary_table(runs: list[tuple[str, Path, list[dict[str, Any]]]], last_k: int = 5) -> str:
     """Markdown: per run, accuracies averaged over the last `last_k` steps, time and DCP columns."""
-    T = max(_turns(rows) for _, _, rows in runs)
+    T = max(max_turn(rows) for _, _, rows in runs)
     head = (["run", "steps", "train s"] + [f"Acc@{t}" for t in range(1, T + 1)]
             + ["turns/pass", "fast_1", "activated groups", "turn-2 skipped", "s/step gen", "s/step eval",
                "s/step update", "tokens gen", "env evals", "scripted"])
@@ -74,7 +70,7 @@ def summary_table(runs: list[tuple[str, Path, list[dict[str, Any]]]], last_k: in
         return "n/a" if x is None or not np.isfinite(x) else f"{x:.3g}"
 
     for label, _, all_rows in runs:
-        rows = _train_rows(all_rows)
+        rows = step_records(all_rows)
         tail = rows[-last_k:]
 
         def mean(k: str) -> float:
@@ -103,14 +99,14 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Pa
     runs = load_runs(run_dirs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    T = max(_turns(rows) for _, _, rows in runs)
+    T = max(max_turn(rows) for _, _, rows in runs)
     written = []
     for xname, fname in (("training time (s)", "accuracy_vs_time.png"), ("step", "accuracy_vs_step.png")):
         fig, axes = plt.subplots(1, T, figsize=(4.2 * T, 3.4), squeeze=False)
         for t in range(1, T + 1):
             ax = axes[0, t - 1]
             for label, _, all_rows in runs:
-                rows = _train_rows(all_rows)
+                rows = step_records(all_rows)
                 x = (np.asarray(train_clock(rows)) if xname.startswith("training")
                      else _series(rows, "step"))
                 ax.plot(x, _series(rows, f"acc@{t}"), marker="o", ms=3, label=label)
@@ -128,7 +124,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Pa
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     width = 0.8 / max(len(runs), 1)
     for i, (label, _, all_rows) in enumerate(runs):
-        rows = _train_rows(all_rows)
+        rows = step_records(all_rows)
         per_turn = []
         for t in range(1, T + 1):
             v = _series(rows, f"rollout/gen_rows_turn{t}")
@@ -159,7 +155,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Pa
 
 def _eval_plot(runs: list[tuple[str, Path, list[dict[str, Any]]]], path: Path, plt: Any) -> Path:
     """Periodic-evaluation Acc@t (rows: training / held-out tasks; columns: t) against training time."""
-    T = max(_turns(rows, f"{p}/") for _, _, rows in runs for p, _ in EVAL_PREFIXES)
+    T = max(max_turn(rows, f"{p}/") for _, _, rows in runs for p, _ in EVAL_PREFIXES)
     fig, axes = plt.subplots(len(EVAL_PREFIXES), T, figsize=(4.2 * T, 3.2 * len(EVAL_PREFIXES)), squeeze=False)
     for i, (prefix, title) in enumerate(EVAL_PREFIXES):
         for t in range(1, T + 1):

@@ -144,7 +144,6 @@ class Trainer:
         self.step = 0
         self.updates_done = 0
         self.train_time = 0.0  # net training seconds so far (time/step minus compilation), all calls
-        self.finished = False
         self.stopped_by_budget = False
         self.cursor = {"epoch": 0, "pos": 0}
         self.dcp_history: dict[str, Any] | None = None
@@ -358,6 +357,11 @@ class Trainer:
         budget = self.cfg.train.time_budget_s
         return budget is not None and self.train_time >= budget
 
+    @property
+    def finished(self) -> bool:
+        """The run is complete: train.steps done or train.time_budget_s spent."""
+        return self.step >= self.cfg.train.steps or self.out_of_time()
+
     def train(self, max_steps: int | None = None) -> list[dict[str, Any]]:
         """Run until train.steps or train.time_budget_s (or `max_steps` more steps, or this call's
         train.max_wall_s); returns this call's step records. A run that reached train.steps or its
@@ -382,7 +386,7 @@ class Trainer:
             while self.step < target and not self.out_of_time():
                 m = self.train_step()
                 step_done = self.step - 1
-                done = self.step >= cfg.train.steps or self.out_of_time()
+                done = self.finished
                 if iv is not None and (self.step % iv == 0 or done):
                     m.update(self.periodic_eval_metrics())
                 writer.write(step_done, m)
@@ -393,14 +397,12 @@ class Trainer:
                 if cfg.checkpoint.enabled and (self.step % cfg.checkpoint.interval == 0 or self.step == target
                                                or done or self._stop_signal is not None or self.stopped_by_budget):
                     self.save()
-                if done:
-                    self._mark_finished()
                 if self._stop_signal is not None or self.stopped_by_budget:
                     if self.stopped_by_budget:
                         print(f"\n[leap_jax] train.max_wall_s={budget:g} s reached after step {step_done}: "
                               "checkpoint saved, stopping (continue with --resume)", flush=True)
                     break
-            if self.step >= cfg.train.steps or self.out_of_time():
+            if self.finished:
                 self._mark_finished()
         finally:
             writer.close()
@@ -409,7 +411,6 @@ class Trainer:
         return records
 
     def _mark_finished(self) -> None:
-        self.finished = True
         reason = "time_budget" if self.out_of_time() else "steps"
         (self.run_dir / FINISHED_FILE).write_text(json.dumps(
             {"reason": reason, "step": self.step, "train_time_s": self.train_time}, indent=2))
