@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench sampler sampler-xla kenv kenv-fix train experiment
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-xla kenv kenv-fix train experiment
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,7 @@ for s in "$@"; do
     tests-all) stage tests-all 540 python3 -m pytest -q --timeout=300 -p no:cacheprovider tests ;;
     suite) stage suite 300 python3 -m kernels_env check-suite --backend cupy ;;
     envbench) stage envbench ${ENVBENCH_S:-300} python3 benchmarks/env_throughput.py ${ENVBENCH_ARGS:-} ;;
+    envprof) stage envprof ${ENVPROF_S:-120} python3 benchmarks/env_stage_profile.py ;;
     sampler) stage sampler 230 python3 benchmarks/sampler_throughput.py ;;
     nvrtc) stage nvrtc 60 python3 -c "
 from cupy_backends.cuda.libs import nvrtc

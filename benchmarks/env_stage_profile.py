@@ -1,0 +1,152 @@
+"""Where one evaluation's time goes: the harness's stages taken apart, per task, on one device.
+
+For each task's known-good solution (level 1 by default) this scores it once in-process (warming
+CuPy's kernel cache and the reference-timing cache), then measures, each step synchronised:
+    inputs     fresh seeded inputs for one trial (make_inputs)
+    copy       the pristine copies of the inputs
+    kernel     the candidate's launches of one trial
+    reference  the reference on the same inputs
+    compare    allclose + NaN/Inf check of every output
+    flush      one L2 flush (memset of >= 2x L2)
+    sync       one empty device synchronisation (host round trip)
+and the timing stage's wall time against (warm-up + timed runs) x the kernel's median, the part that
+is the kernel's own time. Sums over the suite show which stage to attack for evaluations/s.
+
+    python benchmarks/env_stage_profile.py                   # H200, cupy, eval sizes, level 1
+    python benchmarks/env_stage_profile.py --backend cpu --sizes small --limit 4
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+PARTS = ("inputs", "copy", "kernel", "reference", "compare", "flush", "sync")
+
+
+def _timed_ms(device: Any, fn: Callable[[], Any], reps: int = 3) -> float:
+    """Median wall ms of `fn()` followed by a device synchronisation."""
+    out = []
+    for _ in range(reps):
+        device.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        device.synchronize()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(out)
+
+
+def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
+    """Score the task's solution, then time each harness step of one trial (ms)."""
+    from kernels_env import harness
+    from kernels_env.inputs import make_inputs
+    from kernels_env.pipeline import execute, prepare
+    prep = prepare(task, task.solution, config, arch=getattr(device, "arch", None))
+    if not hasattr(prep, "submission"):
+        return {"task": task.name, "error": f"{prep.status}: {prep.message}"}
+    execute(prep, device, config, task=task)  # warm: CuPy kernels, reference timing cache
+    t0 = time.perf_counter()
+    result, _ = execute(prep, device, config, task=task)
+    total_ms = (time.perf_counter() - t0) * 1e3
+    if result.timing is None:
+        return {"task": task.name, "error": f"{result.status}: {result.message}"}
+    program = device.load(prep.compiled, config)
+    kernels = dict(getattr(program, "kernels", {}) or {})
+    kernels.update(prep.submission.kernels)
+    plan = harness.bind_plan(prep.submission, task, prep.sizes, kernels)
+    xp = device.xp
+    state: dict[str, Any] = {}
+
+    def inputs() -> None:
+        state["inputs"] = make_inputs(task, prep.sizes, 0, config.seed, xp)
+
+    def copy() -> None:
+        state["pristine"] = {k: v.copy() for k, v in state["inputs"].items()}
+
+    def kernel() -> None:
+        arrays = dict(state["inputs"])
+        for b in task.outputs:
+            arrays[b.name] = device.empty(b.resolve_shape(prep.sizes), b.dtype)
+        for name, dtype, count in plan.scratch:
+            arrays[name] = device.zeros((count,), dtype)
+        harness._launch_all(device, program, plan, arrays, None)
+        state["arrays"] = arrays
+
+    def reference() -> None:
+        state["expected"] = harness._reference_outputs(task, xp, state["pristine"])
+
+    def compare() -> None:
+        for b, exp in zip(task.outputs, state["expected"]):
+            atol, rtol = task.tol(b.dtype)
+            harness.compare_output(xp, b.name, state["arrays"][b.name], exp, b.dtype, atol, rtol, 0, "")
+
+    row: dict[str, Any] = {"task": task.name, "status": result.status.value, "total": total_ms}
+    for name, fn in (("inputs", inputs), ("copy", copy), ("kernel", kernel), ("reference", reference),
+                     ("compare", compare)):
+        row[name] = _timed_ms(device, fn)
+    if getattr(device, "flush_bytes", None):
+        buf = xp.empty(device.flush_bytes, dtype=xp.uint8)
+        row["flush"] = _timed_ms(device, lambda: buf.fill(1), reps=5)
+        del buf
+    else:
+        row["flush"] = 0.0
+    row["sync"] = _timed_ms(device, lambda: None, reps=20)
+    stages = result.stage_seconds
+    row["stage_correctness"] = stages.get("correctness", 0.0) * 1e3
+    row["stage_timing"] = stages.get("timing", 0.0) * 1e3
+    row["stage_load"] = stages.get("load", 0.0) * 1e3
+    runs = config.warmup_runs + config.timed_runs
+    row["timing_kernel_own"] = runs * result.timing.kernel_median_ms
+    row["kernel_median"] = result.timing.kernel_median_ms
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="cupy", choices=("cupy", "cpu"))
+    p.add_argument("--sizes", default="eval", choices=("eval", "small"))
+    p.add_argument("--level", type=int, default=1)
+    p.add_argument("--limit", type=int, default=None, help="profile only the first N tasks")
+    p.add_argument("--top", type=int, default=12, help="per-task rows printed (slowest first)")
+    args = p.parse_args(argv)
+    from kernels_env.backends import get_device
+    from kernels_env.config import EnvConfig
+    from kernels_env.tasks.registry import list_tasks
+    config = EnvConfig(backend=args.backend, sizes=args.sizes)
+    device = get_device(args.backend, config)
+    tasks = list_tasks(level=args.level)[: args.limit]
+    rows, errors = [], []
+    for t in tasks:
+        r = profile_task(t, device, config)
+        (errors if "error" in r else rows).append(r)
+    if not rows:
+        print("no task profiled:", errors)
+        return 1
+    cols = ("total", "stage_correctness", "stage_timing", "timing_kernel_own") + PARTS
+    print(f"{len(rows)} tasks ({args.backend}, {args.sizes} sizes); ms per evaluation or per step")
+    print(f"{'task':34s}" + "".join(f"{c[:12]:>13s}" for c in cols))
+    for r in sorted(rows, key=lambda r: -r["total"])[: args.top]:
+        print(f"{r['task'][:34]:34s}" + "".join(f"{r[c]:13.2f}" for c in cols))
+    print(f"{'MEAN':34s}" + "".join(f"{statistics.fmean(r[c] for r in rows):13.2f}" for c in cols))
+    trials = config.correctness_trials
+    mean = {c: statistics.fmean(r[c] for r in rows) for c in cols}
+    print(f"\nper evaluation (means): {trials} trials x (inputs {mean['inputs']:.2f} + copy {mean['copy']:.2f} "
+          f"+ kernel {mean['kernel']:.2f} + reference {mean['reference']:.2f} + compare {mean['compare']:.2f}) ms; "
+          f"timing stage {mean['stage_timing']:.1f} ms of which the kernel's own "
+          f"{mean['timing_kernel_own']:.1f} ms; per timed run flush {mean['flush']:.3f} + sync {mean['sync']:.3f} ms")
+    print(f"=> one GPU serial: {1e3 / mean['total']:.1f} evaluations/s at these sizes")
+    for e in errors:
+        print("skipped:", e)
+    device.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
