@@ -26,7 +26,7 @@ for s in "$@"; do
     tests-all) stage tests-all 540 python3 -m pytest -q --timeout=300 -p no:cacheprovider tests ;;
     suite) stage suite 300 python3 -m kernels_env check-suite --backend cupy ;;
     envbench) stage envbench ${ENVBENCH_S:-300} python3 benchmarks/env_throughput.py ${ENVBENCH_ARGS:-} ;;
-    envprof) stage envprof ${ENVPROF_S:-120} python3 benchmarks/env_stage_profile.py ;;
+    envprof) stage envprof ${ENVPROF_S:-120} python3 benchmarks/env_stage_profile.py ${ENVPROF_ARGS:-} ;;
     sampler) stage sampler 230 python3 benchmarks/sampler_throughput.py ;;
     nvrtc) stage nvrtc 60 python3 -c "
 from cupy_backends.cuda.libs import nvrtc
