@@ -2,7 +2,9 @@
 
 For each task's known-good solution (level 1 by default) this scores it once in-process (warming
 CuPy's kernel cache and the reference-timing cache), then measures, each step synchronised:
-    inputs     fresh seeded inputs for one trial (make_inputs)
+    inputs     fresh seeded inputs for one trial (make_inputs: counter_rng, one kernel per buffer)
+    inputs_rng the same buffers from a stateful generator per buffer (xp.random.default_rng(seed)),
+               the harness's previous way, for comparison
     copy       the pristine copies of the inputs
     kernel     the candidate's launches of one trial
     reference  the reference on the same inputs
@@ -28,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-PARTS = ("inputs", "copy", "kernel", "reference", "compare", "flush", "sync")
+PARTS = ("inputs", "inputs_rng", "copy", "kernel", "reference", "compare", "flush", "sync")
 
 
 def _timed_ms(device: Any, fn: Callable[[], Any], reps: int = 3) -> float:
@@ -67,6 +69,14 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     def inputs() -> None:
         state["inputs"] = make_inputs(task, prep.sizes, 0, config.seed, xp)
 
+    def inputs_rng() -> None:
+        out = {}
+        for i, b in enumerate(task.inputs):
+            rng = xp.random.default_rng(1000 + i)
+            shape = b.resolve_shape(prep.sizes)
+            out[b.name] = rng.standard_normal(shape, dtype=xp.float32).astype(b.dtype)
+        state["inputs_rng"] = out
+
     def copy() -> None:
         state["pristine"] = {k: v.copy() for k, v in state["inputs"].items()}
 
@@ -88,7 +98,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
             harness.compare_output(xp, b.name, state["arrays"][b.name], exp, b.dtype, atol, rtol, 0, "")
 
     row: dict[str, Any] = {"task": task.name, "status": result.status.value, "total": total_ms}
-    for name, fn in (("inputs", inputs), ("copy", copy), ("kernel", kernel), ("reference", reference),
+    for name, fn in (("inputs", inputs), ("inputs_rng", inputs_rng), ("copy", copy), ("kernel", kernel), ("reference", reference),
                      ("compare", compare)):
         row[name] = _timed_ms(device, fn)
     if getattr(device, "flush_bytes", None):
@@ -137,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'MEAN':34s}" + "".join(f"{statistics.fmean(r[c] for r in rows):13.2f}" for c in cols))
     trials = config.correctness_trials
     mean = {c: statistics.fmean(r[c] for r in rows) for c in cols}
-    print(f"\nper evaluation (means): {trials} trials x (inputs {mean['inputs']:.2f} + copy {mean['copy']:.2f} "
+    print(f"\nper evaluation (means): {trials} trials x (inputs {mean['inputs']:.2f} "
+          f"[stateful rng {mean['inputs_rng']:.2f}] + copy {mean['copy']:.2f} "
           f"+ kernel {mean['kernel']:.2f} + reference {mean['reference']:.2f} + compare {mean['compare']:.2f}) ms; "
           f"timing stage {mean['stage_timing']:.1f} ms of which the kernel's own "
           f"{mean['timing_kernel_own']:.1f} ms; per timed run flush {mean['flush']:.3f} + sync {mean['sync']:.3f} ms")

@@ -228,6 +228,7 @@ def _check_config(grid: tuple[int, int, int], block: tuple[int, int, int], share
 
 # ---- device helpers -----------------------------------------------------------------------------
 @functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=None)
 def _sync_takes_timeout(device_type: type) -> bool:
     try:
         return "timeout_s" in inspect.signature(device_type.synchronize).parameters

@@ -2,8 +2,9 @@
 
 Inputs are generated directly on the device's array module (`xp`: cupy on a GPU, numpy on the cpu
 backend): eval sizes are tens of millions of elements and host generation plus a copy would dominate
-the evaluation. Each buffer's distribution rotates with the trial over `Buffer.distributions`, and the
-stream of numbers is a pure function of (seed, task name, trial, buffer name) for a given `xp`.
+the evaluation. The numbers come from `counter_rng` (one elementwise kernel per buffer on the GPU, no
+generator state), so they are a pure function of (seed, task name, trial, buffer name) and the same
+under NumPy and CuPy. Each buffer's distribution rotates with the trial over `Buffer.distributions`.
 
 Distributions (fp16 buffers are drawn in fp32, then cast):
     uniform       uniform in [low, high)
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from kernels_env import counter_rng
 from kernels_env.tasks.spec import Buffer, Task
 
 STUDENT_T_DOF = 3
@@ -66,33 +68,28 @@ def _bound(value: float | str, sizes: dict[str, int], buffer: Buffer, which: str
     return float(value)
 
 
-def _draw(xp: Any, rng: Any, dist: str, shape: tuple[int, ...], buffer: Buffer,
+def _draw(xp: Any, key: int, dist: str, shape: tuple[int, ...], buffer: Buffer,
           sizes: dict[str, int]) -> Any:
     """Samples of `dist` as float32 (real distributions) or int64 (randint/indices)."""
-    f32 = xp.float32
     if dist == "uniform":
         low, high = _bound(buffer.low, sizes, buffer, "low"), _bound(buffer.high, sizes, buffer, "high")
         if not high > low:
             raise ValueError(f"buffer {buffer.name!r}: uniform needs low < high, got [{low}, {high})")
-        return rng.random(shape, dtype=f32) * f32(high - low) + f32(low)
+        return counter_rng.uniform(xp, key, shape, low, high)
     if dist == "normal":
-        return rng.standard_normal(shape, dtype=f32)
+        return counter_rng.normal(xp, key, shape)
     if dist == "heavy_tailed":
-        z = rng.standard_normal(shape, dtype=f32)
-        chi2 = rng.chisquare(STUDENT_T_DOF, size=shape).astype(f32)
-        t = z / xp.sqrt(chi2 / f32(STUDENT_T_DOF) + f32(1e-12))
-        clip = f32(HEAVY_TAIL_CLIP[buffer.dtype])
-        return xp.clip(t, -clip, clip)
+        clip = float(HEAVY_TAIL_CLIP[buffer.dtype])
+        return xp.clip(counter_rng.student_t(xp, key, shape, STUDENT_T_DOF), -clip, clip)
     if dist == "positive":
-        lo, hi = POSITIVE_RANGE
-        return rng.random(shape, dtype=f32) * f32(hi - lo) + f32(lo)
+        return counter_rng.uniform(xp, key, shape, *POSITIVE_RANGE)
     if dist in ("randint", "indices"):
         low = 0.0 if dist == "indices" else _bound(buffer.low, sizes, buffer, "low")
         high = _bound(buffer.high, sizes, buffer, "high")
         lo_i, hi_i = int(low), int(high)
         if hi_i <= lo_i:
             raise ValueError(f"buffer {buffer.name!r}: {dist} needs low < high, got [{lo_i}, {hi_i})")
-        return rng.integers(lo_i, hi_i, size=shape, dtype=xp.int64)
+        return counter_rng.integers(xp, key, shape, lo_i, hi_i)
     raise ValueError(f"buffer {buffer.name!r}: unknown distribution {dist!r}")
 
 
@@ -101,8 +98,7 @@ def make_input(buffer: Buffer, sizes: dict[str, int], trial: int, seed: int, tas
     """One input buffer for one trial, on `xp`, with the buffer's dtype and resolved shape."""
     shape = buffer.resolve_shape(sizes)
     dist = trial_distribution(buffer, trial)
-    rng = xp.random.default_rng(buffer_seed(seed, task_name, trial, buffer.name))
-    values = _draw(xp, rng, dist, shape, buffer, sizes)
+    values = _draw(xp, buffer_seed(seed, task_name, trial, buffer.name), dist, shape, buffer, sizes)
     if buffer.dtype in INT_DTYPES and values.dtype.kind == "f":
         values = xp.rint(values)
     return xp.ascontiguousarray(values.astype(buffer.dtype))

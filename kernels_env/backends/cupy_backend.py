@@ -42,6 +42,8 @@ DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel gets without op
 
 
 _CUDA_ERROR_NOT_READY = 600  # cudaErrorNotReady
+KEEP_POOL_BYTES = 2 << 30  # end_job frees the pool's idle blocks above this
+SPIN_S = 2e-3  # synchronize(timeout_s): poll this long without sleeping, then back off
 
 
 class DeviceHang(FatalDeviceError, KernelTimeout):
@@ -203,7 +205,9 @@ class CupyDevice:
                 return
             event = self.cp.cuda.Event(disable_timing=True)
             event.record(stream)
-            deadline = time.monotonic() + max(0.0, timeout_s)
+            start = time.monotonic()
+            deadline = start + max(0.0, timeout_s)
+            spin_until = start + SPIN_S  # short kernels: poll without sleeping (a sleep is >= ~60 us)
             pause = 2e-5
             runtime = self.cp.cuda.runtime
             # Query the raw status: a faulted kernel makes the query return its sticky error, which
@@ -218,6 +222,9 @@ class CupyDevice:
                     self.healthy = False
                     raise DeviceHang(f"the kernel is still running after {timeout_s:.3g} s (a hang or "
                                      "far too slow); the worker must be replaced")
+                if time.monotonic() < spin_until:
+                    time.sleep(0)
+                    continue
                 time.sleep(pause)
                 pause = min(pause * 2, 1e-3)
         except self._errors() as e:
@@ -243,7 +250,7 @@ class CupyDevice:
         self._check_healthy()
         cp = self.cp
         stream = cp.cuda.get_current_stream()
-        flush = cp.empty(self.flush_bytes, dtype=cp.uint8) if flush_l2 else None
+        flush = self._flush_buffer() if flush_l2 else None
         starts = [cp.cuda.Event() for _ in range(runs)]
         ends = [cp.cuda.Event() for _ in range(runs)]
         try:
@@ -268,16 +275,31 @@ class CupyDevice:
                             "flush_bytes": self.flush_bytes if flush_l2 else 0, "l2_bytes": self.l2_bytes}
         return times
 
+    def _flush_buffer(self) -> Any:
+        """The L2-flush target, allocated once per device (not per timing call)."""
+        buf = getattr(self, "_flush", None)
+        if buf is None:
+            buf = self._flush = self.cp.empty(self.flush_bytes, dtype=self.cp.uint8)
+        return buf
+
     def end_job(self) -> None:
-        """Give the memory pool's cached blocks back to the driver between evaluations."""
+        """Between evaluations: give the memory pool's cached blocks back to the driver once they
+        exceed KEEP_POOL_BYTES (a process beside us, e.g. JAX, may need the memory; below that the
+        next job reuses them instead of paying cudaMalloc/cudaFree)."""
         if not self.healthy:
             return
-        self.cp.cuda.get_current_stream().synchronize()
-        self.cp.get_default_memory_pool().free_all_blocks()
+        pool = self.cp.get_default_memory_pool()
+        if pool.total_bytes() - pool.used_bytes() > KEEP_POOL_BYTES:
+            self.cp.cuda.get_current_stream().synchronize()
+            pool.free_all_blocks()
         self.cp.get_default_pinned_memory_pool().free_all_blocks()
 
     def close(self) -> None:
+        self._flush = None
         try:
-            self.end_job()
+            if self.healthy:
+                self.cp.cuda.get_current_stream().synchronize()
+                self.cp.get_default_memory_pool().free_all_blocks()
+                self.cp.get_default_pinned_memory_pool().free_all_blocks()
         except Exception:
             pass
