@@ -1,13 +1,15 @@
 """Backend-agnostic correctness trials and timing of a loaded submission (DESIGN 3.3 steps 3-4).
 
 `evaluate` is written once against the `Device` protocol (backends/base.py) and used by every
-backend: it draws fresh inputs per trial, poisons outputs, launches the launch plan, checks that
-inputs are untouched, runs the reference, compares, and, when correct, times kernel and reference
-with the device's timer. Policy code can only cause statuses here; environment faults (a broken
+backend: it draws fresh inputs per trial, poisons outputs (and a guard region after each, so a write
+past an output's end is a `runtime_error` whether or not the device faults), launches the launch
+plan, checks the guards and that inputs are untouched, runs the reference, compares, and, when
+correct, times kernel and reference with the device's timer. Policy code can only cause statuses here; environment faults (a broken
 reference, a backend bug) become `env_error`.
 
 Optional extensions of the Device protocol that the harness uses when present:
   `synchronize(timeout_s=...)`  the soft time left in the stage, so a hang raises instead of blocking;
+  `time_ms(..., timeout_s=...)` the same for the timing stage's runs (a kernel may hang only sometimes);
   `end_job()`                   called after every evaluation (CupyDevice frees its memory pool);
   `healthy`                     False after a sticky error (read by the pipeline to replace the worker).
 The reference's timing is measured once per (device, task, sizes, timing settings) and reused.
@@ -39,6 +41,7 @@ from kernels_env.tasks.spec import Task
 POISON_BITS = {"float32": (np.uint32, 0x7FC0DEAD), "float16": (np.uint16, 0x7E5A),
                "float64": (np.uint64, 0x7FF8DEADDEADDEAD)}
 INT_SENTINEL = {"int32": np.iinfo(np.int32).min, "int64": np.iinfo(np.int64).min}
+OUTPUT_GUARD_BYTES = 64 * 1024  # poisoned elements after each output; a write there is out of bounds
 REVERIFY_SEED_OFFSET = 1_000_003  # "another seed" for re-verifying a suspicious speedup
 
 # CUDA's launch-configuration limits (compute capability >= 3.0); checked identically on all backends.
@@ -229,9 +232,10 @@ def _check_config(grid: tuple[int, int, int], block: tuple[int, int, int], share
 # ---- device helpers -----------------------------------------------------------------------------
 @functools.lru_cache(maxsize=64)
 @functools.lru_cache(maxsize=None)
-def _sync_takes_timeout(device_type: type) -> bool:
+def _takes_timeout(device_type: type, method: str) -> bool:
+    """Whether `device_type.method` accepts `timeout_s` (an optional Device protocol extension)."""
     try:
-        return "timeout_s" in inspect.signature(device_type.synchronize).parameters
+        return "timeout_s" in inspect.signature(getattr(device_type, method)).parameters
     except (TypeError, ValueError, AttributeError):
         return False
 
@@ -239,7 +243,7 @@ def _sync_takes_timeout(device_type: type) -> bool:
 def _sync(device: Device, timeout_s: float | None) -> None:
     """device.synchronize(), passing a soft timeout where the backend accepts one
     (`synchronize(timeout_s=...)` is an optional extension of the Device protocol)."""
-    if _sync_takes_timeout(type(device)):
+    if _takes_timeout(type(device), "synchronize"):
         device.synchronize(timeout_s=timeout_s)
     else:
         device.synchronize()
@@ -261,16 +265,29 @@ def _launch_all(device: Device, program: Program, plan: _BoundPlan, arrays: dict
             raise
 
 
-def _poison(device: Device, shape: tuple[int, ...], dtype: str) -> Any:
-    arr = device.empty(shape, dtype)
+def _poison(device: Device, shape: tuple[int, ...], dtype: str) -> tuple[Any, Any]:
+    """(output, guard): a poisoned output of `shape` and the poisoned guard elements that follow it
+    in the same allocation. Whether a write past the end faults depends on what the allocator put
+    there (a GPU memory pool often has live blocks next door); a changed guard catches it always."""
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    itemsize = np.dtype(dtype).itemsize
+    full = device.empty((count + OUTPUT_GUARD_BYTES // itemsize,), dtype)
     if dtype in POISON_BITS:
         utype, bits = POISON_BITS[dtype]
-        arr.view(utype).fill(utype(bits))
+        full.view(utype).fill(utype(bits))
     elif dtype in INT_SENTINEL:
-        arr.fill(INT_SENTINEL[dtype])
+        full.fill(INT_SENTINEL[dtype])
     else:
         raise _EnvFault(f"output dtype {dtype!r} has no poison value")
-    return arr
+    return full[:count].reshape(shape), full[count:]
+
+
+def _guard_changed(xp: Any, guard: Any, dtype: str) -> int:
+    """How many guard elements no longer hold the poison (0: no write past the output's end)."""
+    if dtype in POISON_BITS:
+        utype, bits = POISON_BITS[dtype]
+        return int((_bits(xp, guard) != utype(bits)).sum())
+    return int((guard != INT_SENTINEL[dtype]).sum())
 
 
 def _bits(xp: Any, a: Any) -> Any:
@@ -405,6 +422,7 @@ class _Run:
         self.sizes, self.config, self.xp = sizes, config, device.xp
         self.trials = 0
         self.stage = "correctness"
+        self.guards: dict[str, Any] = {}  # output name -> its poisoned guard (see _poison)
         self.stage_seconds: dict[str, float] = {}
 
     def result(self, status: Status, message: str, **kw: Any) -> Result:
@@ -424,8 +442,9 @@ class _Run:
             inputs = make_inputs(self.task, self.sizes, trial, seed, self.xp)
             pristine = {k: v.copy() for k, v in inputs.items()}
             arrays = dict(inputs)
+            self.guards = {}
             for b in self.task.outputs:
-                arrays[b.name] = _poison(self.device, b.resolve_shape(self.sizes), b.dtype)
+                arrays[b.name], self.guards[b.name] = _poison(self.device, b.resolve_shape(self.sizes), b.dtype)
         except _EnvFault:
             raise
         except (KernelRuntimeError, KernelTimeout):
@@ -460,6 +479,15 @@ class _Run:
                 spent[0] += time.monotonic() - launched_at[0]
                 if spent[0] > cfg.limits.correctness:
                     raise _StageTimeout(f"trial {trial}")
+                for b in self.task.outputs:
+                    changed = _guard_changed(self.xp, self.guards[b.name], b.dtype)
+                    if changed:
+                        raise _Failed(self.result(
+                            Status.RUNTIME_ERROR,
+                            f"{stage}: out-of-bounds write: the kernels wrote past the end of output "
+                            f"{b.name!r} ({arrays[b.name].size} elements); {changed} of the "
+                            f"{self.guards[b.name].size} elements after it changed (trial {trial}). "
+                            "Check the bounds of every store against the output's size."))
                 for b in self.task.inputs:
                     m = check_input_unchanged(self.xp, b.name, pristine[b.name], arrays[b.name], trial, dist)
                     if m is not None:
@@ -540,14 +568,21 @@ class _Run:
     def _timed(self, fn: Callable[[], Any], deadline: float, what: str) -> list[float]:
         """Probe one run to project the cost; refuse (timeout) what would overrun the stage limit."""
         cfg, dev = self.config, self.device
-        probe = dev.time_ms(fn, 0, 1, cfg.flush_l2)
+        bounded = _takes_timeout(type(dev), "time_ms")
+
+        def time_ms(warmup: int, runs: int) -> list[float]:
+            if not bounded:
+                return dev.time_ms(fn, warmup, runs, cfg.flush_l2)
+            return dev.time_ms(fn, warmup, runs, cfg.flush_l2, timeout_s=max(0.0, deadline - time.monotonic()))
+
+        probe = time_ms(0, 1)
         per_run_s = max(probe) / 1000.0 if probe else 0.0
         projected = per_run_s * (cfg.warmup_runs + cfg.timed_runs)
         if time.monotonic() + projected > deadline:
             raise _StageTimeout(f"the {what} takes {per_run_s * 1e3:.3g} ms per run; "
                                 f"{cfg.warmup_runs} warm-up + {cfg.timed_runs} timed runs would exceed the "
                                 f"{cfg.limits.timing:g} s limit")
-        times = dev.time_ms(fn, cfg.warmup_runs, cfg.timed_runs, cfg.flush_l2)
+        times = time_ms(cfg.warmup_runs, cfg.timed_runs)
         if time.monotonic() > deadline:
             raise _StageTimeout(f"timing the {what} exceeded the {cfg.limits.timing:g} s limit")
         return [float(t) for t in times]

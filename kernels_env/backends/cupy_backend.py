@@ -22,6 +22,7 @@ inputs' and the L2-flush buffer's included, to the driver.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -42,7 +43,6 @@ DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel gets without op
 
 
 _CUDA_ERROR_NOT_READY = 600  # cudaErrorNotReady
-KEEP_POOL_BYTES = 2 << 30  # end_job frees the pool's idle blocks above this
 SPIN_S = 2e-3  # synchronize(timeout_s): poll this long without sleeping, then back off
 
 
@@ -199,36 +199,43 @@ class CupyDevice:
         """Wait for the stream; with `timeout_s`, poll and raise DeviceHang past it."""
         self._check_healthy()
         stream = self.cp.cuda.get_current_stream()
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
         try:
-            if timeout_s is None:
-                stream.synchronize()
-                return
-            event = self.cp.cuda.Event(disable_timing=True)
-            event.record(stream)
-            start = time.monotonic()
-            deadline = start + max(0.0, timeout_s)
-            spin_until = start + SPIN_S  # short kernels: poll without sleeping (a sleep is >= ~60 us)
-            pause = 2e-5
-            runtime = self.cp.cuda.runtime
-            # Query the raw status: a faulted kernel makes the query return its sticky error, which
-            # `Event.done` would read as "not done yet" and so misreport as a hang.
-            while True:
-                status = runtime.eventQuery(event.ptr)
-                if status == 0:
-                    break
-                if status != _CUDA_ERROR_NOT_READY:
-                    runtime.check_status(status)
-                if time.monotonic() > deadline:
-                    self.healthy = False
-                    raise DeviceHang(f"the kernel is still running after {timeout_s:.3g} s (a hang or "
-                                     "far too slow); the worker must be replaced")
-                if time.monotonic() < spin_until:
-                    time.sleep(0)
-                    continue
-                time.sleep(pause)
-                pause = min(pause * 2, 1e-3)
+            self._wait(stream, deadline)
         except self._errors() as e:
             raise self._map(e, "kernel execution failed") from e
+
+    def _wait(self, stream: Any, deadline: float | None, spin_s: float = SPIN_S) -> None:
+        """Block until `stream` is idle; with a monotonic `deadline`, poll and raise DeviceHang
+        past it (the context is then unusable: a kernel is still running). The first `spin_s`
+        seconds poll without sleeping, then sleeps back off up to 1 ms."""
+        if deadline is None:
+            stream.synchronize()
+            return
+        event = self.cp.cuda.Event(disable_timing=True)
+        event.record(stream)
+        start = time.monotonic()
+        spin_until = start + spin_s  # short kernels: poll without sleeping (a sleep is >= ~60 us)
+        pause = 2e-5
+        runtime = self.cp.cuda.runtime
+        # Query the raw status: a faulted kernel makes the query return its sticky error, which
+        # `Event.done` would read as "not done yet" and so misreport as a hang.
+        while True:
+            status = runtime.eventQuery(event.ptr)
+            if status == 0:
+                return
+            if status != _CUDA_ERROR_NOT_READY:
+                runtime.check_status(status)
+            now = time.monotonic()
+            if now > deadline:
+                self.healthy = False
+                raise DeviceHang(f"the kernel is still running after {now - start:.3g} s (a hang or far "
+                                 "too slow); the worker must be replaced")
+            if now < spin_until:
+                time.sleep(0)
+                continue
+            time.sleep(pause)
+            pause = min(pause * 2, 1e-3)
 
     # ---- memory ----------------------------------------------------------------------------------
     def to_device(self, host_array: Any) -> Any:
@@ -244,13 +251,17 @@ class CupyDevice:
         return self.cp.zeros(shape, dtype=dtype)
 
     # ---- timing ----------------------------------------------------------------------------------
-    def time_ms(self, fn: Any, warmup: int, runs: int, flush_l2: bool) -> list[float]:
+    def time_ms(self, fn: Any, warmup: int, runs: int, flush_l2: bool,
+                timeout_s: float | None = None) -> list[float]:
         """CUDA-event time of `fn()` per run on the current stream; before each run (warm-up too) the
-        L2 is flushed by writing `flush_bytes` (>= 2x L2) and the device synchronized, untimed."""
+        L2 is flushed by writing `flush_bytes` (>= 2x L2) and the device synchronized, untimed.
+        With `timeout_s`, a run still going past that budget (a kernel that hangs only now and then,
+        e.g. a racy spin-wait) raises DeviceHang instead of blocking the worker for good."""
         self._check_healthy()
         cp = self.cp
         stream = cp.cuda.get_current_stream()
-        flush = self._flush_buffer() if flush_l2 else None
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        flush = cp.empty(self.flush_bytes, dtype=cp.uint8) if flush_l2 else None
         starts = [cp.cuda.Event() for _ in range(runs)]
         ends = [cp.cuda.Event() for _ in range(runs)]
         try:
@@ -258,14 +269,14 @@ class CupyDevice:
                 if flush is not None:
                     cp.cuda.runtime.memsetAsync(flush.data.ptr, i & 0xFF, self.flush_bytes, stream.ptr)
                     self.flushes += 1
-                stream.synchronize()
+                self._wait(stream, deadline, spin_s=math.inf)  # the timing loop owns this core
                 j = i - warmup
                 if j >= 0:
                     starts[j].record(stream)
                 fn()
                 if j >= 0:
                     ends[j].record(stream)
-            stream.synchronize()
+            self._wait(stream, deadline, spin_s=math.inf)
             times = [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)]
         except self._errors() as e:
             raise self._map(e, "kernel failed while being timed") from e
@@ -275,31 +286,19 @@ class CupyDevice:
                             "flush_bytes": self.flush_bytes if flush_l2 else 0, "l2_bytes": self.l2_bytes}
         return times
 
-    def _flush_buffer(self) -> Any:
-        """The L2-flush target, allocated once per device (not per timing call)."""
-        buf = getattr(self, "_flush", None)
-        if buf is None:
-            buf = self._flush = self.cp.empty(self.flush_bytes, dtype=self.cp.uint8)
-        return buf
-
     def end_job(self) -> None:
-        """Between evaluations: give the memory pool's cached blocks back to the driver once they
-        exceed KEEP_POOL_BYTES (a process beside us, e.g. JAX, may need the memory; below that the
-        next job reuses them instead of paying cudaMalloc/cudaFree)."""
+        """Give the memory pool's blocks back to the driver between evaluations. Besides making room
+        for a JAX process on the same GPU, fresh allocations border unmapped memory, so a kernel that
+        writes past its output faults (runtime_error) instead of silently landing in pooled blocks
+        (with blocks kept between jobs the H200 scored such a kernel wrong_output)."""
         if not self.healthy:
             return
-        pool = self.cp.get_default_memory_pool()
-        if pool.total_bytes() - pool.used_bytes() > KEEP_POOL_BYTES:
-            self.cp.cuda.get_current_stream().synchronize()
-            pool.free_all_blocks()
+        self.cp.cuda.get_current_stream().synchronize()
+        self.cp.get_default_memory_pool().free_all_blocks()
         self.cp.get_default_pinned_memory_pool().free_all_blocks()
 
     def close(self) -> None:
-        self._flush = None
         try:
-            if self.healthy:
-                self.cp.cuda.get_current_stream().synchronize()
-                self.cp.get_default_memory_pool().free_all_blocks()
-                self.cp.get_default_pinned_memory_pool().free_all_blocks()
+            self.end_job()
         except Exception:
             pass

@@ -133,6 +133,9 @@ CASES: tuple[Case, ...] = (
     Case("oob_write_no_bounds_check", "corpus_affine", _affine_variant(
         "    y[i] = 2.0f * x[i % n] + 1.0f;", launch="affine<<<65536, 256>>>(x, y, N);"),
          "runtime_error", note="16M threads write y[i] with no bounds check: far past the allocation"),
+    Case("off_by_one_write_past_end", "corpus_affine", _affine_variant(
+        "    if (i <= n) y[i] = 2.0f * x[i % n] + 1.0f;"), "runtime_error",
+         note="one element written past y: too close to fault; the poisoned guard after y catches it"),
     Case("off_by_one_last_unwritten", "corpus_affine",
          _affine_variant("    if (i < n - 1) y[i] = 2.0f * x[i] + 1.0f;"), "wrong_output",
          note="the last element keeps its NaN poison"),

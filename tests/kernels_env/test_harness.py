@@ -539,6 +539,39 @@ def test_soft_timeout_is_passed_to_devices_that_accept_it():
     assert len(dev.timeouts) == 5 and all(0 < t <= 7.0 for t in dev.timeouts)
 
 
+def test_a_write_past_the_output_end_is_an_out_of_bounds_runtime_error():
+    def one_past(grid, block, shared, a, b, y, n):
+        add_kernel(grid, block, shared, a, b, y, n)
+        y.base[y.size] = 0.0  # the element right after y: what `if (i <= n)` writes on a GPU
+
+    res = run(device_with(add=one_past), add_task(), ADD_SUB)
+    assert res.status is Status.RUNTIME_ERROR
+    assert "out-of-bounds write" in res.message and "'y'" in res.message and "1 of the" in res.message
+    assert run(device_with(add=add_kernel), add_task(), ADD_SUB).status is Status.CORRECT
+
+
+def test_timing_runs_get_the_stage_budget_and_a_hang_there_is_a_fatal_timeout():
+    """A kernel that hangs only now and then (passes the 5 trials, then a timed run spins): the
+    device gets the stage's remaining time as `timeout_s` and its hang becomes `timeout`."""
+    class Hang(FatalDeviceError, KernelTimeout):
+        pass
+
+    class BoundedTimingDevice(FakeDevice):
+        def time_ms(self, fn, warmup, runs, flush_l2, timeout_s=None):
+            self.budgets = getattr(self, "budgets", []) + [timeout_s]
+            if runs > 1:  # the probe passes; the real runs hang past the budget
+                raise Hang(f"the kernel is still running after {timeout_s:.3g} s")
+            return super().time_ms(fn, warmup, runs, flush_l2)
+
+    dev = BoundedTimingDevice()
+    dev.register("add", add_kernel)
+    with pytest.raises(FatalDeviceError) as info:
+        run(dev, add_task(), ADD_SUB, config=FAST.replace(limits=StageLimits(timing=9.0)))
+    assert info.value.result.status is Status.TIMEOUT
+    assert info.value.result.message.startswith("timing") and "still running" in info.value.result.message
+    assert len(dev.budgets) == 2 and all(b is not None and 0 < b <= 9.0 for b in dev.budgets)
+
+
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
