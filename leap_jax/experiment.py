@@ -9,7 +9,8 @@
    (`python -m leap_jax.main`) into OUT/<arm>-s<seed> with train.seed=<seed>. A run with
    finished.json is skipped, one with a checkpoint resumes, the others start. `--budget-s` bounds
    this call: no run starts with less than `--min-run-s` left, and each gets train.max_wall_s so it
-   stops with a checkpoint in time; the next call continues where this one stopped.
+   stops with a checkpoint in time; the next call continues where this one stopped. The runs share
+   a JAX persistent compilation cache in OUT/jax_cache.
 3. Report: `leap_jax.report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
    (leap_jax.experiment_report: per-arm accuracies over seeds, time per phase, time to the
    `multiturn` arm's best accuracy, and the headline ratio).
@@ -97,10 +98,11 @@ def export_policy(src: str | Path, dst: str | Path, dtype: str = "bfloat16",
     return dst
 
 
-def _run(cmd: list[str], log_path: Path, timeout: float | None = None) -> int:
+def _run(cmd: list[str], log_path: Path, timeout: float | None = None,
+         env_extra: dict[str, str] | None = None) -> int:
     """Run a subprocess with its output in log_path (and the last lines echoed); its exit code."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env_extra or {}))
     with open(log_path, "a") as log:
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
@@ -109,6 +111,16 @@ def _run(cmd: list[str], log_path: Path, timeout: float | None = None) -> int:
                                   timeout=timeout).returncode
         except subprocess.TimeoutExpired:
             return 124
+
+
+def compilation_cache_env(out: Path) -> dict[str, str]:
+    """Environment for the arm subprocesses: one JAX persistent compilation cache in OUT/jax_cache,
+    so runs after the first reuse the train step's and sampler's executables (the arms share the
+    model and the shapes; compile time is kept out of the training clock either way). A cache the
+    caller already set is kept."""
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return {}
+    return {"JAX_COMPILATION_CACHE_DIR": str((out / "jax_cache").resolve())}
 
 
 def _tail(path: Path, n: int = 12) -> str:
@@ -189,7 +201,8 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
             log(f"[experiment] {name}: {'resume' if state == 'resumable' else 'start'}"
                 + (f" ({left:.0f} s left in this call)" if left is not None else ""))
             t0 = time.perf_counter()
-            rc = _run(cmd, out / "logs" / f"{name}.log", timeout=None if left is None else left + 60.0)
+            rc = _run(cmd, out / "logs" / f"{name}.log", timeout=None if left is None else left + 60.0,
+                      env_extra=compilation_cache_env(out))
             launched += 1
             after = run_state(run_dir)
             states[name] = after if rc == 0 else f"{after} (exit {rc}; see {out / 'logs' / (name + '.log')})"

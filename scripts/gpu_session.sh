@@ -52,7 +52,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         tar cf - -C runs/experiment policy | split -b 15M - "$OUT/policy.tar.part-"
       fi
       (cd runs/experiment && tar czf "$OUT/experiment_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' \
-         --exclude=policy --exclude='sft/model' --exclude='sft/corpus' --exclude='*/tokenizer.json' .) ;;
+         --exclude=policy --exclude=jax_cache --exclude='sft/model' --exclude='sft/corpus' --exclude='*/tokenizer.json' .) ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

@@ -127,3 +127,11 @@ def test_driver_builds_the_shared_policy_from_the_sft_config_once(tmp_path, caps
     (out / "sft" / "sft_done.json").unlink()
     assert experiment.main(args) == 0
     assert "(existing)" in capsys.readouterr().out and not (out / "sft" / "sft_done.json").exists()
+
+
+def test_arm_runs_share_one_compilation_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    env = experiment.compilation_cache_env(tmp_path / "exp")
+    assert env == {"JAX_COMPILATION_CACHE_DIR": str((tmp_path / "exp" / "jax_cache").resolve())}
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")
+    assert experiment.compilation_cache_env(tmp_path / "exp") == {}  # the caller's choice wins
