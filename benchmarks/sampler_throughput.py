@@ -117,7 +117,8 @@ def parse_variant(s: str) -> dict:
     """'unrolled-rbg-reduce', 'scan-threefry-einsum-u4', ... -> Sampler keyword arguments.
 
     Dash-separated words in any order: unrolled|scan (layer loop), threefry|rbg (decode RNG),
-    einsum|reduce (decode attention), fuse|nofuse (concatenated q|k|v and gate|up gemms),
+    einsum|reduce|dpa|cudnn (decode attention; dpa / cudnn: jax.nn.dot_product_attention's XLA /
+    fused cuDNN kernel), fuse|nofuse (concatenated q|k|v and gate|up gemms),
     sK (K decode segments with growing static KV windows), uN|ufull (layer-scan unroll),
     kN (N decode steps per while-loop iteration), cond (top-p/top-k filter behind a per-step
     lax.cond instead of the static per-call choice).
@@ -130,7 +131,7 @@ def parse_variant(s: str) -> dict:
             kw["layer_loop"] = part
         elif part in ("threefry", "rbg"):
             kw["rng_impl"] = part
-        elif part in ("einsum", "reduce"):
+        elif part in ("einsum", "reduce", "dpa", "cudnn"):
             kw["decode_attention"] = part
         elif part in ("fuse", "nofuse"):
             kw["fuse"] = part == "fuse"
@@ -146,7 +147,7 @@ def parse_variant(s: str) -> dict:
             kw["unroll"] = int(part[1:])
         else:
             raise SystemExit(f"bad variant word {part!r} in {s!r}; expected unrolled|scan, "
-                             f"threefry|rbg, einsum|reduce, fuse|nofuse, sK, uN|ufull, kN, cond")
+                             f"threefry|rbg, einsum|reduce|dpa|cudnn, fuse|nofuse, sK, uN|ufull, kN, cond")
     return kw
 
 

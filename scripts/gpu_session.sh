@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-xla kenv kenv-fix train experiment
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,9 @@ for s in "$@"; do
     envbench) stage envbench ${ENVBENCH_S:-300} python3 benchmarks/env_throughput.py ${ENVBENCH_ARGS:-} ;;
     envprof) stage envprof ${ENVPROF_S:-120} python3 benchmarks/env_stage_profile.py ${ENVPROF_ARGS:-} ;;
     sampler) stage sampler 230 python3 benchmarks/sampler_throughput.py ;;
+    sampler-attn)  # issue 4: the fused cuDNN decode attention against the two-gemm default, HF in the same run
+      stage sampler-attn 240 python3 benchmarks/sampler_throughput.py --batches 64,256 \
+        --variants unrolled-threefry-einsum,unrolled-threefry-cudnn,unrolled-threefry-dpa ;;
     nvrtc) stage nvrtc 60 python3 -c "
 from cupy_backends.cuda.libs import nvrtc
 from kernels_env.compile import nvrtc_options, compile_cuda

@@ -50,7 +50,7 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return x * cos[:, :, None, :] + rotated * sin[:, :, None, :]
 
 
-ATTN_IMPLS = ("einsum", "reduce")
+ATTN_IMPLS = ("einsum", "reduce", "dpa", "cudnn")
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
@@ -63,6 +63,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     impl "einsum": two dot_generals (bf16 operands, fp32 accumulation) - the general path.
     impl "reduce": broadcast-multiply + fp32 sum, which XLA emits as reduction fusions that read
     the cache in its stored layout (no transposed copy for a gemm); meant for decode (T = 1).
+    impl "dpa" / "cudnn": `jax.nn.dot_product_attention` with its XLA or cuDNN (fused, GPU only)
+    implementation, the mask passed as is; a decode-step option for benchmarking one fused kernel
+    against the two gemms.
     """
     b, t, h, hd = q.shape
     kv = k.shape[2]
@@ -76,6 +79,10 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
         probs = jax.nn.softmax(scores, axis=2).astype(q.dtype).astype(jnp.float32)
         out = jnp.sum(probs[..., None] * v.astype(jnp.float32)[:, None, :, :, None, :], axis=2)
         return out.astype(q.dtype).reshape(b, t, h, hd)
+    if impl in ("dpa", "cudnn"):
+        out = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask=mask[:, None],
+                                           implementation="xla" if impl == "dpa" else "cudnn")
+        return out.astype(q.dtype)
     if impl != "einsum":
         raise ValueError(f"attention impl={impl!r}; expected one of {ATTN_IMPLS}")
     scores = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(q.dtype),

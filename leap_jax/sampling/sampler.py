@@ -156,7 +156,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     The cache must have >= prompt_slots + max_new_tokens - 1 slots. rng_impl "threefry" draws
     with `rng` as given (portable bit-exact streams); "rbg" derives an `unsafe_rbg` key from it
     (XLA's RngBitGenerator: much cheaper per [B, V] draw, deterministic on a given backend/version).
-    attn_impl: the decode step's attention ("einsum" or "reduce", see `layers.attention`).
+    attn_impl: the decode step's attention (one of layers.ATTN_IMPLS, see `layers.attention`).
     segments: split the decode steps into this many consecutive `while_loop`s, each attending
     only over the cache slots its steps can have written (a static window), so early steps do
     not read the whole cache; the loop body is compiled once per segment.
@@ -259,7 +259,7 @@ class Sampler:
     per-layer cache buffers (updated and read in place each step, no slicing of stacked arrays;
     compile time grows with depth, fine for a sampler) or "scan" (the stacked `lax.scan` path).
     rng_impl: "threefry" (default) or "rbg" (see `decode`).
-    decode_attention: "einsum" (default) or "reduce" (see `layers.attention`).
+    decode_attention: "einsum" (default), "reduce", "dpa" or "cudnn" (see `layers.attention`).
     fuse: run with q|k|v and gate|up matrices concatenated (`fuse_projections`, done inside the
     jitted call): 2 instead of 5 gemms per layer and step.
     decode_segments: see `decode` (1 = one loop over the whole cache).

@@ -275,8 +275,9 @@ def test_attention_impls_agree():
     v = jnp.asarray(rng.standard_normal((2, 5, 2, 8)), jnp.float32)
     mask = jnp.asarray(rng.random((2, 3, 5)) < 0.7).at[:, :, 0].set(True)
     a = attention(q, k, v, mask, "einsum")
-    b = attention(q, k, v, mask, "reduce")
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+    for impl in ("reduce", "dpa"):
+        b = attention(q, k, v, mask, impl)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, err_msg=impl)
     # Reference for one (batch, head): softmax over allowed keys of the kv head it shares.
     s = np.asarray(q[1, :, 4]) @ np.asarray(k[1, :, 1]).T / np.sqrt(8)
     s = np.where(np.asarray(mask[1]), s, -np.inf)

@@ -267,9 +267,18 @@ def test_buckets_and_validation(params, sampler):
         sampler.generate(params, [[1]], SamplingParams(stop_token_ids=tuple(range(9))))
 
 
+def test_dot_product_attention_decode_matches_the_model(params, prompts):
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, decode_attention="dpa")
+    out = s.generate(params, prompts, GREEDY, 0)
+    for p, toks in zip(prompts, out.tokens):
+        assert toks == ref_greedy(params, p, NEW)
+    with pytest.raises(ValueError, match="decode_attention"):
+        Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, decode_attention="flash")
+
+
 @pytest.mark.gpu
 def test_bf16_sampler_on_gpu_variants_agree():
-    """bf16 model + bf16 donated cache on the GPU: both decode paths (unrolled / scan) produce
+    """bf16 model + bf16 donated cache on the GPU: the decode paths (unrolled / scan / cuDNN attention) produce
     log-probs that track the recomputed token_logprobs (bf16 tolerance) and agree on each row's
     first greedy token (later tokens may legitimately diverge after a bf16 near-tie)."""
     cfg = CFG.replace(dtype="bfloat16", param_dtype="bfloat16", num_layers=3)
@@ -277,9 +286,10 @@ def test_bf16_sampler_on_gpu_variants_agree():
     rng = np.random.default_rng(9)
     prompts = [rng.integers(1, 97, n).tolist() for n in (5, 30, 17, 64, 2)]
     outs = {}
-    for loop in ("unrolled", "scan"):
-        s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16, layer_loop=loop,
-                    decode_segments=1 if loop == "unrolled" else 3)
+    variants = {"unrolled": {}, "scan": {"layer_loop": "scan", "decode_segments": 3},
+                "cudnn": {"decode_attention": "cudnn"}}  # the fused cuDNN decode attention
+    for loop, kw in variants.items():
+        s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16, **kw)
         outs[loop] = s.generate(p, prompts, GREEDY, 0)
         sampled = s.generate(p, prompts, SamplingParams(temperature=0.8, top_p=0.9, top_k=20), 1)
         assert s.trace_counts["decode"] == 2  # one (batch 8, prompt 64) bucket: unfiltered + filtered
@@ -290,4 +300,5 @@ def test_bf16_sampler_on_gpu_variants_agree():
                 pos = np.arange(tok.shape[1], dtype=np.int32)[None]
                 want = token_logprobs(p, cfg, tok, pos, np.asarray(seq[1:], np.int32)[None])
                 np.testing.assert_allclose(lps, np.asarray(want)[0, len(pr) - 1:], atol=0.05)
-    assert [t[0] for t in outs["unrolled"].tokens] == [t[0] for t in outs["scan"].tokens]
+    for other in ("scan", "cudnn"):
+        assert [t[0] for t in outs["unrolled"].tokens] == [t[0] for t in outs[other].tokens]
