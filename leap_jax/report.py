@@ -170,7 +170,9 @@ def _eval_plot(runs: list[tuple[str, Path, list[dict[str, Any]]]], path: Path, p
             ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
         axes[i, 0].set_ylabel("pass rate (greedy)")
-    axes[0, -1].legend(fontsize=7)
+    labelled = [ax for ax in axes.ravel() if ax.get_legend_handles_labels()[0]]
+    if labelled:  # e.g. no training-task evaluations: the top row is empty
+        labelled[-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
