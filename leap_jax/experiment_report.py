@@ -119,7 +119,13 @@ def headline(runs: dict[str, dict[int, list[dict[str, Any]]]], metric: str = DEF
         times = {a: time_to_target(by_seed[s], metric, target) for a, by_seed in runs.items() if s in by_seed}
         tb, ta = times.get(baseline), times.get(arm)
         ratio = tb / ta if tb is not None and ta not in (None, 0.0) else None
-        per_seed[s] = {"target": target, "times": times, "ratio": ratio}
+        note = None
+        if tb == 0.0:
+            note = (f"`{baseline}` never beat its first evaluation, so every arm starts at the target "
+                    "(no time to compare)")
+        elif ta is None:
+            note = f"`{arm}` never reached the target within its budget"
+        per_seed[s] = {"target": target, "times": times, "ratio": ratio, "note": note}
     ratios = [v["ratio"] for v in per_seed.values()]
     m, sd, n = _mean_std(ratios)
     return {"metric": metric, "baseline": baseline, "arm": arm, "per_seed": per_seed,
@@ -166,7 +172,10 @@ def experiment_markdown(runs: dict[str, dict[int, list[dict[str, Any]]]], metric
         ratios = ", ".join(f"s{s}: {_fmt(v['ratio'])}" for s, v in h["per_seed"].items())
         out.append(f"**Headline: `{baseline}` time to target / `{arm}` time to target = "
                    f"{_fmt_ms([v['ratio'] for v in h['per_seed'].values()])}** (per seed: {ratios}; "
-                   "> 1 means LEAP reached the baseline's best accuracy sooner; n/a where an arm never reached it).")
+                   "> 1 means LEAP reached the baseline's best accuracy sooner).")
+        notes = [f"s{s}: {v['note']}" for s, v in h["per_seed"].items() if v["note"]]
+        if notes:
+            out += ["", "Where the ratio is n/a: " + "; ".join(notes) + "."]
     else:
         out.append(f"No `{baseline}` run: no target, no headline ratio.")
     return "\n".join(out) + "\n"

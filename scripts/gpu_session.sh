@@ -38,7 +38,7 @@ src = 'extern \"C\" __global__ void k(float* y){ y[threadIdx.x] = 1.f; }'
 p = nvrtc.createProgram(src, 'k.cu', [], []); nvrtc.compileProgram(p, nvrtc_options('sm_90'))
 print('nvrtc', nvrtc.getVersion(), 'log:', repr(nvrtc.getProgramLog(p)))
 print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
-    kenv-fix) stage kenv-fix 200 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_broken_corpus.py "tests/kernels_env/test_cupy_backend.py::test_pipeline_score_on_cupy" ;;
+    kenv-fix) stage kenv-fix 240 python3 -m pytest -q -rfE -m gpu --timeout=150 -p no:cacheprovider tests/kernels_env/test_counter_rng.py tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py ;;
     kenv) stage kenv 300 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_counter_rng.py tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py tests/kernels_env/test_pipeline.py ;;
     sampler-xla)  # the decode loop under XLA command buffers (CUDA graphs incl. WHILE) vs default
       V=unrolled-threefry-einsum,unrolled-threefry-einsum-k4,unrolled-threefry-einsum-cond

@@ -73,3 +73,14 @@ def test_run_names_and_loading(tmp_path):
     runs = er.load_experiment([tmp_path / "leap-s0", tmp_path / "multiturn-s0"])
     assert set(runs) == {"leap", "multiturn"} and [r["step"] for r in runs["leap"][0]] == [-1, 0]
     assert er.headline(runs)["per_seed"][0]["times"] == {"leap": None, "multiturn": 10.0}
+
+
+def test_ratio_is_explained_where_it_cannot_be_computed():
+    runs = {"multiturn": {0: _rows([0.3, 0.2, 0.3]), 1: _rows([0.1, 0.5])},
+            "leap": {0: _rows([0.3, 0.4]), 1: _rows([0.1, 0.2])}}
+    h = er.headline(runs)
+    assert h["per_seed"][0]["ratio"] is None and "never beat its first evaluation" in h["per_seed"][0]["note"]
+    assert h["per_seed"][1]["ratio"] is None and "`leap` never reached" in h["per_seed"][1]["note"]
+    assert h["ratio_n"] == 0
+    page = er.experiment_markdown(runs)
+    assert "Where the ratio is n/a: s0: `multiturn` never beat" in page and "s1: `leap` never reached" in page
