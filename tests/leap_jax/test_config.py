@@ -8,7 +8,9 @@ import yaml
 
 from leap_jax.train.config import Config, ConfigError, from_dict, load_config, save_config, to_dict
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = sorted(CONFIG_DIR.glob("**/*.yaml"))
+EXPERIMENT_ARMS = ("leap", "multiturn", "grpo", "trloo", "rank_no_dcp", "dcp_binary")
 
 
 def test_defaults_are_the_paper_settings():
@@ -76,7 +78,7 @@ def test_missing_file_is_a_clear_error(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+@pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(CONFIG_DIR)) for p in CONFIGS])
 def test_shipped_configs_validate(path):
     if "qwen" in path.name:  # the template's one required edit is the model path
         cfg = load_config(path, ["model.path=/some/local/folder"])
@@ -94,3 +96,19 @@ def test_base_inheritance(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"base": "c.yaml"}))
     with pytest.raises(ConfigError, match="loops back"):
         load_config(tmp_path / "c.yaml")
+
+
+def test_experiment_arms_differ_only_in_the_algorithm():
+    """Every arm of configs/experiment starts from the same policy, samples, splits, evaluates and
+    trains for the same time; only the algorithm (and its DCP / reward settings) differs."""
+    arms = {a: to_dict(load_config(CONFIG_DIR / "experiment" / f"{a}.yaml")) for a in EXPERIMENT_ARMS}
+    shared = ("model", "tokenizer", "sampling", "tasks", "env", "optimizer", "eval", "checkpoint")
+    ref = arms["leap"]
+    for name, d in arms.items():
+        for section in shared:
+            assert d[section] == ref[section], f"{name}: section {section!r} differs from leap's"
+        for key in ("group_size", "prompts_per_step", "max_context_tokens"):
+            assert d["rollout"][key] == ref["rollout"][key], f"{name}: rollout.{key}"
+        assert d["train"]["time_budget_s"] == ref["train"]["time_budget_s"]
+    assert ref["model"]["remat"] is True  # the update of 8 x 4096-token rows needs it (32 GiB without)
+    assert {d["algorithm"]["name"] for d in arms.values()} >= {"leap", "multiturn", "grpo", "trloo"}
