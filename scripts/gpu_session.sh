@@ -50,8 +50,9 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
     experiment)  # issue 7: SFT policy (or the carried runs/experiment/policy) + arms, within EXP_S seconds;
       # brings back the policy as <=15 MiB tar parts and every run's metrics/report as one tarball
       EXP_S=${EXP_S:-540}
+      had_policy=$([ -f runs/experiment/policy/config.json ] && echo 1 || echo 0)
       stage experiment "$EXP_S" python3 -m leap_jax.experiment --out runs/experiment --budget-s $((EXP_S - 20)) ${EXP_ARGS:-}
-      if [ -d runs/experiment/policy ]; then
+      if [ -d runs/experiment/policy ] && [ "$had_policy" = 0 ]; then  # a carried policy is not sent back
         tar cf - -C runs/experiment policy | split -b 15M - "$OUT/policy.tar.part-"
       fi
       (cd runs/experiment && tar czf "$OUT/experiment_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' \
