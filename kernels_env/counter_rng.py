@@ -134,7 +134,7 @@ def uniform(xp: Any, key: int, shape: tuple[int, ...], low: float = 0.0, high: f
         u = (words(key, n, stream) >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
         out = (float(low) + (float(high) - float(low)) * u).astype(np.float32)
     top = np.nextafter(np.float32(high), np.float32(low))
-    return xp.minimum(out, top).reshape(shape) if n else out.reshape(shape)
+    return xp.minimum(out, top).reshape(shape)
 
 
 def normal(xp: Any, key: int, shape: tuple[int, ...], stream: int = 0) -> Any:

@@ -4,8 +4,8 @@
 backend: it draws fresh inputs per trial, poisons outputs (and a guard region after each, so a write
 past an output's end is a `runtime_error` whether or not the device faults), launches the launch
 plan, checks the guards and that inputs are untouched, runs the reference, compares, and, when
-correct, times kernel and reference with the device's timer. Policy code can only cause statuses here; environment faults (a broken
-reference, a backend bug) become `env_error`.
+correct, times kernel and reference with the device's timer. Policy code can only cause statuses
+here; environment faults (a broken reference, a backend bug) become `env_error`.
 
 Optional extensions of the Device protocol that the harness uses when present:
   `synchronize(timeout_s=...)`  the soft time left in the stage, so a hang raises instead of blocking;
@@ -231,7 +231,6 @@ def _check_config(grid: tuple[int, int, int], block: tuple[int, int, int], share
 
 # ---- device helpers -----------------------------------------------------------------------------
 @functools.lru_cache(maxsize=64)
-@functools.lru_cache(maxsize=None)
 def _takes_timeout(device_type: type, method: str) -> bool:
     """Whether `device_type.method` accepts `timeout_s` (an optional Device protocol extension)."""
     try:
@@ -422,7 +421,6 @@ class _Run:
         self.sizes, self.config, self.xp = sizes, config, device.xp
         self.trials = 0
         self.stage = "correctness"
-        self.guards: dict[str, Any] = {}  # output name -> its poisoned guard (see _poison)
         self.stage_seconds: dict[str, float] = {}
 
     def result(self, status: Status, message: str, **kw: Any) -> Result:
@@ -436,15 +434,15 @@ class _Run:
             return self.result(Status.TIMEOUT, f"{stage}: {prefix}kernel timed out: {e}", details=str(e))
         return self.result(Status.RUNTIME_ERROR, f"{stage}: {prefix}{e}", details=str(e))
 
-    def fresh_arrays(self, trial: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(candidate arrays: inputs + poisoned outputs + zeroed scratch, pristine input copies)."""
+    def fresh_arrays(self, trial: int, seed: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(candidate arrays: inputs + poisoned outputs + zeroed scratch, pristine input copies,
+        each output's poisoned guard: see _poison)."""
         try:
             inputs = make_inputs(self.task, self.sizes, trial, seed, self.xp)
             pristine = {k: v.copy() for k, v in inputs.items()}
-            arrays = dict(inputs)
-            self.guards = {}
+            arrays, guards = dict(inputs), {}
             for b in self.task.outputs:
-                arrays[b.name], self.guards[b.name] = _poison(self.device, b.resolve_shape(self.sizes), b.dtype)
+                arrays[b.name], guards[b.name] = _poison(self.device, b.resolve_shape(self.sizes), b.dtype)
         except _EnvFault:
             raise
         except (KernelRuntimeError, KernelTimeout):
@@ -454,7 +452,7 @@ class _Run:
                             f"{type(e).__name__}: {e}") from e
         for name, dtype, count in self.plan.scratch:
             arrays[name] = self.device.zeros((count,), dtype)
-        return arrays, pristine
+        return arrays, pristine, guards
 
     def correctness(self, seed: int, stage: str) -> Result | None:
         """Run the trials; None when all pass, else the failing Result."""
@@ -472,7 +470,7 @@ class _Run:
         try:
             for trial in range(cfg.correctness_trials):
                 dist = describe_distributions(self.task, trial)
-                arrays, pristine = self.fresh_arrays(trial, seed)
+                arrays, pristine, guards = self.fresh_arrays(trial, seed)
                 self.trials += 1
                 launched_at[0] = time.monotonic()
                 _launch_all(self.device, self.program, self.plan, arrays, remaining)
@@ -480,13 +478,13 @@ class _Run:
                 if spent[0] > cfg.limits.correctness:
                     raise _StageTimeout(f"trial {trial}")
                 for b in self.task.outputs:
-                    changed = _guard_changed(self.xp, self.guards[b.name], b.dtype)
+                    changed = _guard_changed(self.xp, guards[b.name], b.dtype)
                     if changed:
                         raise _Failed(self.result(
                             Status.RUNTIME_ERROR,
                             f"{stage}: out-of-bounds write: the kernels wrote past the end of output "
                             f"{b.name!r} ({arrays[b.name].size} elements); {changed} of the "
-                            f"{self.guards[b.name].size} elements after it changed (trial {trial}). "
+                            f"{guards[b.name].size} elements after it changed (trial {trial}). "
                             "Check the bounds of every store against the output's size."))
                 for b in self.task.inputs:
                     m = check_input_unchanged(self.xp, b.name, pristine[b.name], arrays[b.name], trial, dist)
@@ -500,7 +498,7 @@ class _Run:
                     if m is not None:
                         raise _Failed(self.result(Status.WRONG_OUTPUT, f"{stage}: {mismatch_message(m)}",
                                                   mismatch=m))
-                del arrays, pristine, expected
+                del arrays, pristine, guards, expected
             return None
         except _StageTimeout as e:
             return self.result(Status.TIMEOUT, f"{stage}: exceeded its {cfg.limits.correctness:g} s limit "
@@ -521,7 +519,7 @@ class _Run:
         start = time.monotonic()
         deadline = start + cfg.limits.timing
         try:
-            arrays, pristine = self.fresh_arrays(0, cfg.seed)
+            arrays, pristine, _ = self.fresh_arrays(0, cfg.seed)
             kernel_fn = lambda: _launch_all(dev, self.program, self.plan, arrays, None)
             scalars = {s.name: s.value for s in self.task.scalars}
             ref_fn = lambda: self.task.reference(self.xp, **pristine, **scalars)
@@ -595,7 +593,7 @@ def plan_callable(device: Device, program: Program, task: Task, submission: Subm
     kernels = dict(getattr(program, "kernels", {}) or {})
     kernels.update(submission.kernels)
     plan = bind_plan(submission, task, sizes, kernels)
-    arrays, _ = _Run(device, program, task, plan, sizes, config).fresh_arrays(trial, config.seed)
+    arrays, _, _ = _Run(device, program, task, plan, sizes, config).fresh_arrays(trial, config.seed)
     return lambda: _launch_all(device, program, plan, arrays, None)
 
 
