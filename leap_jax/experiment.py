@@ -9,8 +9,10 @@
    (`python -m leap_jax.main`) into OUT/<arm>-s<seed> with train.seed=<seed>. A run with
    finished.json is skipped, one with a checkpoint resumes, the others start. `--budget-s` bounds
    this call: no run starts with less than `--min-run-s` left, and each gets train.max_wall_s so it
-   stops with a checkpoint in time; the next call continues where this one stopped. The runs share
-   a JAX persistent compilation cache in OUT/jax_cache.
+   stops with a checkpoint in time; the next call continues where this one stopped. Run one after
+   another they share a JAX persistent compilation cache in OUT/jax_cache. `--parallel N` runs up to
+   N at once on the same machine (for a short GPU lease): each run's wall-clock then includes the
+   others' contention, which OUT/launch.json records and the report states.
 3. Report: `leap_jax.report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
    (leap_jax.experiment_report: per-arm accuracies over seeds, time per phase, time to the
    `multiturn` arm's best accuracy, and the headline ratio).
@@ -62,6 +64,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--min-run-s", type=float, default=90.0,
                    help="with --budget-s: start or resume a run only with this much left (default 90)")
     p.add_argument("--max-runs", type=int, default=None, help="start or resume at most N runs in this call")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="run up to N runs at once (default 1; their clocks then share the machine)")
     p.add_argument("--metric", default=None, help="accuracy for time-to-target (default train_eval/acc@3)")
     p.add_argument("--report-only", action="store_true", help="only write the report of the runs in OUT")
     p.add_argument("overrides", nargs="*", help="dotted overrides for every arm, e.g. train.time_budget_s=120")
@@ -77,6 +81,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                   f"(--config-dir={args.config_dir})")
     if args.max_runs is not None and args.max_runs < 0:
         raise ExperimentError(f"--max-runs={args.max_runs}: expected >= 0")
+    if args.parallel < 1:
+        raise ExperimentError(f"--parallel={args.parallel}: expected >= 1")
     return args
 
 
@@ -98,19 +104,30 @@ def export_policy(src: str | Path, dst: str | Path, dtype: str = "bfloat16",
     return dst
 
 
-def _run(cmd: list[str], log_path: Path, timeout: float | None = None,
-         env_extra: dict[str, str] | None = None) -> int:
-    """Run a subprocess with its output in log_path (and the last lines echoed); its exit code."""
+def _start(cmd: list[str], log_path: Path, env_extra: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a subprocess with its output appended to log_path."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env_extra or {}))
     with open(log_path, "a") as log:
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
-        try:
-            return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
-                                  timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            return 124
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd())
+
+
+def _finish(proc: subprocess.Popen, timeout: float | None = None) -> int:
+    """Wait for a started subprocess; its exit code, or 124 (killed) past `timeout` seconds."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return 124
+
+
+def _run(cmd: list[str], log_path: Path, timeout: float | None = None,
+         env_extra: dict[str, str] | None = None) -> int:
+    """Run a subprocess with its output in log_path; its exit code."""
+    return _finish(_start(cmd, log_path, env_extra), timeout)
 
 
 def compilation_cache_env(out: Path) -> dict[str, str]:
@@ -174,42 +191,99 @@ def run_state(run_dir: Path) -> str:
 
 def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: float,
              log: Any = print) -> dict[str, str]:
-    """Start, resume or skip every (seed, arm) run; returns {run name: state after this call}."""
+    """Start, resume or skip every (seed, arm) run, up to `args.parallel` at once; returns
+    {run name: state after this call}."""
     states: dict[str, str] = {}
+    pending = [(seed, arm) for seed in args.seed_list for arm in args.arm_list]
+    running: list[tuple[str, subprocess.Popen, float, float | None]] = []  # name, proc, t0, deadline
     launched = 0
-    for seed in args.seed_list:
-        for arm in args.arm_list:
-            name = f"{arm}-s{seed}"
-            run_dir = out / name
-            state = run_state(run_dir)
-            if state == "finished":
-                states[name] = state
-                continue
-            left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
-            if (left is not None and left < args.min_run_s) or (args.max_runs is not None
-                                                                 and launched >= args.max_runs):
-                states[name] = state + " (not run: this call's budget is spent)"
-                continue
-            # this call's wall budget (a resumed run would otherwise keep the one saved in its config)
-            wall = [f"train.max_wall_s={'null' if left is None else f'{max(left - 45.0, 1.0):.0f}'}"]
-            if state == "resumable":
-                cmd = [sys.executable, "-m", "leap_jax.main", "--resume", str(run_dir), *wall, *args.overrides]
-            else:
-                model = [] if policy is None else [f"model.path={policy}"]
-                cmd = [sys.executable, "-m", "leap_jax.main", "--config", str(Path(args.config_dir) / f"{arm}.yaml"),
-                       f"train.run_dir={run_dir}", f"train.seed={seed}", *model, *wall, *args.overrides]
-            log(f"[experiment] {name}: {'resume' if state == 'resumable' else 'start'}"
-                + (f" ({left:.0f} s left in this call)" if left is not None else ""))
-            t0 = time.perf_counter()
-            rc = _run(cmd, out / "logs" / f"{name}.log", timeout=None if left is None else left + 60.0,
-                      env_extra=compilation_cache_env(out))
-            launched += 1
-            after = run_state(run_dir)
+    parallel = getattr(args, "parallel", 1)
+    env_extra = compilation_cache_env(out) if parallel == 1 else {}  # no concurrent cache writers
+
+    def reap() -> bool:
+        """Collect every run that ended (or passed its deadline: killed); True if any did."""
+        done = [r for r in running if r[1].poll() is not None or (r[3] is not None and time.perf_counter() > r[3])]
+        for r in done:
+            name, proc, t0, _ = r
+            running.remove(r)
+            rc = _finish(proc, 0.0 if proc.poll() is None else None)
+            after = run_state(out / name)
             states[name] = after if rc == 0 else f"{after} (exit {rc}; see {out / 'logs' / (name + '.log')})"
             log(f"[experiment] {name}: {states[name]} after {time.perf_counter() - t0:.0f} s")
             if rc != 0:
                 log(_tail(out / "logs" / f"{name}.log"))
-    return states
+        return bool(done)
+
+    for seed, arm in pending:
+        name = f"{arm}-s{seed}"
+        run_dir = out / name
+        state = run_state(run_dir)
+        if state == "finished":
+            states[name] = state
+            continue
+        if args.max_runs is not None and launched >= args.max_runs:
+            states[name] = state + " (not run: --max-runs reached)"
+            continue
+        while len(running) >= parallel:
+            if not reap():
+                time.sleep(0.5)
+        left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
+        if left is not None and left < args.min_run_s:
+            states[name] = state + " (not run: this call's budget is spent)"
+            continue
+        # this call's wall budget (a resumed run would otherwise keep the one saved in its config)
+        wall = [f"train.max_wall_s={'null' if left is None else f'{max(left - 45.0, 1.0):.0f}'}"]
+        if state == "resumable":
+            cmd = [sys.executable, "-m", "leap_jax.main", "--resume", str(run_dir), *wall, *args.overrides]
+        else:
+            model = [] if policy is None else [f"model.path={policy}"]
+            cmd = [sys.executable, "-m", "leap_jax.main", "--config", str(Path(args.config_dir) / f"{arm}.yaml"),
+                   f"train.run_dir={run_dir}", f"train.seed={seed}", *model, *wall, *args.overrides]
+        log(f"[experiment] {name}: {'resume' if state == 'resumable' else 'start'}"
+            + (f" ({left:.0f} s left in this call)" if left is not None else "")
+            + (f", {len(running) + 1} running" if parallel > 1 else ""))
+        record_launch(out, name, parallel, args.overrides)
+        t0 = time.perf_counter()
+        proc = _start(cmd, out / "logs" / f"{name}.log", env_extra=env_extra)
+        running.append((name, proc, t0, None if left is None else t0 + left + 60.0))
+        launched += 1
+    while running:
+        if not reap():
+            time.sleep(0.5)
+    return {n: states[n] for n in (f"{a}-s{s}" for s, a in pending)}
+
+
+LAUNCH_FILE = "launch.json"
+
+
+def record_launch(out: Path, name: str, parallel: int, overrides: Sequence[str]) -> None:
+    """OUT/launch.json: per run, each call's concurrency and overrides (the report states them)."""
+    path = out / LAUNCH_FILE
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        data = {}
+    data.setdefault(name, []).append({"parallel": parallel, "overrides": list(overrides)})
+    path.write_text(json.dumps(data, indent=2))
+
+
+def launch_notes(out: Path, names: Sequence[str]) -> list[str]:
+    """Report lines saying which runs shared the machine with others (from OUT/launch.json)."""
+    path = out / LAUNCH_FILE
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return []
+    shared = {n: max(c["parallel"] for c in data[n]) for n in names if n in data
+              and any(c.get("parallel", 1) > 1 for c in data[n])}
+    if not shared:
+        return []
+    by_n: dict[int, list[str]] = {}
+    for n, k in shared.items():
+        by_n.setdefault(k, []).append(n)
+    parts = "; ".join(f"up to {k} at once: {', '.join(sorted(v))}" for k, v in sorted(by_n.items()))
+    return [f"Concurrency: runs were launched together on one machine ({parts}). Their clocks include "
+            "the other runs' contention for the GPU and CPU cores, the same for every arm launched together."]
 
 
 def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: str | None) -> list[Path]:
@@ -225,7 +299,9 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
     runs = load_experiment(dirs)
     turns = max_turn([r for by_seed in runs.values() for rows in by_seed.values() for r in rows], "train_eval/",
                      default=3)
-    (report / "experiment.md").write_text(experiment_markdown(runs, metric or DEFAULT_METRIC, turns=turns))
+    page = experiment_markdown(runs, metric or DEFAULT_METRIC, turns=turns)
+    notes = launch_notes(out, [d.name for d in dirs])
+    (report / "experiment.md").write_text(page + ("\n" + "\n".join(notes) + "\n" if notes else ""))
     return [*written, report / "experiment.md"]
 
 

@@ -29,8 +29,8 @@ for s in "$@"; do
     envprof) stage envprof ${ENVPROF_S:-120} python3 benchmarks/env_stage_profile.py ${ENVPROF_ARGS:-} ;;
     sampler) stage sampler 230 python3 benchmarks/sampler_throughput.py ;;
     sampler-attn)  # issue 4: the fused cuDNN decode attention against the two-gemm default, HF in the same run
-      stage sampler-attn 240 python3 benchmarks/sampler_throughput.py --batches 64,256 \
-        --variants unrolled-threefry-einsum,unrolled-threefry-cudnn,unrolled-threefry-dpa ;;
+      stage sampler-attn ${SAMPLER_S:-240} python3 benchmarks/sampler_throughput.py ${SAMPLER_ARGS:---batches 64,256 \
+        --variants unrolled-threefry-einsum,unrolled-threefry-cudnn,unrolled-threefry-dpa} ;;
     nvrtc) stage nvrtc 60 python3 -c "
 from cupy_backends.cuda.libs import nvrtc
 from kernels_env.compile import nvrtc_options, compile_cuda

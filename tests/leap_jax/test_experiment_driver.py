@@ -121,7 +121,7 @@ def test_driver_builds_the_shared_policy_from_the_sft_config_once(tmp_path, caps
     mcfg, params = load_hf_checkpoint(str(policy), as_numpy=True)
     assert all(a.dtype == ml_dtypes.bfloat16 for a in jax.tree_util.tree_leaves(params))
     assert (policy / "tokenizer.json").is_file() and mcfg.num_layers == 2
-    assert json.loads((out / "state.json").read_text()) == {"leap-s0": "new (not run: this call's budget is spent)"}
+    assert json.loads((out / "state.json").read_text()) == {"leap-s0": "new (not run: --max-runs reached)"}
     capsys.readouterr()
     # a second call reuses the policy (no SFT run)
     (out / "sft" / "sft_done.json").unlink()
@@ -135,3 +135,37 @@ def test_arm_runs_share_one_compilation_cache(tmp_path, monkeypatch):
     assert env == {"JAX_COMPILATION_CACHE_DIR": str((tmp_path / "exp" / "jax_cache").resolve())}
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")
     assert experiment.compilation_cache_env(tmp_path / "exp") == {}  # the caller's choice wins
+
+
+def test_parallel_runs_overlap_up_to_the_limit_and_the_report_says_so(tmp_path, monkeypatch):
+    """--parallel 2 over three runs: never more than two alive, all collected in order, and
+    launch.json plus the report's note record the shared machine."""
+    out = tmp_path / "exp"
+    out.mkdir()
+    script = ("import json,os,sys,time; from pathlib import Path; d=Path(sys.argv[1]); d.mkdir(parents=True,"
+              " exist_ok=True); t0=time.time(); time.sleep(0.6); (d/'finished.json').write_text("
+              "json.dumps({'t0': t0, 't1': time.time()}))")
+
+    def fake_start(cmd, log_path, env_extra=None):
+        run_dir = next(c.split("=", 1)[1] for c in cmd if c.startswith("train.run_dir="))
+        return experiment.subprocess.Popen([experiment.sys.executable, "-c", script, run_dir])
+
+    monkeypatch.setattr(experiment, "_start", fake_start)
+    args = experiment._parse_args(["--out", str(out), "--arms", "leap,multiturn,grpo", "--seeds", "0",
+                                   "--policy", "none", "--parallel", "2", "env.compile_workers=2"])
+    states = experiment.run_arms(args, out, None, experiment.time.perf_counter(), log=lambda *_: None)
+    assert states == {"leap-s0": "finished", "multiturn-s0": "finished", "grpo-s0": "finished"}
+    spans = [json.loads((out / n / "finished.json").read_text()) for n in states]
+    for t in np.linspace(min(s["t0"] for s in spans), max(s["t1"] for s in spans), 200):
+        assert sum(s["t0"] <= t < s["t1"] for s in spans) <= 2
+    assert spans[0]["t0"] < spans[1]["t1"] and spans[1]["t0"] < spans[0]["t1"]  # the first two overlapped
+    launch = json.loads((out / experiment.LAUNCH_FILE).read_text())
+    assert launch["grpo-s0"] == [{"parallel": 2, "overrides": ["env.compile_workers=2"]}]
+    note = experiment.launch_notes(out, ["leap-s0", "multiturn-s0", "grpo-s0"])
+    assert len(note) == 1 and "up to 2 at once: grpo-s0, leap-s0, multiturn-s0" in note[0]
+    assert experiment.launch_notes(out, ["trloo-s0"]) == []
+
+
+def test_parallel_must_be_positive(capsys):
+    assert experiment.main(["--parallel", "0", "--report-only"]) == 2
+    assert "--parallel=0: expected >= 1" in capsys.readouterr().err
