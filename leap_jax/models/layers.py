@@ -51,16 +51,22 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 
 
 ATTN_IMPLS = ("einsum", "reduce", "dpa", "cudnn")
+# The einsum path materialises fp32 scores [B, KV, G, T, S]; past this many bytes it runs over query
+# chunks one after another (a prefill of 64 rows x 4096 tokens would otherwise take ~8 GiB a head
+# group: several JAX processes on one GPU ran out of memory in the experiment's first attempt).
+MAX_SCORE_BYTES = 1 << 30
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-              impl: str = "einsum") -> jax.Array:
+              impl: str = "einsum", max_score_bytes: int | None = None) -> jax.Array:
     """Grouped-query attention.
 
     q [B, T, H, hd]; k, v [B, S, KV, hd]; mask [B, T, S] bool (True = may attend).
     Returns [B, T, H, hd] in q's dtype. Scores and softmax in fp32; no KV head repetition in memory
     (queries are grouped as [B, T, KV, H/KV, hd] instead).
-    impl "einsum": two dot_generals (bf16 operands, fp32 accumulation) - the general path.
+    impl "einsum": two dot_generals (bf16 operands, fp32 accumulation) - the general path; when
+    the fp32 scores would pass `max_score_bytes` (default MAX_SCORE_BYTES) the queries go through
+    in chunks under `lax.map`, so a long prefill's memory stays bounded (same result).
     impl "reduce": broadcast-multiply + fp32 sum, which XLA emits as reduction fusions that read
     the cache in its stored layout (no transposed copy for a gemm); meant for decode (T = 1).
     impl "dpa" / "cudnn": `jax.nn.dot_product_attention` with its XLA or cuDNN (fused, GPU only)
@@ -85,13 +91,33 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
         return out.astype(q.dtype)
     if impl != "einsum":
         raise ValueError(f"attention impl={impl!r}; expected one of {ATTN_IMPLS}")
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(q.dtype),
-                        preferred_element_type=jnp.float32)
-    scores = jnp.where(mask[:, None, None, :, :], scores * scale, MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(q.dtype),
-                     preferred_element_type=jnp.float32)
-    return out.astype(q.dtype).reshape(b, t, h, hd)
+    k, v = k.astype(q.dtype), v.astype(q.dtype)
+
+    def block(qb: jax.Array, mb: jax.Array) -> jax.Array:  # qb [B, Tc, KV, G, hd], mb [B, Tc, S]
+        scores = jnp.einsum("btkgd,bskd->bkgts", qb, k, preferred_element_type=jnp.float32)
+        scores = jnp.where(mb[:, None, None, :, :], scores * scale, MASK_VALUE)
+        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+        return jnp.einsum("bkgts,bskd->btkgd", probs, v, preferred_element_type=jnp.float32).astype(q.dtype)
+
+    chunk = query_chunk(b, h, t, k.shape[1], max_score_bytes)
+    if chunk == t:
+        return block(qg, mask).reshape(b, t, h, hd)
+    n = t // chunk
+    qs = jnp.moveaxis(qg.reshape(b, n, chunk, kv, g, hd), 1, 0)
+    ms = jnp.moveaxis(mask.reshape(b, n, chunk, mask.shape[-1]), 1, 0)
+    out = jax.lax.map(lambda xs: block(*xs), (qs, ms))  # [n, B, Tc, KV, G, hd], one chunk at a time
+    return jnp.moveaxis(out, 0, 1).reshape(b, t, h, hd)
+
+
+def query_chunk(b: int, h: int, t: int, s: int, max_score_bytes: int | None = None) -> int:
+    """Query rows per attention block: all `t` when fp32 scores [B, H, T, S] fit in
+    `max_score_bytes` (default MAX_SCORE_BYTES), else the largest divisor of t (halving from t,
+    at least 16) whose block does."""
+    budget = MAX_SCORE_BYTES if max_score_bytes is None else max_score_bytes
+    chunk = t
+    while b * h * chunk * s * 4 > budget and chunk % 2 == 0 and chunk // 2 >= 16:
+        chunk //= 2
+    return chunk
 
 
 def swiglu(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array) -> jax.Array:

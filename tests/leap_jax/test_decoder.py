@@ -288,6 +288,28 @@ def test_attention_impls_agree():
         attention(q, k, v, mask, "flash")
 
 
+def test_query_chunked_attention_matches_the_whole_block():
+    """Past max_score_bytes the einsum path runs over query chunks: same outputs and gradients."""
+    from leap_jax.models.layers import attention, query_chunk
+    assert query_chunk(64, 8, 4096, 4096, 1 << 30) == 128  # 64*8*128*4096*4 bytes = 2**30
+    assert query_chunk(2, 2, 96, 96, 1) == 24 and query_chunk(2, 2, 6, 6, 1) == 6  # stops at >= 16 rows
+    rng = np.random.default_rng(9)
+    q = jnp.asarray(rng.standard_normal((2, 64, 4, 8)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((2, 64, 2, 8)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((2, 64, 2, 8)), jnp.float32)
+    mask = jnp.tril(jnp.ones((64, 64), bool))[None].repeat(2, 0).at[1, :, :5].set(False).at[1, :5, 0].set(True)
+    whole = attention(q, k, v, mask)
+    chunked = attention(q, k, v, mask, max_score_bytes=2 * 4 * 16 * 64 * 4)  # 16-row blocks
+    np.testing.assert_allclose(np.asarray(chunked), np.asarray(whole), rtol=1e-6, atol=1e-6)
+
+    def f(q, k, v, nbytes):
+        return jnp.sum(jnp.sin(attention(q, k, v, mask, max_score_bytes=nbytes)))
+    g_whole = jax.grad(f, argnums=(0, 1, 2))(q, k, v, None)
+    g_chunk = jax.grad(f, argnums=(0, 1, 2))(q, k, v, 2 * 4 * 16 * 64 * 4)
+    for a, b in zip(g_chunk, g_whole):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
 def test_remat_same_loss_and_grads(params):
     tok = np.random.default_rng(6).integers(0, 97, (2, 6)).astype(np.int32)
     pos = np.tile(np.arange(6, dtype=np.int32), (2, 1))
