@@ -9,8 +9,9 @@
    (`python -m leap_jax.main`) into OUT/<arm>-s<seed> with train.seed=<seed>. A run with
    finished.json is skipped, one with a checkpoint resumes, the others start. `--budget-s` bounds
    this call: no run starts with less than `--min-run-s` left, and each gets train.max_wall_s so it
-   stops with a checkpoint in time; the next call continues where this one stopped. Run one after
-   another they share a JAX persistent compilation cache in OUT/jax_cache. `--parallel N` runs up to
+   stops with a checkpoint in time; the next call continues where this one stopped. The runs share
+   a JAX persistent compilation cache in OUT/jax_cache (concurrent runs too: JAX treats an entry it
+   cannot read, e.g. one still being written, as a miss and compiles). `--parallel N` runs up to
    N at once on the same machine (for a short GPU lease): each run's wall-clock then includes the
    others' contention, which OUT/launch.json records and the report states.
 3. Report: `leap_jax.report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
@@ -198,7 +199,7 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
     running: list[tuple[str, subprocess.Popen, float, float | None]] = []  # name, proc, t0, deadline
     launched = 0
     parallel = getattr(args, "parallel", 1)
-    env_extra = compilation_cache_env(out) if parallel == 1 else {}  # no concurrent cache writers
+    env_extra = compilation_cache_env(out)
 
     def reap() -> bool:
         """Collect every run that ended (or passed its deadline: killed); True if any did."""
