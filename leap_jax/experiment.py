@@ -5,7 +5,9 @@
    back from a GPU machine and carry to the next one, so later arms start from the same weights).
    An existing OUT/policy is used as it is; `--policy DIR` names another; `--policy none` keeps the
    arm configs' own model settings (tests).
-2. Runs: for each seed, for each arm, `CONFIG_DIR/<arm>.yaml` runs in a subprocess
+2. Runs: the shared policy is evaluated once (OUT/start_eval; every new run reuses that record as
+   its step -1 through eval.start_metrics, unless --no-shared-start). Then for each seed, for each
+   arm, `CONFIG_DIR/<arm>.yaml` runs in a subprocess
    (`python -m leap_jax.main`) into OUT/<arm>-s<seed> with train.seed=<seed>. A run with
    finished.json is skipped, one with a checkpoint resumes, the others start. `--budget-s` bounds
    this call: no run starts with less than `--min-run-s` left, and each gets train.max_wall_s so it
@@ -65,6 +67,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--min-run-s", type=float, default=90.0,
                    help="with --budget-s: start or resume a run only with this much left (default 90)")
     p.add_argument("--max-runs", type=int, default=None, help="start or resume at most N runs in this call")
+    p.add_argument("--no-shared-start", dest="shared_start", action="store_false",
+                   help="let every run evaluate its starting policy itself (default: once, in OUT/start_eval, "
+                        "reused by every new run through eval.start_metrics)")
     p.add_argument("--parallel", type=int, default=1,
                    help="run up to N runs at once (default 1; their clocks then share the machine)")
     p.add_argument("--metric", default=None, help="accuracy for time-to-target (default train_eval/acc@3)")
@@ -215,6 +220,9 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
                 log(_tail(out / "logs" / f"{name}.log"))
         return bool(done)
 
+    shared: Path | None = None
+    want_shared = getattr(args, "shared_start", False)  # evaluated before the first new run starts
+
     for seed, arm in pending:
         name = f"{arm}-s{seed}"
         run_dir = out / name
@@ -232,14 +240,22 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         if left is not None and left < args.min_run_s:
             states[name] = state + " (not run: this call's budget is spent)"
             continue
+        if state == "new" and want_shared:
+            want_shared = False
+            shared = shared_start_eval(args, out, policy, t_start, log)
+            left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
+            if left is not None and left < args.min_run_s:
+                states[name] = state + " (not run: this call's budget is spent)"
+                continue
         # this call's wall budget (a resumed run would otherwise keep the one saved in its config)
         wall = [f"train.max_wall_s={'null' if left is None else f'{max(left - 45.0, 1.0):.0f}'}"]
         if state == "resumable":
             cmd = [sys.executable, "-m", "leap_jax.main", "--resume", str(run_dir), *wall, *args.overrides]
         else:
             model = [] if policy is None else [f"model.path={policy}"]
+            start = [] if shared is None else [f"eval.start_metrics={shared}"]
             cmd = [sys.executable, "-m", "leap_jax.main", "--config", str(Path(args.config_dir) / f"{arm}.yaml"),
-                   f"train.run_dir={run_dir}", f"train.seed={seed}", *model, *wall, *args.overrides]
+                   f"train.run_dir={run_dir}", f"train.seed={seed}", *model, *start, *wall, *args.overrides]
         log(f"[experiment] {name}: {'resume' if state == 'resumable' else 'start'}"
             + (f" ({left:.0f} s left in this call)" if left is not None else "")
             + (f", {len(running) + 1} running" if parallel > 1 else ""))
@@ -252,6 +268,36 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         if not reap():
             time.sleep(0.5)
     return {n: states[n] for n in (f"{a}-s{s}" for s, a in pending)}
+
+
+def shared_start_eval(args: argparse.Namespace, out: Path, policy: Path | None, t_start: float,
+                      log: Any = print) -> Path | None:
+    """Evaluate the shared starting policy once (OUT/start_eval: the first arm's config with
+    train.steps=0, so only its evaluation before the first update runs) and return its
+    start_eval.json for the runs' eval.start_metrics; None when the arms do not evaluate at the start.
+    Every arm starts from the same weights and evaluates greedily with the same settings, so this
+    is the one measurement each run would otherwise repeat (about 150 s each on the H200 with two
+    runs at once)."""
+    from leap_jax.train.trainer import START_EVAL_FILE
+    run_dir = out / "start_eval"
+    path = run_dir / START_EVAL_FILE
+    if path.is_file():
+        return path.resolve()
+    arm, seed = args.arm_list[0], args.seed_list[0]
+    model = [] if policy is None else [f"model.path={policy}"]
+    cmd = [sys.executable, "-m", "leap_jax.main", "--config", str(Path(args.config_dir) / f"{arm}.yaml"),
+           f"train.run_dir={run_dir}", f"train.seed={seed}", *model, *args.overrides, "train.steps=0",
+           "train.time_budget_s=null", "train.max_wall_s=null"]
+    left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
+    log(f"[experiment] start evaluation of the shared policy ({arm} config) -> {run_dir}")
+    t0 = time.perf_counter()
+    rc = _run(cmd, out / "logs" / "start_eval.log", timeout=left, env_extra=compilation_cache_env(out))
+    if rc != 0 or not path.is_file():
+        log(f"[experiment] no shared start evaluation (exit {rc}, eval.at_start off or failed); each run "
+            f"evaluates its own start. {_tail(out / 'logs' / 'start_eval.log', 4)}")
+        return None
+    log(f"[experiment] start evaluation done in {time.perf_counter() - t0:.0f} s")
+    return path.resolve()
 
 
 LAUNCH_FILE = "launch.json"
@@ -302,6 +348,11 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
                      default=3)
     page = experiment_markdown(runs, metric or DEFAULT_METRIC, turns=turns)
     notes = launch_notes(out, [d.name for d in dirs])
+    shared = sorted(d.name for d in dirs if any(r.get("step") == -1 and r.get("eval/start_shared")
+                                                for r in read_metrics(d)))
+    if shared:
+        notes.append(f"Start accuracy (step -1) of {', '.join(shared)}: one shared greedy evaluation of the "
+                     "starting policy (OUT/start_eval), reused by each run through eval.start_metrics.")
     (report / "experiment.md").write_text(page + ("\n" + "\n".join(notes) + "\n" if notes else ""))
     return [*written, report / "experiment.md"]
 

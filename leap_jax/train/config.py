@@ -212,7 +212,12 @@ class EvalCfg:
     # experiment's accuracy measure (the held-out split is small)
     train_tasks: bool = False
     # with `interval`: also evaluate before the first update, logged as a record of step -1
+    # (and written to RUN_DIR/start_eval.json, which other runs of the same policy can reuse)
     at_start: bool = False
+    # with `at_start`: the step -1 record comes from this start_eval.json of another run of the same
+    # policy, tasks and eval settings (checked) instead of a new evaluation: the experiment measures
+    # its shared starting policy once, not once per arm and seed
+    start_metrics: str | None = None
 
 
 @dataclass
@@ -555,6 +560,9 @@ def validate(cfg: Config) -> None:
         _positive(cfg.train.max_wall_s, "train.max_wall_s")
     if cfg.train.time_budget_s is not None:
         _positive(cfg.train.time_budget_s, "train.time_budget_s")
+    if cfg.eval.start_metrics is not None and not cfg.eval.at_start:
+        raise ConfigError(f"eval.start_metrics={cfg.eval.start_metrics!r} needs eval.at_start=true "
+                          "(it replaces the evaluation before the first update)")
     if cfg.eval.interval is not None:
         _positive(cfg.eval.interval, "eval.interval")
     elif cfg.eval.train_tasks or cfg.eval.at_start:

@@ -31,6 +31,7 @@ from leap_jax.train.update import (build_batch, fill_old_logprobs, init_value_he
                                    make_optimizer, make_update, make_value_fn, prepare_ppo)
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+START_EVAL_FILE = "start_eval.json"  # the evaluation before the first update, reusable by eval.start_metrics
 FINISHED_FILE = "finished.json"  # written when a run reaches train.steps or train.time_budget_s
 
 
@@ -380,7 +381,12 @@ class Trainer:
         self.stopped_by_budget = False
         try:
             if start_eval:  # the starting policy, before any update: a record of step -1
-                m = {"time/train_total": 0.0, **self.periodic_eval_metrics()}
+                if cfg.eval.start_metrics:
+                    m = {"time/train_total": 0.0, **self.shared_start_metrics(cfg.eval.start_metrics)}
+                else:
+                    m = {"time/train_total": 0.0, **self.periodic_eval_metrics()}
+                    (self.run_dir / START_EVAL_FILE).write_text(json.dumps(
+                        {**self.start_eval_identity(), "metrics": m}, indent=2))
                 writer.write(-1, m, progress=False)
                 records.append({"step": -1, **m})
             while self.step < target and not self.out_of_time():
@@ -409,6 +415,38 @@ class Trainer:
             for s, h in old.items():
                 signal.signal(s, h)
         return records
+
+    def start_eval_identity(self) -> dict[str, Any]:
+        """What makes two runs' evaluations before the first update the same measurement: the
+        policy, the task split and the evaluation settings (not the training seed or algorithm)."""
+        c = self.cfg
+        policy = str(Path(c.model.path).resolve()) if c.model.source == "hf" and c.model.path else None
+        return {"model_source": c.model.source, "policy": policy, "train_tasks": list(self.train_tasks),
+                "held_out": list(self.held_out),
+                "eval": {"turns": c.eval.turns, "samples": c.eval.samples, "temperature": c.eval.temperature,
+                         "train_tasks": c.eval.train_tasks},
+                "env": {"backend": c.env.backend, "sizes": c.env.sizes,
+                        "correctness_trials": c.env.correctness_trials},
+                "max_new_tokens": c.sampling.max_new_tokens}
+
+    def shared_start_metrics(self, path: str) -> dict[str, Any]:
+        """The step -1 record from another run's start_eval.json (eval.start_metrics), after
+        checking it measured this run's policy, tasks and evaluation settings."""
+        p = Path(path)
+        if p.is_dir():
+            p = p / START_EVAL_FILE
+        try:
+            saved = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"eval.start_metrics={path!r}: cannot read a start evaluation there ({e}); "
+                             f"expected the {START_EVAL_FILE} a run with eval.at_start writes") from None
+        mine = self.start_eval_identity()
+        diff = sorted(k for k in mine if saved.get(k) != mine[k])
+        if diff or "metrics" not in saved:
+            what = ", ".join(f"{k}: {saved.get(k)!r} there, {mine[k]!r} here" for k in diff) or "no metrics"
+            raise ValueError(f"eval.start_metrics={path!r} measured something else ({what}); "
+                             "drop eval.start_metrics to evaluate this run's start itself")
+        return {**saved["metrics"], "eval/start_shared": 1.0}
 
     def _mark_finished(self) -> None:
         reason = "time_budget" if self.out_of_time() else "steps"

@@ -158,6 +158,36 @@ def test_time_budget_finishes_the_run_with_a_final_eval_and_start_eval(tmp_path)
     assert [r["step"] for r in read_metrics(tmp_path / "r")] == [-1, 0]
 
 
+def test_a_run_can_reuse_another_runs_start_evaluation(tmp_path):
+    """eval.start_metrics: the step -1 record is the first run's start_eval.json (same policy, tasks,
+    eval settings), not a second evaluation; a start evaluation of other tasks is refused."""
+    extra = ["train.steps=1", "eval.interval=10", "eval.train_tasks=true", "eval.at_start=true", "eval.turns=2",
+             "tasks.names=[relu, tanh, sigmoid, silu, softplus]", "tasks.held_out_fraction=0.4"]
+    first = _trainer(tmp_path / "a", extra, p_good=1.0)
+    first.train()
+    first.close()
+    saved = json.loads((tmp_path / "a" / "start_eval.json").read_text())
+    assert saved["train_tasks"] == first.train_tasks and saved["metrics"]["train_eval/acc@1"] == 1.0
+    shared = str(tmp_path / "a" / "start_eval.json")
+    second = _trainer(tmp_path / "b", extra + ["train.seed=5", f"eval.start_metrics={shared}"], p_good=0.0)
+    calls = []
+    second.periodic_eval_metrics = lambda: calls.append(1) or {}  # only the last step may evaluate
+    second.train()
+    second.close()
+    start = read_metrics(tmp_path / "b")[0]
+    assert start["step"] == -1 and start["eval/start_shared"] == 1.0 and calls == [1]
+    for k in ("train_eval/acc@1", "train_eval/acc@2", "heldout/acc@1", "time/periodic_eval"):
+        assert start[k] == saved["metrics"][k]
+    assert not (tmp_path / "b" / "start_eval.json").exists()
+    other = _trainer(tmp_path / "c", extra[:-2] + ["tasks.names=[relu, tanh, sigmoid, silu]",
+                                                   "tasks.held_out_fraction=0.4", f"eval.start_metrics={shared}"])
+    with pytest.raises(ValueError, match=r"measured something else \(held_out: "):
+        other.train()
+    other.close()
+    with pytest.raises(ConfigError, match="eval.start_metrics.*needs eval.at_start=true"):
+        load_config(None, [f"eval.start_metrics={shared}"])
+
+
 def test_training_clock_excludes_compilation_and_sums_over_steps(tmp_path):
     t = _trainer(tmp_path / "r", ["train.steps=2"])
     rows = t.train()

@@ -56,6 +56,11 @@ def test_driver_runs_resumes_and_reports(tmp_path, capsys):
     assert state["leap-s3"] == "resumable" and state["multiturn-s3"].startswith("new (not run")
     assert [r["step"] for r in read_metrics(out / "leap-s3")] == [-1, 0]
     assert "run the same command again" in capsys.readouterr().out
+    # the shared policy was evaluated once, in start_eval, and the run reused that record
+    shared = json.loads((out / "start_eval" / "start_eval.json").read_text())["metrics"]
+    start = read_metrics(out / "leap-s3")[0]
+    assert start["eval/start_shared"] == 1.0 and start["train_eval/acc@2"] == shared["train_eval/acc@2"]
+    assert not (out / "leap-s3" / "start_eval.json").exists()
     # call 2: resumes leap, runs multiturn; both finish; the report covers both
     assert experiment.main(base) == 0
     state = json.loads((out / "state.json").read_text())
@@ -69,6 +74,7 @@ def test_driver_runs_resumes_and_reports(tmp_path, capsys):
     assert "seed: 3" in cfg and "name: leap" in cfg
     page = (out / "report" / "experiment.md").read_text()
     assert "| leap | 3 |" in page and "| multiturn | 3 |" in page and "Target per seed" in page
+    assert "leap-s3, multiturn-s3: one shared greedy evaluation of the starting policy" in page
     for name in ("accuracy_vs_time.png", "eval_accuracy_vs_time.png", "summary.md"):
         assert (out / "report" / name).is_file()
     # call 3: nothing left to run
@@ -152,7 +158,7 @@ def test_parallel_runs_overlap_up_to_the_limit_and_the_report_says_so(tmp_path, 
 
     monkeypatch.setattr(experiment, "_start", fake_start)
     args = experiment._parse_args(["--out", str(out), "--arms", "leap,multiturn,grpo", "--seeds", "0",
-                                   "--policy", "none", "--parallel", "2", "env.compile_workers=2"])
+                                   "--policy", "none", "--parallel", "2", "--no-shared-start", "env.compile_workers=2"])
     states = experiment.run_arms(args, out, None, experiment.time.perf_counter(), log=lambda *_: None)
     assert states == {"leap-s0": "finished", "multiturn-s0": "finished", "grpo-s0": "finished"}
     spans = [json.loads((out / n / "finished.json").read_text()) for n in states]
