@@ -203,8 +203,11 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
     pending = [(seed, arm) for seed in args.seed_list for arm in args.arm_list]
     running: list[tuple[str, subprocess.Popen, float, float | None]] = []  # name, proc, t0, deadline
     launched = 0
-    parallel = getattr(args, "parallel", 1)
+    parallel = args.parallel
     env_extra = compilation_cache_env(out)
+
+    def left_in_call() -> float | None:
+        return None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
 
     def reap() -> bool:
         """Collect every run that ended (or passed its deadline: killed); True if any did."""
@@ -221,7 +224,7 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         return bool(done)
 
     shared: Path | None = None
-    want_shared = getattr(args, "shared_start", False)  # evaluated before the first new run starts
+    want_shared = args.shared_start  # evaluated before the first new run starts
 
     for seed, arm in pending:
         name = f"{arm}-s{seed}"
@@ -236,17 +239,14 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         while len(running) >= parallel:
             if not reap():
                 time.sleep(0.5)
-        left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
+        left = left_in_call()
+        if state == "new" and want_shared and (left is None or left >= args.min_run_s):
+            want_shared = False
+            shared = shared_start_eval(args, out, policy, t_start, log)
+            left = left_in_call()
         if left is not None and left < args.min_run_s:
             states[name] = state + " (not run: this call's budget is spent)"
             continue
-        if state == "new" and want_shared:
-            want_shared = False
-            shared = shared_start_eval(args, out, policy, t_start, log)
-            left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
-            if left is not None and left < args.min_run_s:
-                states[name] = state + " (not run: this call's budget is spent)"
-                continue
         # this call's wall budget (a resumed run would otherwise keep the one saved in its config)
         wall = [f"train.max_wall_s={'null' if left is None else f'{max(left - 45.0, 1.0):.0f}'}"]
         if state == "resumable":
