@@ -323,6 +323,20 @@ class MultiTurnRollout:
         return s
 
 
+def select_groups(out: RolloutOutput, groups: Sequence[int]) -> RolloutOutput:
+    """The groups `groups` (indices into out.tasks) of a rollout as a rollout of their own, for
+    per-split metrics of one rollout over several task splits; stats stay those of the whole rollout."""
+    idx = np.asarray(groups, dtype=np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= len(out.tasks)):
+        raise IndexError(f"groups {list(groups)} out of range for a rollout of {len(out.tasks)} groups")
+    G = out.group_size
+    return RolloutOutput(
+        tasks=[out.tasks[i] for i in idx], rows=[out.rows[i * G + g] for i in idx for g in range(G)],
+        group_size=G, max_turns=out.max_turns, decisions=out.decisions[idx], correct=out.correct[idx],
+        attempted=out.attempted[idx], status_rank=out.status_rank[idx], speedup=out.speedup[idx],
+        row_mask=out.row_mask[idx], stats=dict(out.stats))
+
+
 def outcome_metrics(out: RolloutOutput, fast_thresholds: Sequence[float] = (1.0, 1.2)) -> dict[str, float | None]:
     """Acc@t for every t, fast_p, mean speedup of correct kernels, turns per pass (DESIGN 4.8).
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from kernels_env.config import EnvConfig, StageLimits
 from leap_jax.models.config import ModelConfig
-from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics
+from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups
 from leap_jax.rollout.policy import MixedPolicy, SamplerPolicy, ScriptedPolicy
 from leap_jax.train import algorithms
 from leap_jax.train.checkpoint import Checkpointer
@@ -464,17 +464,25 @@ class Trainer:
 
     def periodic_eval_metrics(self) -> dict[str, Any]:
         """The in-training evaluation (eval.interval): held-out tasks as heldout/..., and the training
-        tasks as train_eval/... when eval.train_tasks; its time is time/periodic_eval, not time/step."""
+        tasks as train_eval/... when eval.train_tasks; its time is time/periodic_eval, not time/step.
+
+        Both splits go through one rollout (one batch per turn), so the held-out tasks add rows to the
+        training tasks' decode instead of a second sequence of decodes of their own."""
         cfg = self.cfg
         t0 = time.perf_counter()
         res: dict[str, Any] = {}
-        splits = [("heldout", self.held_out)] + ([("train_eval", self.train_tasks)] if cfg.eval.train_tasks else [])
-        for prefix, tasks in splits:
-            if not tasks:
-                continue
-            m, _ = self._eval_on(tasks)
-            res.update({f"{prefix}/acc@{t}": m.get(f"acc@{t}") for t in range(1, cfg.eval.turns + 1)})
-            res[f"{prefix}/turns_per_pass"] = m.get("turns_per_pass")
+        splits = [("heldout", list(self.held_out))] + (
+            [("train_eval", list(self.train_tasks))] if cfg.eval.train_tasks else [])
+        splits = [(prefix, tasks) for prefix, tasks in splits if tasks]
+        if splits:
+            union = [t for _, tasks in splits for t in tasks]
+            _, out = self._eval_on(union)
+            start = 0
+            for prefix, tasks in splits:
+                m = outcome_metrics(select_groups(out, range(start, start + len(tasks))))
+                start += len(tasks)
+                res.update({f"{prefix}/acc@{t}": m.get(f"acc@{t}") for t in range(1, cfg.eval.turns + 1)})
+                res[f"{prefix}/turns_per_pass"] = m.get("turns_per_pass")
         res["time/periodic_eval"] = time.perf_counter() - t0
         return res
 

@@ -12,7 +12,8 @@ import pytest
 from kernels_env.config import EnvConfig
 from kernels_env.status import Status
 from kernels_env.tasks import get_task
-from leap_jax.rollout.multiturn import DEBUG, EASY, HOPELESS, ChatStreams, MultiTurnRollout, outcome_metrics
+from leap_jax.rollout.multiturn import (DEBUG, EASY, HOPELESS, ChatStreams, MultiTurnRollout, outcome_metrics,
+                                        select_groups)
 from leap_jax.rollout.policy import GenRequest, MixedPolicy, ScriptedPolicy, bad_compile, bad_format
 from leap_jax.rollout.prompts import initial_messages, task_prompt
 from leap_jax.train.config import load_config
@@ -170,6 +171,23 @@ def test_all_mode_debugs_every_failed_row(tokenizer):
     assert (out.decisions == DEBUG).all()
     assert out.stats["rollout/gen_rows_turn2"] == 9  # every turn-1 failure continues
     assert out.stats["dcp/skipped_turn2_frac"] == 0.0
+
+
+def test_select_groups_gives_each_split_its_own_metrics(tokenizer):
+    """One rollout over two splits scores each split as a rollout of just its tasks would."""
+    policy = PlanPolicy(tokenizer, GOOD, 4, end_ids=[ChatStreams(tokenizer).im_end])
+    out = make_rollout(tokenizer, OracleEvaluator(), mode="all").run(TASKS, policy, seed=0)
+    solved = np.asarray([[r.solved_turn or 0 for r in out.rows[g * 4:(g + 1) * 4]] for g in range(len(TASKS))])
+    for groups in ([0, 1], [2, 3], [3], [2, 0]):
+        sub = select_groups(out, groups)
+        assert sub.tasks == [TASKS[g] for g in groups]
+        assert [r.task for r in sub.rows] == [TASKS[g] for g in groups for _ in range(4)]
+        m = outcome_metrics(sub)
+        s = solved[groups]
+        for t in (1, 2, 3):  # NumPy reference from the rows' own solved turns
+            assert m[f"acc@{t}"] == pytest.approx(((s > 0) & (s <= t)).mean())
+    with pytest.raises(IndexError, match="out of range"):
+        select_groups(out, [4])
 
 
 def test_env_errors_are_excluded_and_counted(tokenizer):
