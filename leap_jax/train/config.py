@@ -174,8 +174,9 @@ class TrainCfg:
     steps: int = 100
     seed: int = 0
     run_dir: str = "runs/default"
-    # wall-clock budget of one train() call (s): past it, finish the step, checkpoint and stop, so a
-    # time-limited device call can be continued later with --resume (None: no budget)
+    # wall-clock budget of one train() call (s): checkpoint and stop after the step once the next one
+    # (estimated as the longest of the last eval.interval steps, evaluation included) would pass it,
+    # so a time-limited device call can be continued later with --resume (None: no budget)
     max_wall_s: float | None = None
     # training-time budget of the whole run (s, summed over resumes): the run is complete once its
     # net step time (time/step minus JAX compilation, time/train_total) reaches it, like reaching

@@ -114,6 +114,16 @@ def _seed_from_key(key: jax.Array) -> int:
 
 
 # ---- the trainer ------------------------------------------------------------------------------
+def next_step_estimate(walls: Sequence[float], eval_interval: int | None) -> float:
+    """The wall time to expect from the next step: the longest of the last eval.interval steps (so
+    a periodic evaluation is counted when one is due), or of the last step without evaluations.
+    train.max_wall_s stops before a step this long would pass it: a device call's budget is a hard
+    kill, and a step plus an evaluation can take minutes."""
+    if not walls:
+        return 0.0
+    return max(walls[-max(eval_interval or 1, 1):])
+
+
 class Trainer:
     """Owns every component of a run; `train()` / `evaluate()` are the two entry points.
 
@@ -389,7 +399,9 @@ class Trainer:
                         {**self.start_eval_identity(), "metrics": m}, indent=2))
                 writer.write(-1, m, progress=False)
                 records.append({"step": -1, **m})
+            walls: list[float] = []  # this call's step times, periodic evaluation included
             while self.step < target and not self.out_of_time():
+                t_it = time.perf_counter()
                 m = self.train_step()
                 step_done = self.step - 1
                 done = self.finished
@@ -397,9 +409,10 @@ class Trainer:
                     m.update(self.periodic_eval_metrics())
                 writer.write(step_done, m)
                 records.append({"step": step_done, **m})
+                walls.append(time.perf_counter() - t_it)
                 budget = cfg.train.max_wall_s
                 self.stopped_by_budget = (budget is not None and self.step < target and not done
-                                          and time.perf_counter() - t_start >= budget)
+                                          and time.perf_counter() - t_start + next_step_estimate(walls, iv) >= budget)
                 if cfg.checkpoint.enabled and (self.step % cfg.checkpoint.interval == 0 or self.step == target
                                                or done or self._stop_signal is not None or self.stopped_by_budget):
                     self.save()

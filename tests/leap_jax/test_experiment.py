@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -62,6 +63,48 @@ def test_wall_budget_stops_with_checkpoint_and_resume_is_exact(tmp_path):
     ma, mb = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
     assert [r["step"] for r in mb] == [0, 1, 2]
     assert [_stable(r) for r in ma] == [_stable(r) for r in mb]
+
+
+class _FakeClock:
+    """The trainer module's `time` with a perf_counter the test advances (no real timing)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+@pytest.mark.parametrize("budget,eval_s,want_steps", [(35.0, None, 3), (75.0, 20.0, 3), (95.0, 20.0, 4)])
+def test_wall_budget_stops_before_a_step_that_would_pass_it(tmp_path, monkeypatch, budget, eval_s, want_steps):
+    """Steps take 10 s, every second one 20 s more of evaluation: the run stops once elapsed + the
+    longest of the last eval.interval steps would pass train.max_wall_s, not after passing it."""
+    import leap_jax.train.trainer as trainer_mod
+    clock = _FakeClock()
+    monkeypatch.setattr(trainer_mod, "time", clock)
+    extra = ["train.steps=10", "checkpoint.interval=100", f"train.max_wall_s={budget}"]
+    t = _trainer(tmp_path / "r", extra + ([] if eval_s is None else ["eval.interval=2"]))
+    step, evaluate = t.train_step, t.periodic_eval_metrics
+
+    def slow_step():
+        m = step()
+        clock.now += 10.0
+        return m
+
+    def slow_eval():
+        m = evaluate()
+        clock.now += eval_s
+        return m
+
+    t.train_step, t.periodic_eval_metrics = slow_step, slow_eval
+    t.train()
+    # e.g. budget 75: after step 3, 50 s passed and the next step may be a 30 s one (step + eval)
+    assert t.stopped_by_budget and t.step == want_steps and t.checkpointer.latest_step() == want_steps
+    assert clock.now <= budget
+    t.close()
 
 
 def test_no_budget_stop_on_the_last_step(tmp_path):
