@@ -259,7 +259,7 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         log(f"[experiment] {name}: {'resume' if state == 'resumable' else 'start'}"
             + (f" ({left:.0f} s left in this call)" if left is not None else "")
             + (f", {len(running) + 1} running" if parallel > 1 else ""))
-        record_launch(out, name, parallel, args.overrides)
+        record_launch(out, name, parallel, args.overrides, fresh=state == "new")
         t0 = time.perf_counter()
         proc = _start(cmd, out / "logs" / f"{name}.log", env_extra=env_extra)
         running.append((name, proc, t0, None if left is None else t0 + left + 60.0))
@@ -303,13 +303,17 @@ def shared_start_eval(args: argparse.Namespace, out: Path, policy: Path | None, 
 LAUNCH_FILE = "launch.json"
 
 
-def record_launch(out: Path, name: str, parallel: int, overrides: Sequence[str]) -> None:
-    """OUT/launch.json: per run, each call's concurrency and overrides (the report states them)."""
+def record_launch(out: Path, name: str, parallel: int, overrides: Sequence[str], fresh: bool = False) -> None:
+    """OUT/launch.json: per run, each call's concurrency and overrides (the report states them).
+    `fresh`: the run starts from scratch, so earlier launches (attempts that left no checkpoint,
+    e.g. out of memory) contributed nothing to its results and are dropped."""
     path = out / LAUNCH_FILE
     try:
         data = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, json.JSONDecodeError):
         data = {}
+    if fresh:
+        data.pop(name, None)
     data.setdefault(name, []).append({"parallel": parallel, "overrides": list(overrides)})
     path.write_text(json.dumps(data, indent=2))
 

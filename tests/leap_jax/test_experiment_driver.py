@@ -172,6 +172,22 @@ def test_parallel_runs_overlap_up_to_the_limit_and_the_report_says_so(tmp_path, 
     assert experiment.launch_notes(out, ["trloo-s0"]) == []
 
 
+def test_a_fresh_restart_drops_the_failed_attempts_launches(tmp_path):
+    """A run that failed without a checkpoint starts over: only the launch that produced its results
+    is kept, while a resumed run keeps every launch it ran under."""
+    out = tmp_path / "exp"
+    out.mkdir()
+    experiment.record_launch(out, "leap-s0", 8, ["a=1"], fresh=True)  # out of memory, no checkpoint
+    experiment.record_launch(out, "grpo-s0", 8, ["a=1"], fresh=True)
+    experiment.record_launch(out, "leap-s0", 5, ["a=2"], fresh=True)  # started again from scratch
+    experiment.record_launch(out, "grpo-s0", 5, ["a=2"], fresh=False)  # resumed from its checkpoint
+    launch = json.loads((out / experiment.LAUNCH_FILE).read_text())
+    assert launch["leap-s0"] == [{"parallel": 5, "overrides": ["a=2"]}]
+    assert [c["parallel"] for c in launch["grpo-s0"]] == [8, 5]
+    note = experiment.launch_notes(out, ["leap-s0", "grpo-s0"])[0]
+    assert "up to 5 at once: leap-s0" in note and "up to 8 at once: grpo-s0" in note
+
+
 def test_parallel_must_be_positive(capsys):
     assert experiment.main(["--parallel", "0", "--report-only"]) == 2
     assert "--parallel=0: expected >= 1" in capsys.readouterr().err
