@@ -242,7 +242,7 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         left = left_in_call()
         if state == "new" and want_shared and (left is None or left >= args.min_run_s):
             want_shared = False
-            shared = shared_start_eval(args, out, policy, t_start, log)
+            shared = shared_start_eval(args, out, policy, left, env_extra, log)
             left = left_in_call()
         if left is not None and left < args.min_run_s:
             states[name] = state + " (not run: this call's budget is spent)"
@@ -270,14 +270,14 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
     return {n: states[n] for n in (f"{a}-s{s}" for s, a in pending)}
 
 
-def shared_start_eval(args: argparse.Namespace, out: Path, policy: Path | None, t_start: float,
-                      log: Any = print) -> Path | None:
+def shared_start_eval(args: argparse.Namespace, out: Path, policy: Path | None, timeout: float | None,
+                      env_extra: dict[str, str], log: Any = print) -> Path | None:
     """Evaluate the shared starting policy once (OUT/start_eval: the first arm's config with
     train.steps=0, so only its evaluation before the first update runs) and return its
     start_eval.json for the runs' eval.start_metrics; None when the arms do not evaluate at the start.
     Every arm starts from the same weights and evaluates greedily with the same settings, so this
     is the one measurement each run would otherwise repeat (about 150 s each on the H200 with two
-    runs at once)."""
+    runs at once). `timeout`: what is left of this call (None: no limit)."""
     from leap_jax.train.trainer import START_EVAL_FILE
     run_dir = out / "start_eval"
     path = run_dir / START_EVAL_FILE
@@ -288,10 +288,9 @@ def shared_start_eval(args: argparse.Namespace, out: Path, policy: Path | None, 
     cmd = [sys.executable, "-m", "leap_jax.main", "--config", str(Path(args.config_dir) / f"{arm}.yaml"),
            f"train.run_dir={run_dir}", f"train.seed={seed}", *model, *args.overrides, "train.steps=0",
            "train.time_budget_s=null", "train.max_wall_s=null"]
-    left = None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
     log(f"[experiment] start evaluation of the shared policy ({arm} config) -> {run_dir}")
     t0 = time.perf_counter()
-    rc = _run(cmd, out / "logs" / "start_eval.log", timeout=left, env_extra=compilation_cache_env(out))
+    rc = _run(cmd, out / "logs" / "start_eval.log", timeout=timeout, env_extra=env_extra)
     if rc != 0 or not path.is_file():
         log(f"[experiment] no shared start evaluation (exit {rc}, eval.at_start off or failed); each run "
             f"evaluates its own start. {_tail(out / 'logs' / 'start_eval.log', 4)}")
@@ -352,8 +351,8 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
                      default=3)
     page = experiment_markdown(runs, metric or DEFAULT_METRIC, turns=turns)
     notes = launch_notes(out, [d.name for d in dirs])
-    shared = sorted(d.name for d in dirs if any(r.get("step") == -1 and r.get("eval/start_shared")
-                                                for r in read_metrics(d)))
+    shared = sorted(f"{arm}-s{seed}" for arm, by_seed in runs.items() for seed, rows in by_seed.items()
+                    if any(r.get("step") == -1 and r.get("eval/start_shared") for r in rows))
     if shared:
         notes.append(f"Start accuracy (step -1) of {', '.join(shared)}: one shared greedy evaluation of the "
                      "starting policy (OUT/start_eval), reused by each run through eval.start_metrics.")

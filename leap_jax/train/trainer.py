@@ -121,7 +121,7 @@ def next_step_estimate(walls: Sequence[float], eval_interval: int | None) -> flo
     kill, and a step plus an evaluation can take minutes."""
     if not walls:
         return 0.0
-    return max(walls[-max(eval_interval or 1, 1):])
+    return max(walls[-(eval_interval or 1):])
 
 
 class Trainer:
