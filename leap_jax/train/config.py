@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ SCHEDULES = ("constant", "cosine", "linear")
 
 class ConfigError(ValueError):
     """A bad config value, key or combination; the message names it and what was expected."""
+
+
+class LowPrecisionParamsWarning(UserWarning):
+    """Training would update low-precision (bf16/fp16) master weights: small optimizer steps vanish."""
 
 
 @dataclass
@@ -483,6 +488,12 @@ def validate(cfg: Config) -> None:
         raise ConfigError("mode=sft with model.source=sft: an SFT run starts from model.source=random or hf")
     _choice(cfg.model.dtype, ("float32", "bfloat16", "float16"), "model.dtype")
     _choice(cfg.model.param_dtype, ("float32", "bfloat16", "float16"), "model.param_dtype")
+    if cfg.model.param_dtype != "float32" and not cfg.eval.only:
+        warnings.warn(LowPrecisionParamsWarning(
+            f"model.param_dtype={cfg.model.param_dtype}: the optimizer will update {cfg.model.param_dtype} "
+            "master weights, and a step below a weight's rounding spacing (about |w| / 256 in bfloat16) "
+            "is lost; with lr 5e-5 every weight above ~0.02 in magnitude stops moving. Use "
+            "model.param_dtype=float32 (compute stays in model.dtype)"), stacklevel=2)
     _choice(cfg.tokenizer.kind, ("bpe", "file", "hf"), "tokenizer.kind")
     if cfg.tokenizer.kind == "file" and not cfg.tokenizer.path:
         raise ConfigError("tokenizer.kind=file needs tokenizer.path (a tokenizer.json)")

@@ -60,7 +60,9 @@ def build_model(cfg: Config, tokenizer: Any, rng: jax.Array) -> tuple[ModelConfi
     m = cfg.model
     if m.source == "hf":
         from leap_jax.models.hf import load_hf_checkpoint
-        mcfg, params = load_hf_checkpoint(m.path, compute_dtype=m.dtype)
+        # Master weights in model.param_dtype (float32 by default) whatever the file's dtype: a bf16
+        # export trained as bf16 loses every AdamW step smaller than the weight's bf16 spacing.
+        mcfg, params = load_hf_checkpoint(m.path, dtype=m.param_dtype, compute_dtype=m.dtype)
         mcfg = mcfg.replace(remat=m.remat)
         if tokenizer.vocab_size > mcfg.vocab_size:
             raise ConfigError(f"tokenizer has {tokenizer.vocab_size} ids but the model's vocab_size is "
