@@ -84,3 +84,30 @@ def test_ratio_is_explained_where_it_cannot_be_computed():
     assert h["ratio_n"] == 0
     page = er.experiment_markdown(runs)
     assert "Where the ratio is n/a: s0: `multiturn` never beat" in page and "s1: `leap` never reached" in page
+
+
+def test_steps_and_tokens_to_target_do_not_depend_on_the_clock():
+    rows = _rows([0.1, 0.2, None, 0.4, 0.3, 0.5], step_s=7.0)
+    for i, r in enumerate(er.step_records(rows)):
+        r["tokens/generated"] = 100.0 * (i + 1)
+    assert er.steps_to_target(rows, "train_eval/acc@3", 0.4) == 3
+    assert er.tokens_to_target(rows, "train_eval/acc@3", 0.4) == 100.0 + 200.0 + 300.0
+    assert er.steps_to_target(rows, "train_eval/acc@3", 0.1) == 0  # the start already has it
+    assert er.tokens_to_target(rows, "train_eval/acc@3", 0.1) == 0.0
+    assert er.steps_to_target(rows, "train_eval/acc@3", 0.9) is None
+    assert er.tokens_to_target(rows, "train_eval/acc@3", None) is None
+    h = er.headline({"multiturn": {0: rows}, "leap": {0: _rows([0.1, 0.5])}})
+    assert h["per_seed"][0]["steps"] == {"multiturn": 5, "leap": 1}
+
+
+def test_learning_table_reports_start_best_last_and_change_over_seeds():
+    runs = {"grpo": {0: _rows([0.2, 0.3, 0.25]), 1: _rows([0.1, 0.4])}}
+    for rows in runs["grpo"].values():
+        for r in rows:
+            if "train_eval/acc@3" in r:
+                r["heldout/acc@1"] = r["train_eval/acc@3"]
+    page = er.learning_markdown(runs, ("heldout/acc@1",))
+    assert "| grpo | 0 | 2 | 0.2 | 0.3 | 0.25 | 0.05 |" in page
+    assert "| grpo | 1 | 1 | 0.1 | 0.4 | 0.4 | 0.3 |" in page
+    assert "| grpo | mean ± std |  |  |  |  | 0.175 ± 0.18 |" in page
+    assert "## Learning: change from the starting policy" in er.experiment_markdown(runs)
