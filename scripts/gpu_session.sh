@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,15 +47,22 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         stage sampler-xla-while 150 python3 benchmarks/sampler_throughput.py --no-torch --batches 64 --variants unrolled-threefry-einsum,unrolled-threefry-einsum-k4 ;;
     train) stage train-leap 150 python3 -m leap_jax.main --config configs/leap.yaml train.steps=2 rollout.scripted_mix.enabled=true
            stage train-mt 150 python3 -m leap_jax.main --config configs/multiturn.yaml train.steps=2 rollout.scripted_mix.enabled=true ;;
-    experiment)  # issue 7: SFT policy (or the carried runs/experiment/policy) + arms, within EXP_S seconds;
-      # brings back the policy as <=15 MiB tar parts and every run's metrics/report as one tarball
+    experiment|gen)  # SFT policy (or the carried EXP_OUT/policy) + arms, within EXP_S seconds; `gen` runs the
+      # generated-task family (configs/generated, OUT runs/gen). Brings back the policy as <=15 MiB tar parts
+      # and every run's metrics/report as one tarball
       EXP_S=${EXP_S:-540}
-      had_policy=$([ -f runs/experiment/policy/config.json ] && echo 1 || echo 0)
-      stage experiment "$EXP_S" python3 -m leap_jax.experiment --out runs/experiment --budget-s $((EXP_S - 20)) ${EXP_ARGS:-}
-      if [ -d runs/experiment/policy ] && [ "$had_policy" = 0 ]; then  # a carried policy is not sent back
-        tar cf - -C runs/experiment policy | split -b 15M - "$OUT/policy.tar.part-"
+      if [ "$s" = gen ]; then
+        EXP_OUT=${EXP_OUT:-runs/gen}
+        base_args="--config-dir configs/generated --sft-config configs/generated/bootstrap_sft.yaml --metric heldout/acc@1"
+      else
+        EXP_OUT=${EXP_OUT:-runs/experiment}; base_args=""
       fi
-      (cd runs/experiment && tar czf "$OUT/experiment_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' \
+      had_policy=$([ -f "$EXP_OUT/policy/config.json" ] && echo 1 || echo 0)
+      stage "$s" "$EXP_S" python3 -m leap_jax.experiment --out "$EXP_OUT" --budget-s $((EXP_S - 20)) $base_args ${EXP_ARGS:-}
+      if [ -d "$EXP_OUT/policy" ] && [ "$had_policy" = 0 ]; then  # a carried policy is not sent back
+        tar cf - -C "$EXP_OUT" policy | split -b 15M - "$OUT/policy.tar.part-"
+      fi
+      (cd "$EXP_OUT" && tar czf "$OUT/${s}_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' \
          --exclude=policy --exclude=jax_cache --exclude='sft/model' --exclude='sft/corpus' --exclude='*/tokenizer.json' .) ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac

@@ -3,7 +3,7 @@
 Importing this package registers every suite module once (level 1 families and level 2 fusions).
 """
 from kernels_env.tasks.spec import Buffer, Scalar, Task
-from kernels_env.tasks.registry import get_task, list_tasks, register, split_tasks, task_names
+from kernels_env.tasks.registry import get_task, list_tasks, register, split_tasks, subsample, task_names
 
 from kernels_env.tasks import (  # noqa: F401  (imported for their registrations)
     level1_elementwise,
@@ -15,4 +15,4 @@ from kernels_env.tasks import (  # noqa: F401  (imported for their registrations
     level2,
 )
 
-__all__ = ["Buffer", "Scalar", "Task", "get_task", "list_tasks", "register", "split_tasks", "task_names"]
+__all__ = ["Buffer", "Scalar", "Task", "get_task", "list_tasks", "register", "split_tasks", "subsample", "task_names"]

@@ -82,3 +82,16 @@ def split_tasks(names: Iterable[str] | None = None, held_out_fraction: float = 0
             held.discard(max(pool, key=h.__getitem__))
     train = [n for n in pool if n not in held]
     return train, sorted(held)
+
+
+def subsample(names: Iterable[str], max_count: int | None, seed: int = 0) -> list[str]:
+    """At most `max_count` of `names` (all of them when None or larger), the same ones for the same
+    (names, max_count, seed): the first of a seeded permutation, returned in the input order.
+    Evaluations of thousands of generated tasks measure on such a fixed sample."""
+    pool = list(names)
+    if max_count is None or max_count >= len(pool):
+        return pool
+    if max_count < 0:
+        raise ValueError(f"max_count={max_count!r}; expected >= 0 or None")
+    keep = set(sorted(pool, key=lambda n: _unit_hash(seed, n))[:max_count])
+    return [n for n in pool if n in keep]

@@ -40,6 +40,9 @@ class CorpusCfg:
     tasks: list[str] = field(default_factory=list)  # empty: every task of the suite
     seed: int = 0
     variants_per_task: int = 24  # mutation attempts per task (duplicates are dropped)
+    # mutants (and so multi-turn examples) for at most this many tasks, a seeded sample; the others
+    # give their scored canonical solution only. 0: every task. Thousands of generated tasks need it.
+    mutant_tasks: int = 0
     max_chain: int = 2  # mutations applied in a row at most
     multiturn_per_task: int = 6  # multi-turn examples per task at most
     prompt_sizes: str = "eval"  # the size set the prompts show (the RL run's env.sizes)
@@ -53,6 +56,8 @@ class CorpusCfg:
 
 def _check(cfg: CorpusCfg) -> None:
     from kernels_env.tasks import get_task
+    if cfg.mutant_tasks < 0:
+        raise ValueError(f"corpus: mutant_tasks={cfg.mutant_tasks}; expected >= 0 (0 = every task)")
     if cfg.variants_per_task < 0 or cfg.multiturn_per_task < 0 or cfg.max_chain < 1:
         raise ValueError(f"corpus: variants_per_task={cfg.variants_per_task}, multiturn_per_task="
                          f"{cfg.multiturn_per_task} must be >= 0 and max_chain={cfg.max_chain} >= 1")
@@ -202,8 +207,13 @@ def build_corpus(cfg: CorpusCfg, out_dir: str | Path | None = None, pool: Any = 
     Returns (scored variant records, examples)."""
     _check(cfg)
     variants: list[dict[str, Any]] = []
-    for t in task_names(cfg):
-        variants += generate_variants(t, cfg.variants_per_task, cfg.seed, cfg.max_chain)
+    names = task_names(cfg)
+    mutated = set(names)
+    if 0 < cfg.mutant_tasks < len(names):
+        mutated = set(random.Random(f"{cfg.seed}:mutant_tasks").sample(names, cfg.mutant_tasks))
+    for t in names:
+        n = cfg.variants_per_task if t in mutated else 0
+        variants += generate_variants(t, n, cfg.seed, cfg.max_chain)
     records = score_variants(variants, cfg, pool)
     examples = build_examples(records, cfg)
     if out_dir is not None:

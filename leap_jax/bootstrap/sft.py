@@ -353,8 +353,18 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
         curve: list[dict[str, Any]] = []
         chosen: dict[str, Any] | None = None  # the latest snapshot whose greedy train pass rate is in band
 
+        from kernels_env.tasks import subsample
+        from leap_jax.train.trainer import validation_tasks
+        eval_split = {"train": subsample(train_tasks, cfg.eval.max_tasks, cfg.tasks.split_seed),
+                      "held_out": subsample(held_out, cfg.eval.max_tasks, cfg.tasks.split_seed),
+                      "validation": subsample(validation_tasks(cfg), cfg.eval.max_tasks, cfg.tasks.split_seed)}
+        band_tasks = eval_split[f.band_split]
+        if not band_tasks:
+            raise ConfigError(f"sft.band_split={f.band_split!r} has no tasks to evaluate")
+
         def greedy_train_rate(p: Any) -> float | None:
-            return evaluate_first_turn(cfg, model_config, p, tokenizer, train_tasks, evaluator, ecfg, 0.0, 1,
+            """The greedy first-turn pass rate on sft.band_split (the training tasks by default)."""
+            return evaluate_first_turn(cfg, model_config, p, tokenizer, band_tasks, evaluator, ecfg, 0.0, 1,
                                        eval_seed, sampler)["pass_rate"]
 
         def in_band(rate: float | None) -> bool:
@@ -394,13 +404,13 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
                        "time/train": train_seconds()}
                 if do_eval:
                     rate = greedy_train_rate(params)
-                    rec["eval/train_pass_rate_greedy"] = rate
-                    curve.append({"step": steps_done, "loss": rec["loss"], "train_pass_rate_greedy": rate})
+                    rec[f"eval/{f.band_split}_pass_rate_greedy"] = rate
+                    curve.append({"step": steps_done, "loss": rec["loss"], f"{f.band_split}_pass_rate_greedy": rate})
                     if in_band(rate):
                         chosen = {"steps": steps_done, "params": jax.device_get(params), "rate": rate}
                     t_eval_in_train += time.perf_counter() - now
                     log(f"[sft] step {steps_done}: loss {rec['loss']:.4f}, greedy first-turn pass rate on "
-                        f"train tasks {rate:.3f} (eval {time.perf_counter() - now:.1f}s)")
+                        f"{f.band_split} tasks {rate:.3f} (eval {time.perf_counter() - now:.1f}s)")
                     now = time.perf_counter()
                 t_win = now
                 writer.write(step, rec)
@@ -420,12 +430,12 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
         selected_step = steps_done
         if f.eval_interval or f.target_band:
             rate = greedy_train_rate(params)
-            curve.append({"step": steps_done, "loss": history[-1]["loss"], "train_pass_rate_greedy": rate})
-            log(f"[sft] step {steps_done} (final): greedy first-turn pass rate on train tasks {rate:.3f}")
+            curve.append({"step": steps_done, "loss": history[-1]["loss"], f"{f.band_split}_pass_rate_greedy": rate})
+            log(f"[sft] step {steps_done} (final): greedy first-turn pass rate on {f.band_split} tasks {rate:.3f}")
             if f.target_band and not in_band(rate) and chosen is not None:
                 params, selected_step = jax.device_put(chosen["params"]), chosen["steps"]
                 log(f"[sft] sft.target_band={f.target_band}: keeping the step-{selected_step} policy "
-                    f"(greedy train pass rate {chosen['rate']:.3f}) instead of the final one")
+                    f"(greedy {f.band_split} pass rate {chosen['rate']:.3f}) instead of the final one")
             elif f.target_band and not in_band(rate):
                 log(f"[sft] sft.target_band={f.target_band}: no evaluated policy was in the band; keeping the final one")
         chosen = None
@@ -434,7 +444,9 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
 
         # 7. first-turn pass rates
         evals = []
-        splits = [("train", train_tasks)] + ([("held_out", held_out)] if f.eval_held_out and held_out else [])
+        splits = [("train", eval_split["train"])] + (
+            [("held_out", eval_split["held_out"])] if f.eval_held_out and held_out else []) + (
+            [("validation", eval_split["validation"])] if eval_split["validation"] else [])
         for name, tasks in splits:
             for temp in f.eval_temperatures:
                 t0 = time.perf_counter()

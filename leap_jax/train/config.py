@@ -168,10 +168,20 @@ class EnvCfg:
 
 @dataclass
 class TasksCfg:
+    """`source: suite` trains on the hand-written suite (`names`, else every task of `levels`, split by
+    `held_out_fraction`); `source: generated` on the procedural family of kernels_env.tasks.generated,
+    `generated_train` training tasks and `generated_held_out` held-out ones whose compositions no
+    training task has, both drawn with `split_seed`."""
+    source: str = "suite"  # suite | generated
     names: list[str] = field(default_factory=list)  # empty: every task of `levels`
     levels: list[int] = field(default_factory=lambda: [1, 2])
     held_out_fraction: float = 0.2
     split_seed: int = 0
+    generated_train: int = 2000
+    generated_held_out: int = 256
+    # more held-out-composition tasks, disjoint from the held-out ones, for choosing a policy (the SFT
+    # run's sft.band_split: validation) without looking at the tasks it is measured on
+    generated_validation: int = 0
 
 
 @dataclass
@@ -224,6 +234,9 @@ class EvalCfg:
     # policy, tasks and eval settings (checked) instead of a new evaluation: the experiment measures
     # its shared starting policy once, not once per arm and seed
     start_metrics: str | None = None
+    # evaluate at most this many tasks of each split (a fixed seeded sample; None: all of them), for
+    # thousands of generated tasks; the SFT run's pass-rate evaluations use it too
+    max_tasks: int | None = None
 
 
 @dataclass
@@ -245,6 +258,9 @@ class SFTCfg:
     eval_batch: int = 32  # rows per sampler call
     eval_interval: int | None = None  # greedy train pass rate every N steps (metrics + sft_eval.json curve)
     target_band: list[float] = field(default_factory=list)  # [lo, hi]: keep the latest evaluated policy in it
+    # the split whose greedy pass rate eval_interval tracks and target_band bounds: train, or validation
+    # (tasks.generated_validation: held-out compositions that the held-out evaluation never sees)
+    band_split: str = "train"
 
 
 @dataclass
@@ -563,6 +579,14 @@ def validate(cfg: Config) -> None:
     _positive(e.correctness_trials, "env.correctness_trials")
     if not 0 < e.jax_mem_fraction <= 1:
         raise ConfigError(f"env.jax_mem_fraction={e.jax_mem_fraction}: expected in (0, 1]")
+    _choice(cfg.tasks.source, ("suite", "generated"), "tasks.source")
+    if cfg.tasks.source == "generated":
+        _positive(cfg.tasks.generated_train, "tasks.generated_train")
+        _positive(cfg.tasks.generated_held_out, "tasks.generated_held_out", allow_zero=True)
+        _positive(cfg.tasks.generated_validation, "tasks.generated_validation", allow_zero=True)
+        if cfg.tasks.names:
+            raise ConfigError("tasks.source=generated draws its own tasks; tasks.names lists suite tasks "
+                              f"({cfg.tasks.names[:3]}...): set one or the other")
     if not 0 <= cfg.tasks.held_out_fraction < 1:
         raise ConfigError(f"tasks.held_out_fraction={cfg.tasks.held_out_fraction}: expected in [0, 1)")
     for lv in cfg.tasks.levels:
@@ -575,6 +599,8 @@ def validate(cfg: Config) -> None:
     if cfg.eval.start_metrics is not None and not cfg.eval.at_start:
         raise ConfigError(f"eval.start_metrics={cfg.eval.start_metrics!r} needs eval.at_start=true "
                           "(it replaces the evaluation before the first update)")
+    if cfg.eval.max_tasks is not None:
+        _positive(cfg.eval.max_tasks, "eval.max_tasks")
     if cfg.eval.interval is not None:
         _positive(cfg.eval.interval, "eval.interval")
     elif cfg.eval.train_tasks or cfg.eval.at_start:
@@ -607,6 +633,9 @@ def validate_sft(cfg: Config) -> None:
     if f.target_band and (len(f.target_band) != 2 or not 0 <= f.target_band[0] <= f.target_band[1] <= 1):
         raise ConfigError(f"sft.target_band={f.target_band}: expected [lo, hi] with 0 <= lo <= hi <= 1 "
                           "(or [] to keep the final policy)")
+    _choice(f.band_split, ("train", "validation"), "sft.band_split")
+    if f.band_split == "validation" and not (cfg.tasks.source == "generated" and cfg.tasks.generated_validation):
+        raise ConfigError("sft.band_split=validation needs tasks.source=generated and tasks.generated_validation > 0")
     for i, t in enumerate(f.eval_temperatures):
         _positive(t, f"sft.eval_temperatures[{i}]", allow_zero=True)
     c = f.corpus

@@ -87,8 +87,15 @@ def env_config(cfg: Config) -> EnvConfig:
 
 
 def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
-    """(train, held_out) task names from config (explicit names, else every task of `levels`)."""
+    """(train, held_out) task names from config: generated tasks split by composition, or suite tasks
+    (explicit names, else every task of `levels`) split by name hash."""
     from kernels_env.tasks import get_task, split_tasks, task_names
+    if cfg.tasks.source == "generated":
+        from kernels_env.tasks.generated import generated_task_names
+        t = cfg.tasks
+        return (generated_task_names(t.generated_train, seed=t.split_seed, split="train"),
+                generated_task_names(t.generated_held_out, seed=t.split_seed, split="held_out")
+                if t.generated_held_out else [])
     if cfg.tasks.names:
         for n in cfg.tasks.names:
             get_task(n)  # raises a clear KeyError for an unknown name
@@ -100,6 +107,18 @@ def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
     if cfg.tasks.held_out_fraction == 0 or len(names) < 2:
         return names, []
     return split_tasks(names, cfg.tasks.held_out_fraction, cfg.tasks.split_seed)
+
+
+def validation_tasks(cfg: Config) -> list[str]:
+    """tasks.generated_validation held-out-composition tasks that are not among the held-out ones (the
+    generator's held-out sequence continued past them), for choosing a policy; [] for the suite."""
+    t = cfg.tasks
+    if t.source != "generated" or not t.generated_validation:
+        return []
+    from kernels_env.tasks.generated import generated_task_names
+    names = generated_task_names(t.generated_held_out + t.generated_validation, seed=t.split_seed,
+                                 split="held_out")
+    return names[t.generated_held_out:]
 
 
 def _prompt_buckets(max_context: int) -> tuple[int, ...]:
@@ -477,6 +496,11 @@ class Trainer:
                           seed=cfg.train.seed + 1_000_003, step=-1)
         return outcome_metrics(out), out
 
+    def eval_tasks(self, names: Sequence[str]) -> list[str]:
+        """The tasks an evaluation of a split measures: all, or eval.max_tasks of them (fixed sample)."""
+        from kernels_env.tasks import subsample
+        return subsample(names, self.cfg.eval.max_tasks, self.cfg.tasks.split_seed)
+
     def periodic_eval_metrics(self) -> dict[str, Any]:
         """The in-training evaluation (eval.interval): held-out tasks as heldout/..., and the training
         tasks as train_eval/... when eval.train_tasks; its time is time/periodic_eval, not time/step.
@@ -486,8 +510,8 @@ class Trainer:
         cfg = self.cfg
         t0 = time.perf_counter()
         res: dict[str, Any] = {}
-        splits = [("heldout", list(self.held_out))] + (
-            [("train_eval", list(self.train_tasks))] if cfg.eval.train_tasks else [])
+        splits = [("heldout", self.eval_tasks(self.held_out))] + (
+            [("train_eval", self.eval_tasks(self.train_tasks))] if cfg.eval.train_tasks else [])
         splits = [(prefix, tasks) for prefix, tasks in splits if tasks]
         if splits:
             union = [t for _, tasks in splits for t in tasks]
@@ -511,7 +535,7 @@ class Trainer:
             if ck.latest_step() is None:
                 raise FileNotFoundError(f"eval.checkpoint={src!r}: no checkpoint found under it")
             restored = self.restore(checkpointer=ck)
-        tasks = self.held_out or self.train_tasks
+        tasks = self.eval_tasks(self.held_out or self.train_tasks)
         t0 = time.perf_counter()
         m, out = self._eval_on(tasks)  # never the smoke scripted mix: eval measures the policy alone
         result = {"checkpoint_step": restored, "tasks": list(tasks), "held_out": bool(self.held_out),
