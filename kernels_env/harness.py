@@ -30,6 +30,7 @@ import numpy as np
 from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
 from kernels_env.config import EnvConfig
 from kernels_env.inputs import describe_distributions, make_inputs
+from kernels_env.launch import is_null_pointer
 from kernels_env.program import (Expr, KernelParam, KernelSignature, Launch, Name,
                                  Submission)
 from kernels_env.result import Mismatch, Result, Timing
@@ -91,7 +92,7 @@ class _Failed(Exception):
 # ---- launch-plan evaluation -------------------------------------------------------------------
 def eval_expr(expr: Expr, env: dict[str, int | float]) -> int | float:
     """`kernels_env.launch.eval_expr` (C integer semantics) with its errors as PlanError."""
-    from kernels_env.launch import eval_expr as _eval, ExprError
+    from kernels_env.launch import ExprError, eval_expr as _eval
     try:
         return _eval(expr, env)
     except ExprError as e:
@@ -139,7 +140,7 @@ class _BoundLaunch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int
-    args: tuple[tuple[str, Any], ...]  # ("buf", name) or ("val", numpy scalar)
+    args: tuple[tuple[str, Any], ...]  # ("buf", name), ("null", None) or ("val", numpy scalar)
 
     @property
     def where(self) -> str:
@@ -198,7 +199,9 @@ def bind_plan(submission: Submission, task: Task, sizes: dict[str, int],
         args: list[tuple[str, Any]] = []
         for j, (expr, param) in enumerate(zip(launch.args, sig.params)):
             awhere = f"{where}, argument {j + 1}"
-            if isinstance(expr, Name) and expr.name in arrays:
+            if param.pointer and is_null_pointer(expr) and not (isinstance(expr, Name) and expr.name in arrays):
+                args.append(("null", None))  # the device passes a null pointer
+            elif isinstance(expr, Name) and expr.name in arrays:
                 if not param.pointer:
                     raise PlanError(f"{awhere}: buffer {expr.name!r} passed to non-pointer parameter "
                                     f"{param.ctype} {param.name}")
@@ -380,22 +383,9 @@ def check_input_unchanged(xp: Any, name: str, original: Any, after: Any, trial: 
 
 
 def mismatch_message(m: Mismatch, size: int | None = None) -> str:
-    """One line for a human / the feedback renderer."""
-    at = f"[{', '.join(str(i) for i in (m.first_bad_index or []))}]"
-    frac = f"{100.0 * (m.frac_mismatched or 0.0):.3g}% of elements"
-    ctx = f"(trial {m.trial}, {m.distribution} inputs)"
-    if m.reason == "input_modified":
-        return (f"input {m.buffer} was modified by the kernel: {frac} changed, first at {at}: was "
-                f"{m.expected!r}, now {m.got!r} {ctx}")
-    what = {"unwritten": "never written (still hold the NaN/sentinel poison)",
-            "nan_or_inf": "NaN or Inf where the reference is finite",
-            "mismatch": "differ from the reference"}.get(m.reason, m.reason)
-    first = {"unwritten": "first unwritten", "nan_or_inf": "first non-finite"}.get(m.reason, "first mismatch")
-    errs = (f"; max abs err {m.max_abs_err:.3g}, max rel err {m.max_rel_err:.3g}"
-            + (" among the finite elements" if m.reason != "mismatch" else "")
-            if m.reason == "mismatch" or (m.max_abs_err or 0) > 0 else "")
-    return (f"output {m.buffer}: {frac} wrong ({what}); {first} at {at}: expected {m.expected!r}, "
-            f"got {m.got!r}{errs} (atol {m.atol:g}, rtol {m.rtol:g}) {ctx}")
+    """One line for a human: `feedback.mismatch_summary`'s lines joined (one format for every failure)."""
+    from kernels_env.feedback import mismatch_summary
+    return " ".join(mismatch_summary(m))
 
 
 # ---- the stages ---------------------------------------------------------------------------------
