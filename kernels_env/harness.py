@@ -536,7 +536,40 @@ class _Run:
             timing.ref_median_ms = statistics.median(ref_ms)
             timing.ref_mean_ms = statistics.fmean(ref_ms)
             timing.speedup = timing.ref_median_ms / max(k_med, 1e-9)
+            timing.baseline = self._torch_baseline(pristine, deadline, k_med)
         return timing
+
+    def _torch_baseline(self, inputs: dict[str, Any], deadline: float, kernel_ms: float) -> dict[str, float] | None:
+        """torch eager's median time for the task's KernelBench-style model (`tasks/torch_models.py`)
+        on the timing inputs, cached like the reference's; None without torch, off the cupy backend,
+        with LEAP_TORCH_BASELINE=0, or on any failure (it never changes the status)."""
+        import importlib.util
+        import os
+        from kernels_env.tasks.torch_models import TORCH_MODELS
+        model = TORCH_MODELS.get(self.task.name)
+        if (model is None or self.device.name != "cupy" or os.environ.get("LEAP_TORCH_BASELINE", "1") == "0"
+                or importlib.util.find_spec("torch") is None):
+            return None
+        try:
+            import torch
+            cfg = self.config
+            key = ("torch", self.task.name, tuple(sorted(self.sizes.items())), cfg.warmup_runs, cfg.timed_runs,
+                   cfg.flush_l2)
+            cache = self.device.__dict__.setdefault("_harness_reference_ms", {})
+            if key not in cache:
+                stream = torch.cuda.ExternalStream(self.xp.cuda.get_current_stream().ptr)
+                tensors = {k: torch.from_dlpack(v) for k, v in inputs.items()}
+                scalars = {s.name: s.value for s in self.task.scalars}
+
+                def run() -> None:
+                    with torch.cuda.stream(stream):
+                        model(torch, tensors, scalars)
+
+                cache[key] = self._timed(run, deadline, "torch baseline")
+            med = statistics.median(cache[key])
+            return {"torch_median_ms": med, "speedup_vs_torch": med / max(kernel_ms, 1e-9)}
+        except Exception:
+            return None
 
     def _reference_times(self, ref_fn: Callable[[], Any], deadline: float) -> list[float]:
         """The reference's run times, measured once per device, task, sizes and timing settings.
@@ -669,4 +702,6 @@ def _timing_details(t: Timing, config: EnvConfig) -> str:
             f"L2 flush before each run: {'on' if config.flush_l2 else 'off'}; kernel median "
             f"{t.kernel_median_ms:.6g} ms, mean {t.kernel_mean_ms:.6g} ms"
             + (f"; reference median {t.ref_median_ms:.6g} ms, mean {t.ref_mean_ms:.6g} ms"
-               if t.ref_median_ms is not None else ""))
+               if t.ref_median_ms is not None else "")
+            + (f"; torch eager median {t.baseline['torch_median_ms']:.6g} ms (speedup vs torch "
+               f"{t.baseline['speedup_vs_torch']:.3g}x, informational)" if t.baseline else ""))

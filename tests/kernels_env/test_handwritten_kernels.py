@@ -298,3 +298,16 @@ def test_wrong_output_message_is_the_same_shape_for_a_wrong_value(cpu_device):
     assert "output 'y' is wrong:" in msg and "of elements mismatched" in msg
     assert "first bad index [0, 5]: expected" in msg and "(differs from the reference)" in msg
     assert "max abs err" in msg and "max rel err" in msg
+
+
+# ---- the torch baseline is optional and informational ----------------------------------------------
+def test_timing_baseline_round_trips_and_is_absent_off_the_gpu(cpu_device):
+    from kernels_env.pipeline import score
+    from kernels_env.result import Result, Timing
+    t = Timing("cuda", True, 10, 0.5, 0.5, 1.0, 1.0, 2.0, baseline={"torch_median_ms": 0.8, "speedup_vs_torch": 1.6})
+    r = Result(Status.CORRECT, timing=t)
+    assert Result.from_dict(r.to_dict()).timing.baseline == t.baseline
+    task = get_task("hardtanh")
+    r = score(task, task.solution, EnvConfig(backend="cpu", sizes="small", correctness_trials=1, warmup_runs=1,
+                                             timed_runs=2), device=cpu_device)
+    assert r.status is Status.CORRECT and r.timing is not None and r.timing.baseline is None
