@@ -62,3 +62,29 @@ def test_cupy_reference_agrees_with_kernelbench_torch_model(name, which, torch_c
                 np.testing.assert_allclose(cp.asnumpy(g).astype(np.float64),
                                            cp.asnumpy(cp.asarray(r).reshape(shape)).astype(np.float64),
                                            atol=atol, rtol=rtol, err_msg=f"{name} {which} trial {trial}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_numpy_reference_agrees_with_torch_model_on_cpu(name):
+    """The same agreement at small sizes with torch on the CPU (where torch is installed)."""
+    torch = pytest.importorskip("torch")
+    task = T.get_task(name)
+    sizes = task.size_set("small")
+    scalars = {s.name: s.value for s in task.scalars}
+    for trial in range(3):
+        inputs = make_inputs(task, sizes, trial, 0, np)
+        ref = task.reference(np, **{k: v.copy() for k, v in inputs.items()}, **scalars)
+        ref = list(ref) if isinstance(ref, (tuple, list)) else [ref]
+        got = TORCH_MODELS[name](torch, {k: torch.from_numpy(v.copy()) for k, v in inputs.items()}, scalars)
+        got = list(got) if isinstance(got, (tuple, list)) else [got]
+        for b, r, g in zip(task.outputs, ref, got):
+            g = g.detach().numpy()
+            shape = b.resolve_shape(sizes)
+            assert g.shape == shape, f"{name}: torch output {b.name} has shape {g.shape}, task {shape}"
+            if b.dtype in ("int32", "int64"):
+                assert g.dtype == np.int64 and np.asarray(r).dtype == np.dtype(b.dtype)
+                np.testing.assert_array_equal(g, np.asarray(r).reshape(shape))
+            else:
+                atol, rtol = task.tol(b.dtype)
+                np.testing.assert_allclose(g.astype(np.float64), np.asarray(r, np.float64).reshape(shape),
+                                           atol=atol, rtol=rtol, err_msg=f"{name} trial {trial}")
