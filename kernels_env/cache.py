@@ -19,7 +19,7 @@ from kernels_env.result import Result
 from kernels_env.source_text import strip_comments
 from kernels_env.status import Status
 
-KEY_VERSION = "1"
+KEY_VERSION = "2"  # 2: std prelude, null pointers, KernelBench-aligned task semantics
 
 
 def normalize_source(src: str) -> str:

@@ -18,6 +18,7 @@ from kernels_env.config import EnvConfig
 from kernels_env.program import CompiledModule
 from kernels_env.result import KernelResources
 from kernels_env.signatures import find_kernels
+from kernels_env.std_prelude import STD_HEADERS, nvrtc_headers
 
 SOURCE_NAME = "kernel.cu"
 DEFAULT_ARCH = "sm_90"
@@ -69,6 +70,8 @@ def check_includes(source: str) -> None:
         line = text.count("\n", 0, m.start()) + 1
         h = _HEADER_RE.match(m.group(1))
         name = (h.group(1) or h.group(2)).strip() if h else None
+        if name in STD_HEADERS:  # provided by the std prelude on every backend
+            continue
         ok = (name is not None and not name.startswith(("/", "~")) and ".." not in name.split("/")
               and re.fullmatch(r"[A-Za-z0-9_./+-]+", name) is not None
               and any(os.path.isfile(os.path.join(d, name)) for d in allowed))
@@ -76,7 +79,7 @@ def check_includes(source: str) -> None:
             shown = (m.group(1).strip() or "(nothing)")[:80]
             raise CompileError(f"{SOURCE_NAME}({line}): error: #include {shown} is not allowed: only headers "
                                "that ship with CUDA may be included (e.g. <cuda_fp16.h>, <cuda_bf16.h>, "
-                               "<mma.h>, <cooperative_groups.h>)")
+                               "<mma.h>, <cooperative_groups.h>) and " + ", ".join(f"<{h}>" for h in STD_HEADERS))
 
 
 def nvrtc_options(arch: str) -> list[str]:
@@ -164,10 +167,11 @@ def compile_cuda(source: str, arch: str | None = None, config: EnvConfig | None 
                            "nvidia-cuda-nvrtc") from e
     t0 = time.perf_counter()
     check_includes(source)
-    prog = nvrtc.createProgram(source, SOURCE_NAME, [], [])
+    headers, header_names, prelude_opts = nvrtc_headers(source)
+    prog = nvrtc.createProgram(source, SOURCE_NAME, headers, header_names)
     try:
         try:
-            nvrtc.compileProgram(prog, nvrtc_options(arch))
+            nvrtc.compileProgram(prog, nvrtc_options(arch) + prelude_opts)
             ok = True
         except nvrtc.NVRTCError as e:
             if "COMPILATION" not in str(e):

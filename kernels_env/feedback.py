@@ -49,23 +49,30 @@ def _g(x: float | None) -> str:
     return "?" if x is None else f"{x:.4g}"
 
 
+_WHY = {"unwritten": "never written: still the NaN/sentinel poison",
+        "nan_or_inf": "NaN or Inf where the reference is finite",
+        "mismatch": "differs from the reference",
+        "shape": "the output has the wrong shape"}
+
+
 def mismatch_summary(m: Mismatch) -> list[str]:
-    at = "[" + ", ".join(str(i) for i in m.first_bad_index) + "]" if m.first_bad_index else "?"
+    """The one description of a wrong output, the same fields in the same order whatever the failure
+    (unwritten, NaN/Inf or a wrong value): which output, the fraction mismatched, the first bad
+    index (one index per dimension) with expected and got and why it is bad, the max abs / rel
+    error over the elements finite in both, the tolerance, the trial and its inputs. The harness's
+    one-line message is these lines joined."""
+    at = "[" + ", ".join(str(i) for i in m.first_bad_index) + "]" if m.first_bad_index else "[]"
     trial = f"trial {m.trial}, {m.distribution} inputs"
     if m.reason == "input_modified":
-        return [f"input buffer '{m.buffer}' was modified by the kernel (inputs must stay unchanged); "
-                f"first change at index {at}: was {_g(m.expected)}, now {_g(m.got)} ({trial})."]
-    what = {"unwritten": "elements were never written",
-            "nan_or_inf": "elements are NaN/Inf where the reference is finite",
-            "shape": "the output has the wrong shape"}.get(m.reason, "elements differ from the reference")
-    lines = [f"output '{m.buffer}': {what} ({trial})."]
-    if m.frac_mismatched is not None:
-        lines.append(f"mismatched: {100 * m.frac_mismatched:.3g}% of elements; first bad index {at}: "
-                     f"expected {_g(m.expected)}, got {_g(m.got)}.")
-    if m.max_abs_err is not None:
-        tol = f" (atol {m.atol:g}, rtol {m.rtol:g})" if m.atol is not None and m.rtol is not None else ""
-        lines.append(f"max abs err {_g(m.max_abs_err)}, max rel err {_g(m.max_rel_err)}{tol}.")
-    return lines
+        return [f"input {m.buffer} was modified by the kernel (inputs must stay unchanged): "
+                f"{100 * (m.frac_mismatched or 0.0):.3g}% of elements changed; first change at index {at}: "
+                f"was {_g(m.expected)}, now {_g(m.got)} ({trial})."]
+    tol = f"atol {m.atol:g}, rtol {m.rtol:g}" if m.atol is not None and m.rtol is not None else "tolerance ?"
+    return [f"output '{m.buffer}' is wrong: {100 * (m.frac_mismatched or 0.0):.3g}% of elements mismatched "
+            f"({trial}).",
+            f"first bad index {at}: expected {_g(m.expected)}, got {_g(m.got)} ({_WHY.get(m.reason, m.reason)}).",
+            f"max abs err {_g(m.max_abs_err)}, max rel err {_g(m.max_rel_err)} over elements finite in both "
+            f"({tol})."]
 
 
 def _timing_lines(result: Result) -> list[str]:

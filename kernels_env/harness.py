@@ -30,6 +30,7 @@ import numpy as np
 from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
 from kernels_env.config import EnvConfig
 from kernels_env.inputs import describe_distributions, make_inputs
+from kernels_env.launch import is_null_pointer
 from kernels_env.program import (Expr, KernelParam, KernelSignature, Launch, Name,
                                  Submission)
 from kernels_env.result import Mismatch, Result, Timing
@@ -91,7 +92,7 @@ class _Failed(Exception):
 # ---- launch-plan evaluation -------------------------------------------------------------------
 def eval_expr(expr: Expr, env: dict[str, int | float]) -> int | float:
     """`kernels_env.launch.eval_expr` (C integer semantics) with its errors as PlanError."""
-    from kernels_env.launch import eval_expr as _eval, ExprError
+    from kernels_env.launch import ExprError, eval_expr as _eval
     try:
         return _eval(expr, env)
     except ExprError as e:
@@ -139,7 +140,7 @@ class _BoundLaunch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int
-    args: tuple[tuple[str, Any], ...]  # ("buf", name) or ("val", numpy scalar)
+    args: tuple[tuple[str, Any], ...]  # ("buf", name), ("null", None) or ("val", numpy scalar)
 
     @property
     def where(self) -> str:
@@ -198,7 +199,9 @@ def bind_plan(submission: Submission, task: Task, sizes: dict[str, int],
         args: list[tuple[str, Any]] = []
         for j, (expr, param) in enumerate(zip(launch.args, sig.params)):
             awhere = f"{where}, argument {j + 1}"
-            if isinstance(expr, Name) and expr.name in arrays:
+            if param.pointer and is_null_pointer(expr) and not (isinstance(expr, Name) and expr.name in arrays):
+                args.append(("null", None))  # the device passes a null pointer
+            elif isinstance(expr, Name) and expr.name in arrays:
                 if not param.pointer:
                     raise PlanError(f"{awhere}: buffer {expr.name!r} passed to non-pointer parameter "
                                     f"{param.ctype} {param.name}")
@@ -380,22 +383,9 @@ def check_input_unchanged(xp: Any, name: str, original: Any, after: Any, trial: 
 
 
 def mismatch_message(m: Mismatch, size: int | None = None) -> str:
-    """One line for a human / the feedback renderer."""
-    at = f"[{', '.join(str(i) for i in (m.first_bad_index or []))}]"
-    frac = f"{100.0 * (m.frac_mismatched or 0.0):.3g}% of elements"
-    ctx = f"(trial {m.trial}, {m.distribution} inputs)"
-    if m.reason == "input_modified":
-        return (f"input {m.buffer} was modified by the kernel: {frac} changed, first at {at}: was "
-                f"{m.expected!r}, now {m.got!r} {ctx}")
-    what = {"unwritten": "never written (still hold the NaN/sentinel poison)",
-            "nan_or_inf": "NaN or Inf where the reference is finite",
-            "mismatch": "differ from the reference"}.get(m.reason, m.reason)
-    first = {"unwritten": "first unwritten", "nan_or_inf": "first non-finite"}.get(m.reason, "first mismatch")
-    errs = (f"; max abs err {m.max_abs_err:.3g}, max rel err {m.max_rel_err:.3g}"
-            + (" among the finite elements" if m.reason != "mismatch" else "")
-            if m.reason == "mismatch" or (m.max_abs_err or 0) > 0 else "")
-    return (f"output {m.buffer}: {frac} wrong ({what}); {first} at {at}: expected {m.expected!r}, "
-            f"got {m.got!r}{errs} (atol {m.atol:g}, rtol {m.rtol:g}) {ctx}")
+    """One line for a human: `feedback.mismatch_summary`'s lines joined (one format for every failure)."""
+    from kernels_env.feedback import mismatch_summary
+    return " ".join(mismatch_summary(m))
 
 
 # ---- the stages ---------------------------------------------------------------------------------
@@ -546,7 +536,40 @@ class _Run:
             timing.ref_median_ms = statistics.median(ref_ms)
             timing.ref_mean_ms = statistics.fmean(ref_ms)
             timing.speedup = timing.ref_median_ms / max(k_med, 1e-9)
+            timing.baseline = self._torch_baseline(pristine, deadline, k_med)
         return timing
+
+    def _torch_baseline(self, inputs: dict[str, Any], deadline: float, kernel_ms: float) -> dict[str, float] | None:
+        """torch eager's median time for the task's KernelBench-style model (`tasks/torch_models.py`)
+        on the timing inputs, cached like the reference's; None without torch, off the cupy backend,
+        with LEAP_TORCH_BASELINE=0, or on any failure (it never changes the status)."""
+        import importlib.util
+        import os
+        from kernels_env.tasks.torch_models import TORCH_MODELS
+        model = TORCH_MODELS.get(self.task.name)
+        if (model is None or self.device.name != "cupy" or os.environ.get("LEAP_TORCH_BASELINE", "1") == "0"
+                or importlib.util.find_spec("torch") is None):
+            return None
+        try:
+            import torch
+            cfg = self.config
+            key = ("torch", self.task.name, tuple(sorted(self.sizes.items())), cfg.warmup_runs, cfg.timed_runs,
+                   cfg.flush_l2)
+            cache = self.device.__dict__.setdefault("_harness_reference_ms", {})
+            if key not in cache:
+                stream = torch.cuda.ExternalStream(self.xp.cuda.get_current_stream().ptr)
+                tensors = {k: torch.from_dlpack(v) for k, v in inputs.items()}
+                scalars = {s.name: s.value for s in self.task.scalars}
+
+                def run() -> None:
+                    with torch.cuda.stream(stream):
+                        model(torch, tensors, scalars)
+
+                cache[key] = self._timed(run, deadline, "torch baseline")
+            med = statistics.median(cache[key])
+            return {"torch_median_ms": med, "speedup_vs_torch": med / max(kernel_ms, 1e-9)}
+        except Exception:
+            return None
 
     def _reference_times(self, ref_fn: Callable[[], Any], deadline: float) -> list[float]:
         """The reference's run times, measured once per device, task, sizes and timing settings.
@@ -679,4 +702,6 @@ def _timing_details(t: Timing, config: EnvConfig) -> str:
             f"L2 flush before each run: {'on' if config.flush_l2 else 'off'}; kernel median "
             f"{t.kernel_median_ms:.6g} ms, mean {t.kernel_mean_ms:.6g} ms"
             + (f"; reference median {t.ref_median_ms:.6g} ms, mean {t.ref_mean_ms:.6g} ms"
-               if t.ref_median_ms is not None else ""))
+               if t.ref_median_ms is not None else "")
+            + (f"; torch eager median {t.baseline['torch_median_ms']:.6g} ms (speedup vs torch "
+               f"{t.baseline['speedup_vs_torch']:.3g}x, informational)" if t.baseline else ""))

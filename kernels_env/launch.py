@@ -417,10 +417,21 @@ def expr_names(expr: Expr) -> set[str]:
 
 
 # ---- static checks --------------------------------------------------------------------------
+NULL_NAMES = ("nullptr", "NULL")
+
+
+def is_null_pointer(expr: Expr) -> bool:
+    """`nullptr`, `NULL` or the literal `0`: a null pointer when passed to a pointer parameter
+    (e.g. an optional bias, as llm.c's kernels take)."""
+    return (isinstance(expr, Name) and expr.name in NULL_NAMES) or (
+        isinstance(expr, Num) and isinstance(expr.value, int) and expr.value == 0)
+
+
 @dataclass(frozen=True)
 class Arg:
-    """One resolved launch argument: a buffer/scratch by name, or a number for a scalar param."""
-    kind: str  # "buffer" | "scratch" | "value"
+    """One resolved launch argument: a buffer/scratch by name, a null pointer, or a number for a
+    scalar param."""
+    kind: str  # "buffer" | "scratch" | "null" | "value"
     name: str = ""
     value: int | float | None = None
     param: KernelParam | None = None
@@ -556,10 +567,15 @@ def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task
         args: list[Arg] = []
         for i, (a, p) in enumerate(zip(ln.args, sig.params), 1):
             pdesc = f"argument {i} of {ln.kernel!r} ({p.ctype} {p.name})".replace(" )", ")")
-            if p.pointer:
+            if p.pointer and is_null_pointer(a):
+                if p.ctype.count("*") > 1:
+                    raise FormatError(f"line {line}: {pdesc}: pointer-to-pointer parameters are not supported")
+                args.append(Arg("null", "", None, p))
+            elif p.pointer:
                 if not isinstance(a, Name):
                     raise FormatError(f"line {line}: {pdesc} is a pointer; expected a buffer name "
-                                      f"({', '.join(list(buffers) + list(scratch_dt))}), got {render_expr(a)}")
+                                      f"({', '.join(list(buffers) + list(scratch_dt))}) or nullptr, got "
+                                      f"{render_expr(a)}")
                 if a.name in buffers:
                     kind, dt = "buffer", buffers[a.name]
                 elif a.name in scratch_dt:
@@ -580,6 +596,9 @@ def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task
                                       f"{kind} {a.name!r} is {dt}")
                 args.append(Arg(kind, a.name, None, p))
             else:
+                if isinstance(a, Name) and a.name in NULL_NAMES:
+                    raise FormatError(f"line {line}: {pdesc} is not a pointer; {a.name} can only be passed "
+                                      "to a pointer parameter")
                 for nm in expr_names(a):
                     if nm in buffers or nm in scratch_dt:
                         raise FormatError(f"line {line}: {pdesc} is a scalar; expected a number or size, got "

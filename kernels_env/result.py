@@ -48,6 +48,9 @@ class Timing:
     speedup: float | None = None
     suspicious: bool = False  # speedup > config.suspicious_speedup: re-verified on new inputs
     reverified: bool = False
+    # Informational only (the reward uses `speedup`, against the CuPy reference): torch eager's time for
+    # the task's KernelBench-style model where torch is installed, {"torch_median_ms", "speedup_vs_torch"}.
+    baseline: dict[str, float] | None = None
 
 
 @dataclass

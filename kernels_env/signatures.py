@@ -77,18 +77,71 @@ _BASE_ALIASES = {
     "unsigned": "unsigned int", "signed": "int", "signed int": "int", "long int": "long",
     "long long int": "long long", "unsigned long long int": "unsigned long long",
     "unsigned long int": "unsigned long", "short int": "short", "unsigned short int": "unsigned short",
-    "signed long long": "long long",
+    "signed long long": "long long", "uint": "unsigned int",
 }
 
 
-def parse_param(text: str, index: int) -> KernelParam:
-    """One C parameter, e.g. `const float* __restrict__ x` -> KernelParam(name='x', pointer=True, ...)."""
+_TOKEN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_:]*|\*|&")
+_TYPEDEF_RE = re.compile(r"\btypedef\s+([^;{}()\[\]]+?)\s*\b([A-Za-z_]\w*)\s*;")
+_USING_RE = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=\s*([^;{}()\[\]]+?)\s*;")
+_DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]*)$", re.M)
+_ALIAS_WORDS = _QUALIFIERS | _C_TYPE_WORDS | {"__half", "half", "__half2", "half2", "__nv_bfloat16",
+                                              "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t",
+                                              "uint32_t", "int64_t", "uint64_t", "size_t", "uint"}
+MAX_ALIAS_DEPTH = 16
+
+
+def find_type_aliases(clean: str, raw: str = "") -> dict[str, tuple[str, ...]]:
+    """Type aliases a kernel signature may use: `typedef T name;`, `using name = T;` and object-like
+    `#define name T` whose body is only type words, qualifiers and `*` (as llm.c writes `floatX`).
+    Maps each name to its definition's tokens (not yet expanded); later definitions win."""
+    out: dict[str, tuple[str, ...]] = {}
+    found: list[tuple[int, str, str]] = []
+    for m in _TYPEDEF_RE.finditer(clean):
+        found.append((m.start(), m.group(2), m.group(1)))
+    for m in _USING_RE.finditer(clean):
+        found.append((m.start(), m.group(1), m.group(2)))
+    for m in _DEFINE_RE.finditer(raw):
+        body = m.group(2).strip()
+        toks = _TOKEN_RE.findall(body)
+        if toks and "".join(toks) == re.sub(r"\s+", "", body) and \
+                all(t == "*" or t in _ALIAS_WORDS or re.fullmatch(r"[A-Za-z_]\w*", t) for t in toks) \
+                and any(t in _ALIAS_WORDS for t in toks):
+            found.append((m.start(), m.group(1), body))
+    for _, name, body in sorted(found):
+        toks = tuple(_TOKEN_RE.findall(body))
+        if toks and name not in toks and "&" not in toks:
+            out[name] = toks
+    return out
+
+
+def _expand_aliases(toks: list[str], aliases: dict[str, tuple[str, ...]]) -> list[str]:
+    """Replace alias names by their definitions (recursively, bounded). A typedef of a pointer
+    brings its `*`; `const` (anywhere) stays a qualifier word."""
+    for _ in range(MAX_ALIAS_DEPTH):
+        if not any(t in aliases for t in toks):
+            break
+        out: list[str] = []
+        for k, t in enumerate(toks):
+            # the last identifier after a type is the parameter's name: never expand it
+            is_name = k == len(toks) - 1 and k > 0 and toks[k - 1] != "::" and t not in ("*", "&") \
+                and any(x not in _QUALIFIERS and x not in ("*", "&") for x in toks[:k])
+            out.extend(aliases[t] if t in aliases and not is_name else (t,))
+        toks = out
+    return toks
+
+
+def parse_param(text: str, index: int, aliases: dict[str, tuple[str, ...]] | None = None) -> KernelParam:
+    """One C parameter, e.g. `const float* __restrict__ x` -> KernelParam(name='x', pointer=True, ...).
+    `aliases` (from `find_type_aliases`) resolves typedef / using names to their C types."""
     text = text.split("=")[0].strip()  # default arguments
     array = False
     m = re.search(r"\[[^\]]*\]\s*$", text)
     if m:
         array, text = True, text[:m.start()]
-    toks = re.findall(r"[A-Za-z_][A-Za-z0-9_:]*|\*|&", text)
+    toks = _TOKEN_RE.findall(text)
+    if aliases:
+        toks = _expand_aliases(toks, aliases)
     stars = toks.count("*") + (1 if array else 0)
     const = "const" in toks
     words = [t for t in toks if t not in ("*", "&")]
@@ -114,7 +167,9 @@ _GLOBAL_RE = re.compile(r"\b__global__\b")
 
 
 def _scan(src: str) -> tuple[dict[str, KernelSignature], list[str]]:
-    clean = _strip_preprocessor(strip_comments_and_strings(src))
+    blanked = strip_comments_and_strings(src)
+    clean = _strip_preprocessor(blanked)
+    aliases = find_type_aliases(clean, blanked)
     regions = _extern_c_regions(clean)
     found: dict[str, KernelSignature] = {}
     hidden: list[str] = []
@@ -160,7 +215,7 @@ def _scan(src: str) -> tuple[dict[str, KernelSignature], list[str]]:
             continue
         params: list[KernelParam] = []
         if params_txt and params_txt != "void":
-            params = [parse_param(p, i) for i, p in enumerate(_split_top(params_txt))]
+            params = [parse_param(p, i, aliases) for i, p in enumerate(_split_top(params_txt))]
         found[name] = KernelSignature(name, tuple(params))
     return found, hidden
 

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
 from kernels_env.config import EnvConfig
 from kernels_env.program import CompiledModule, KernelSignature
@@ -191,7 +193,9 @@ class CupyDevice:
                 raise self._map(e, f"setting {shared_bytes} bytes of dynamic shared memory") from e
             program.smem_optin[kernel] = int(shared_bytes)
         try:
-            fn(tuple(grid), tuple(block), tuple(args), shared_mem=int(shared_bytes))
+            # None is a null pointer argument (`nullptr` in the launch block): 8 zero bytes
+            args = tuple(np.uint64(0) if a is None else a for a in args)
+            fn(tuple(grid), tuple(block), args, shared_mem=int(shared_bytes))
         except errors as e:
             raise self._map(e, "kernel launch failed") from e
 

@@ -186,7 +186,7 @@ def _pool_cuda(template: str, name: str, op: str, div: str) -> str:
 
 
 def pool_task(op: str, dims: int) -> Task:
-    name = f"{op}pool{dims}d"
+    name = f"{op}pool{dims}d_nopad"  # not KernelBench's *_Pooling_*D (those pad and dilate)
     what = "maximum" if op == "max" else "mean"
     ks, st = (4, 2) if dims == 1 else (3, 2)
     scalars = (Scalar("kernel_size", "int32", ks), Scalar("stride", "int32", st))

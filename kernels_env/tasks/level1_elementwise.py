@@ -94,10 +94,10 @@ TASKS = [
     unary_task("elu", "ELU: f(x) = x if x > 0 else alpha * (exp(x) - 1)",
                lambda xp, x, alpha: xp.where(x > 0, x, xp.float32(alpha) * xp.expm1(xp.minimum(x, 0))),
                "v > 0.0f ? v : alpha * expm1f(v)", scalars=(Scalar("alpha", "float32", 1.0),)),
-    unary_task("hardtanh", "hardtanh: f(x) = min(max(x, min_val), max_val)",
+    unary_task("hardtanh", "hardtanh (torch.nn.Hardtanh defaults): f(x) = min(max(x, min_val), max_val)",
                lambda xp, x, min_val, max_val: xp.minimum(xp.maximum(x, xp.float32(min_val)), xp.float32(max_val)),
                "fminf(fmaxf(v, min_val), max_val)",
-               scalars=(Scalar("min_val", "float32", -0.5), Scalar("max_val", "float32", 0.5))),
+               scalars=(Scalar("min_val", "float32", -1.0), Scalar("max_val", "float32", 1.0))),
     unary_task("selu", f"SELU: f(x) = scale * (x if x > 0 else alpha * (exp(x) - 1)) with alpha = "
                f"{_SELU_ALPHA!r}, scale = {_SELU_SCALE!r}",
                lambda xp, x: _SELU_SCALE * xp.where(x > 0, x, _SELU_ALPHA * xp.expm1(xp.minimum(x, 0))),

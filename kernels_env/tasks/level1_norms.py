@@ -6,6 +6,7 @@ Frobenius task is a three-launch reduction (block partials -> one total -> scale
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kernels_env.tasks import common
@@ -70,9 +71,18 @@ def _layer_norm_ref(xp, x, weight, bias, eps):
     return ((x - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32, copy=False)
 
 
-def _rms_norm_ref(xp, x, weight, eps):
+def _rms_norm_ref(xp, x, eps):
+    """KernelBench 36_RMSNorm_: x / sqrt(mean(x ** 2, dim=1, keepdim=True) + eps), no weight."""
     ms = xp.mean(x * x, axis=1, keepdims=True)
-    return (x / xp.sqrt(ms + eps) * weight).astype(xp.float32, copy=False)
+    return (x / xp.sqrt(ms + eps)).astype(xp.float32, copy=False)
+
+
+def _layer_norm_nd_ref(xp, x, weight, bias, eps):
+    """torch.nn.LayerNorm(normalized_shape=(F, D1, D2)) of x [B, F, D1, D2] (KernelBench 40_LayerNorm)."""
+    axes = (1, 2, 3)
+    mu = xp.mean(x, axis=axes, keepdims=True)
+    var = xp.mean((x - mu) ** 2, axis=axes, keepdims=True)
+    return ((x - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32, copy=False)
 
 
 def _l2_ref(xp, x, eps):
@@ -93,26 +103,6 @@ TASKS = [
               _MAX_SUM + """    float lse = m + logf(s);
     for (int j = threadIdx.x; j < N; j += blockDim.x) q[j] = p[j] - lse;""",
               _log_softmax_ref, tags=("softmax",)),
-    _row_task("layer_norm", "Layer normalisation of each row with an affine transform: mean = mean_j x[m, j], "
-              "var = mean_j (x[m, j] - mean)^2 (biased), y[m, j] = (x[m, j] - mean) / sqrt(var + eps) * "
-              "weight[j] + bias[j]. " + _ROWS + " weight and bias are float32 [N]; eps = 1e-5.",
-              """    float s = 0.0f;
-    for (int j = threadIdx.x; j < N; j += blockDim.x) s += p[j];
-    float mu = block_sum(s, sh) / (float)N;
-    float v = 0.0f;
-    for (int j = threadIdx.x; j < N; j += blockDim.x) { float d = p[j] - mu; v += d * d; }
-    float rstd = rsqrtf(block_sum(v, sh) / (float)N + eps);
-    for (int j = threadIdx.x; j < N; j += blockDim.x) q[j] = (p[j] - mu) * rstd * weight[j] + bias[j];""",
-              _layer_norm_ref, extra_inputs=(Buffer("weight", "float32", ("N",)), Buffer("bias", "float32", ("N",))),
-              scalars=(Scalar("eps", "float32", 1e-5),), eval_sizes=LN_EVAL, tolerance=_ROW_TOL),
-    _row_task("rms_norm", "RMS normalisation of each row: y[m, j] = x[m, j] / sqrt(mean_k x[m, k]^2 + eps) * "
-              "weight[j]. " + _ROWS + " weight is float32 [N]; eps = 1e-6.",
-              """    float s = 0.0f;
-    for (int j = threadIdx.x; j < N; j += blockDim.x) s += p[j] * p[j];
-    float r = rsqrtf(block_sum(s, sh) / (float)N + eps);
-    for (int j = threadIdx.x; j < N; j += blockDim.x) q[j] = p[j] * r * weight[j];""",
-              _rms_norm_ref, extra_inputs=(Buffer("weight", "float32", ("N",)),),
-              scalars=(Scalar("eps", "float32", 1e-6),), eval_sizes=LN_EVAL, tolerance=_ROW_TOL),
     _row_task("l2_normalize", "L2 normalisation of each row: y[m, j] = x[m, j] / max(sqrt(sum_k x[m, k]^2), "
               "eps) with eps = 1e-12. " + _ROWS,
               """    float s = 0.0f;
@@ -160,6 +150,59 @@ TASKS.append(Task(
     reference=_frob_ref, solution=common.solution(_FROB_CUDA, _FROB_LAUNCH),
     tolerance={"float32": (1e-5, 1e-3)},  # outputs are ~1/sqrt(M*N); relative accuracy is what matters
     tags=("norm", "reduction")))
+
+_RMS_CUDA = r"""
+// One thread per (b, s), s a flattened spatial position: the F features of (b, s) are F*S apart,
+// so consecutive threads read consecutive addresses.
+extern "C" __global__ void rms_norm_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                           int B, int F, int S, float eps) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * S) return;
+    int b = idx / S, s = idx - b * S;
+    const float* p = x + (size_t)b * F * S + s;
+    float* q = y + (size_t)b * F * S + s;
+    float acc = 0.0f;
+    for (int f = 0; f < F; ++f) { float v = p[(size_t)f * S]; acc += v * v; }
+    float r = rsqrtf(acc / (float)F + eps);
+    for (int f = 0; f < F; ++f) q[(size_t)f * S] = p[(size_t)f * S] * r;
+}
+"""
+_NCHW = {"eval": {"B": 16, "F": 64, "D1": 256, "D2": 256}, "small": {"B": 2, "F": 17, "D1": 5, "D2": 7}}
+_X4 = Buffer("x", "float32", ("B", "F", "D1", "D2"))
+_Y4 = Buffer("y", "float32", ("B", "F", "D1", "D2"))
+
+TASKS.append(Task(
+    name="rms_norm", level=1,
+    description=("RMS normalisation over the feature dimension, as KernelBench 36_RMSNorm_: y = x / "
+                 "sqrt(mean(x ** 2, dim=1, keepdim=True) + eps) with eps = 1e-5 and no weight, i.e. "
+                 "y[b, f, i, j] = x[b, f, i, j] / sqrt((1/F) sum_g x[b, g, i, j]^2 + eps). x and y are float32 "
+                 "[B, F, D1, D2], contiguous row-major."),
+    sizes=_NCHW, inputs=(_X4,), outputs=(_Y4,), reference=_rms_norm_ref,
+    scalars=(Scalar("eps", "float32", 1e-5),), tolerance=_ROW_TOL,
+    solution=common.solution(_RMS_CUDA, "rms_norm_kernel<<<cdiv(B * D1 * D2, 256), 256>>>(x, y, B, F, D1 * D2, eps);"),
+    tags=("norm", "kernelbench")))
+
+_LN = _row_task("layer_norm", "", """    float s = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s += p[j];
+    float mu = block_sum(s, sh) / (float)N;
+    float v = 0.0f;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) { float d = p[j] - mu; v += d * d; }
+    float rstd = rsqrtf(block_sum(v, sh) / (float)N + eps);
+    for (int j = threadIdx.x; j < N; j += blockDim.x) q[j] = (p[j] - mu) * rstd * weight[j] + bias[j];""", _layer_norm_nd_ref,
+                extra_inputs=(Buffer("weight", "float32", ("N",)), Buffer("bias", "float32", ("N",))),
+                scalars=(Scalar("eps", "float32", 1e-5),))
+TASKS.append(dataclasses.replace(
+    _LN,
+    description=("Layer normalisation over the trailing normalized_shape (F, D1, D2), as torch.nn.LayerNorm("
+                 "normalized_shape=(F, D1, D2)) in KernelBench 40_LayerNorm: for each b, mean and biased variance "
+                 "over all F*D1*D2 elements of x[b], y[b] = (x[b] - mean) / sqrt(var + eps) * weight + bias with "
+                 "eps = 1e-5. x and y are float32 [B, F, D1, D2]; weight and bias (the module's affine "
+                 "parameters) are float32 [F, D1, D2]; all contiguous row-major."),
+    sizes={"eval": {"B": 16, "F": 64, "D1": 128, "D2": 128}, "small": {"B": 3, "F": 4, "D1": 5, "D2": 7}},
+    inputs=(_X4, Buffer("weight", "float32", ("F", "D1", "D2")), Buffer("bias", "float32", ("F", "D1", "D2"))),
+    outputs=(_Y4,), tolerance=_ROW_TOL, tags=("norm", "kernelbench"),
+    solution=_LN.solution.replace("layer_norm_kernel<<<M, 256>>>(x, weight, bias, y, M, N, eps);",
+                                  "layer_norm_kernel<<<B, 1024>>>(x, weight, bias, y, B, F * D1 * D2, eps);")))
 
 for _t in TASKS:
     register(_t)

@@ -1,5 +1,5 @@
 """Level-1 reductions over one dimension: sum/mean/max/min/prod over the middle dim of [B, D, I], and
-argmax/argmin over the last dim of [M, N].
+argmax/argmin over dim 1 of [B, D, I] (int64, as torch).
 
 Middle-dim reductions give one output per thread with coalesced loads along I; last-dim arg-reductions
 give one row per block with warp-shuffle reductions of (value, index) pairs.
@@ -56,63 +56,47 @@ def mid_reduce_task(op: str, what: str, init: str, step: str, final: str, ref: A
         tags=("reduction",))
 
 
-_ARG = r"""
-// One block per row; each thread keeps its best (value, index), ties resolved to the smaller index.
-extern "C" __global__ void NAME_kernel(const float* __restrict__ x, ITYPE* __restrict__ out, int M, int N) {
-    __shared__ float sval[32];
-    __shared__ int sidx[32];
-    int row = blockIdx.x;
-    const float* p = x + (size_t)row * N;
-    float best = 0.0f;
-    int bi = -1;  // -1: this thread saw nothing
-    for (int j = threadIdx.x; j < N; j += blockDim.x) {
-        float v = p[j];
-        if (bi < 0 || v CMP best) { best = v; bi = j; }
+_ARG_MID = r"""
+// One thread per output (b, i): scan the D values of column i of batch b (coalesced along i).
+extern "C" __global__ void NAME_kernel(const float* __restrict__ x, long long* __restrict__ out,
+                                       int B, int D, int I) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * I) return;
+    int b = idx / I, i = idx - b * I;
+    const float* p = x + (size_t)b * D * I + i;
+    float best = p[0];
+    long long arg = 0;
+    for (int d = 1; d < D; ++d) {
+        float v = p[(size_t)d * I];
+        if (v CMP best) { best = v; arg = d; }  // strict: the first index wins ties, as torch
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_down_sync(0xffffffffu, best, o);
-        int oi = __shfl_down_sync(0xffffffffu, bi, o);
-        if (oi >= 0 && (bi < 0 || ov CMP best || (ov == best && oi < bi))) { best = ov; bi = oi; }
-    }
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    if (lane == 0) { sval[wid] = best; sidx[wid] = bi; }
-    __syncthreads();
-    if (wid == 0) {
-        int nw = blockDim.x >> 5;
-        best = lane < nw ? sval[lane] : 0.0f;
-        bi = lane < nw ? sidx[lane] : -1;
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_down_sync(0xffffffffu, best, o);
-            int oi = __shfl_down_sync(0xffffffffu, bi, o);
-            if (oi >= 0 && (bi < 0 || ov CMP best || (ov == best && oi < bi))) { best = ov; bi = oi; }
-        }
-        if (lane == 0) out[row] = (ITYPE)bi;
-    }
+    out[idx] = arg;
 }
 """
 
 
-def arg_task(op: str, out_dtype: str) -> Task:
+def arg_task(op: str) -> Task:
+    """torch.argmax / torch.argmin(x, dim=1) of x [B, D, I]: KernelBench 51/52 (int64 indices)."""
     name = f"{op}_dim"
     cmp = ">" if op == "argmax" else "<"
-    ctype = "long long" if out_dtype == "int64" else "int"
     word = "largest" if op == "argmax" else "smallest"
 
     def reference(xp: Any, x: Any) -> Any:
         f = xp.argmax if op == "argmax" else xp.argmin
-        return f(x, axis=1).astype(getattr(xp, out_dtype), copy=False)
+        return f(x, axis=1).astype(xp.int64, copy=False)
 
     return Task(
         name=name, level=1,
-        description=(f"Index of the {word} element of each row: x is a contiguous row-major float32 "
-                     f"matrix [M, N]; out[m] = the column j in [0, N) where x[m, j] is {word}. If several "
-                     f"columns tie, return the smallest such j. Output out is {out_dtype} [M]."),
-        sizes={"eval": ROW_EVAL, "small": ROW_SMALL},
-        inputs=(Buffer("x", "float32", ("M", "N")),), outputs=(Buffer("out", out_dtype, ("M",)),),
+        description=(f"torch.{op}(x, dim=1) (KernelBench {'51_Argmax' if op == 'argmax' else '52_Argmin'}"
+                     f"_over_a_dimension): x is a contiguous row-major float32 tensor [B, D, I]; out[b, i] = the "
+                     f"index d in [0, D) where x[b, d, i] is {word}. If several d tie, return the smallest. "
+                     "Output out is int64 [B, I]."),
+        sizes={"eval": MID_EVAL, "small": MID_SMALL},
+        inputs=(Buffer("x", "float32", ("B", "D", "I")),), outputs=(Buffer("out", "int64", ("B", "I")),),
         reference=reference,
-        solution=common.solution(_ARG.replace("NAME", name).replace("ITYPE", ctype).replace("CMP", cmp),
-                                 f"{name}_kernel<<<M, 256>>>(x, out, M, N);"),
-        tags=("reduction", "argreduce"))
+        solution=common.solution(_ARG_MID.replace("NAME", name).replace("CMP", cmp),
+                                 f"{name}_kernel<<<cdiv(B * I, 256), 256>>>(x, out, B, D, I);"),
+        tags=("reduction", "argreduce", "kernelbench"))
 
 
 _SUM_TOL = {"float32": (1e-3, 1e-3)}  # float32 sums of 256 terms in a different order than the reference
@@ -131,8 +115,8 @@ TASKS = [
                     inputs=Buffer("x", "float32", ("B", "D", "I"), distributions=("uniform",), low=0.5, high=1.5),
                     sizes={"eval": {"B": 1024, "D": 64, "I": 2048}, "small": {"B": 3, "D": 13, "I": 67}},
                     edge="Inputs are drawn from [0.5, 1.5] so products stay in range."),
-    arg_task("argmax", "int64"),
-    arg_task("argmin", "int32"),
+    arg_task("argmax"),
+    arg_task("argmin"),
 ]
 
 for _t in TASKS:

@@ -197,6 +197,26 @@ extern "C" __global__ void kl_rows(const float* __restrict__ p_logits, const flo
 """
 
 
+_KLB_CUDA = common.REDUCE_CUDA + common.FINISH_SUM_CUDA + r"""
+// One block per row: sum_c targets * (log targets - log predictions).
+extern "C" __global__ void kl_prob_rows(const float* __restrict__ predictions, const float* __restrict__ targets,
+                                        float* __restrict__ row_kl, int B, int C) {
+    __shared__ float sh[33];
+    const float* p = predictions + (size_t)blockIdx.x * C;
+    const float* t = targets + (size_t)blockIdx.x * C;
+    float acc = 0.0f;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) acc += t[j] * (logf(t[j]) - logf(p[j]));
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0) row_kl[blockIdx.x] = acc;
+}
+"""
+
+
+def _kl_batchmean_ref(xp, predictions, targets):
+    p, t = predictions.astype(xp.float64), targets.astype(xp.float64)
+    return (xp.sum(t * (xp.log(t) - xp.log(p))) / p.shape[0]).reshape(1).astype(xp.float32, copy=False)
+
+
 def _kl_ref(xp, p_logits, q_logits):
     def log_softmax(z):
         z = z - xp.max(z, axis=1, keepdims=True)
@@ -245,7 +265,7 @@ TASKS += [
          solution=common.solution(_CE_CUDA, "scratch float row_loss[B];\nce_rows<<<B, 256>>>(logits, target, "
                                   "row_loss, B, C);\nfinish_sum<<<1, 1024>>>(row_loss, loss, B, B);"),
          tags=("loss", "reduction", "softmax")),
-    Task(name="kl_div", level=1,
+    Task(name="kl_div_logits", level=1,  # KernelBench 98_KLDivLoss takes probabilities: see kl_div_batchmean
          description=("Batch-mean KL divergence between two categorical distributions given by logits: with "
                       "P = softmax(p_logits[b, :]) and Q = softmax(q_logits[b, :]) per row, loss[0] = (1/B) "
                       "sum_b sum_c P[c] * (log P[c] - log Q[c]). p_logits and q_logits are float32 [B, C], "
@@ -256,6 +276,19 @@ TASKS += [
          solution=common.solution(_KL_CUDA, "scratch float row_kl[B];\nkl_rows<<<B, 256>>>(p_logits, q_logits, "
                                   "row_kl, B, C);\nfinish_sum<<<1, 1024>>>(row_kl, loss, B, B);"),
          tags=("loss", "reduction", "softmax")),
+    Task(name="kl_div_batchmean", level=1,
+         description=("KL divergence as torch.nn.functional.kl_div(torch.log(predictions), targets, "
+                      "reduction='batchmean') (KernelBench 98_KLDivLoss): loss[0] = (1/B) sum_b sum_c "
+                      "targets[b, c] * (log targets[b, c] - log predictions[b, c]). predictions and targets are "
+                      "float32 [B, C] (contiguous row-major) of strictly positive values (rows of probabilities; "
+                      "use them as given, without renormalising); loss is a float32 buffer of 1 element."),
+         sizes={"eval": {"B": 4096, "C": 8192}, "small": {"B": 9, "C": 1000}},
+         inputs=(Buffer("predictions", "float32", ("B", "C"), distributions=("positive",)),
+                 Buffer("targets", "float32", ("B", "C"), distributions=("positive",))),
+         outputs=(Buffer("loss", "float32", (1,)),), reference=_kl_batchmean_ref, tolerance=_LOSS_TOL,
+         solution=common.solution(_KLB_CUDA, "scratch float row_kl[B];\nkl_prob_rows<<<B, 256>>>(predictions, "
+                                  "targets, row_kl, B, C);\nfinish_sum<<<1, 1024>>>(row_kl, loss, B, B);"),
+         tags=("loss", "reduction", "kernelbench")),
     Task(name="cosine_similarity_loss", level=1,
          description=("Mean cosine-distance loss between paired rows: a and b are float32 [B, D] (contiguous "
                       "row-major); for each row, cos_b = dot(a[b], b[b]) / max(||a[b]|| * ||b[b]||, eps) with "

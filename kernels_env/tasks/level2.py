@@ -56,12 +56,14 @@ TASKS = [
                         lambda xp, x, w, bias: (lambda h: 0.5 * h * (1.0 + xp.tanh(_GELU_C * (h + 0.044715 * h ** 3))))(
                             _xw(xp, x, w) + bias).astype(xp.float32, copy=False),
                         extra=(_BIAS,)),
-    _gemm_epilogue_task("matmul_scale_residual", "Scaled linear output plus a residual: y = (x @ w) * scale + "
-                        "residual, residual float32 [M, N], scale = 0.5, y float32 [M, N]; " + _XW + ".",
-                        "v * scale + residual[(size_t)row * N + col]",
-                        lambda xp, x, w, residual, scale: (_xw(xp, x, w) * scale + residual).astype(xp.float32, copy=False),
-                        extra=(Buffer("residual", "float32", ("M", "N")),),
-                        scalars=(Scalar("scale", "float32", 0.5),), tags=("residual",)),
+    _gemm_epilogue_task("matmul_scale_residual", "Linear layer, scaled, plus its own output as the residual "
+                        "(KernelBench 40_Matmul_Scaling_ResidualAdd): h = x @ w + bias, y = h * scale + h with "
+                        "scale = 0.5; bias float32 [N], y float32 [M, N]; " + _XW + " (w is nn.Linear's weight "
+                        "transposed).",
+                        "(v + bias[col]) * scale + (v + bias[col])",
+                        lambda xp, x, w, bias, scale: (lambda h: h * xp.float32(scale) + h)(
+                            _xw(xp, x, w) + bias).astype(xp.float32, copy=False),
+                        extra=(_BIAS,), scalars=(Scalar("scale", "float32", 0.5),), tags=("residual", "kernelbench")),
 ]
 
 # ---- GEMM + sigmoid + row sum: GEMM epilogue into a scratch matrix, then a row reduction ----------
@@ -126,24 +128,29 @@ _CONV_DESC = ("x is float32 [N, C, H, W] (NCHW), w is float32 [O, C, KH, KW], bi
 
 
 def _conv_task(name: str, description: str, epilogue: str, reference: Any,
-               scalars: tuple[Scalar, ...] = ()) -> Task:
-    params = ", const float* __restrict__ bias" + "".join(f", float {s.name}" for s in scalars)
+               scalars: tuple[Scalar, ...] = (), biases: tuple[str, ...] = ("bias",),
+               tags: tuple[str, ...] = ()) -> Task:
+    params = "".join(f", const float* __restrict__ {b}" for b in biases) + "".join(f", float {s.name}" for s in scalars)
     cuda = conv2d_cuda(f"{name}_kernel", extra_params=params, epilogue=epilogue)
     sargs = "".join(f", {s.name}" for s in scalars)
     launch = (f"{name}_kernel<<<dim3(cdiv(OH * OW, 256), O, N), 256, C * KH * KW * 4>>>"
-              f"(x, w, bias{sargs}, y, C, H, W, O, KH, KW, OH, OW);")
+              f"(x, w, {', '.join(biases)}{sargs}, y, C, H, W, O, KH, KW, OH, OW);")
     return Task(name=name, level=2, description=description, sizes={"eval": CONV_EVAL, "small": CONV_SMALL},
                 inputs=(Buffer("x", "float32", ("N", "C", "H", "W")), Buffer("w", "float32", ("O", "C", "KH", "KW")),
-                        Buffer("bias", "float32", ("O",))),
+                        *(Buffer(b, "float32", ("O",)) for b in biases)),
                 outputs=(Buffer("y", "float32", ("N", "O", "OH", "OW")),), reference=reference, scalars=scalars,
                 tolerance={"float32": (1e-3, 1e-3)}, solution=common.solution(cuda, launch),
-                tags=("fusion", "conv"))
+                tags=("fusion", "conv") + tags)
 
 
 TASKS += [
-    _conv_task("conv2d_bias_relu", "2-D convolution, bias and ReLU: y[n, o] = max(conv2d(x, w)[n, o] + bias[o], 0). "
-               + _CONV_DESC, "fmaxf(acc + bias[o], 0.0f)",
-               lambda xp, x, w, bias: xp.maximum(conv2d_ref(xp, x, w) + bias.reshape(1, -1, 1, 1), 0).astype(xp.float32, copy=False)),
+    _conv_task("conv2d_relu_bias_add", "2-D convolution (with its own bias), ReLU, then a bias add, as KernelBench "
+               "1_Conv2D_ReLU_BiasAdd: y[n, o] = max(conv2d(x, w)[n, o] + conv_bias[o], 0) + bias[o]; conv_bias "
+               "(nn.Conv2d's bias) and bias (the added parameter, shape (O, 1, 1) in torch) are float32 [O]. "
+               + _CONV_DESC, "fmaxf(acc + conv_bias[o], 0.0f) + bias[o]",
+               lambda xp, x, w, conv_bias, bias: (xp.maximum(conv2d_ref(xp, x, w) + conv_bias.reshape(1, -1, 1, 1), 0)
+                                                  + bias.reshape(1, -1, 1, 1)).astype(xp.float32, copy=False),
+               biases=("conv_bias", "bias"), tags=("kernelbench",)),
     _conv_task("conv2d_bias_scale", "2-D convolution, bias, then a constant scale: y[n, o] = (conv2d(x, w)[n, o] + "
                "bias[o]) * scale with scale = 1.5. " + _CONV_DESC, "(acc + bias[o]) * scale",
                lambda xp, x, w, bias, scale: ((conv2d_ref(xp, x, w) + bias.reshape(1, -1, 1, 1)) * scale).astype(xp.float32, copy=False),

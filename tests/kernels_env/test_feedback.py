@@ -48,9 +48,26 @@ def test_compile_error_shows_first_errors_with_lines():
 
 def test_wrong_output_summary():
     text = render_feedback(RESULTS[Status.WRONG_OUTPUT], 2000)
-    assert "output 'y': elements differ from the reference (trial 2, normal inputs)." in text
-    assert "mismatched: 12.5% of elements; first bad index [3, 7]: expected 1, got 1.5." in text
-    assert "max abs err 0.5, max rel err 0.25 (atol 0.0001, rtol 0.0001)." in text
+    assert "output 'y' is wrong: 12.5% of elements mismatched (trial 2, normal inputs)." in text
+    assert "first bad index [3, 7]: expected 1, got 1.5 (differs from the reference)." in text
+    assert "max abs err 0.5, max rel err 0.25 over elements finite in both (atol 0.0001, rtol 0.0001)." in text
+
+
+@pytest.mark.parametrize("reason,why", [("unwritten", "never written"), ("nan_or_inf", "NaN or Inf"),
+                                        ("mismatch", "differs from the reference")])
+def test_one_wrong_output_format_for_every_failure(reason, why):
+    """Unwritten, NaN and wrong values give the same fields in the same order, in the feedback and
+    in the harness's one-line message alike."""
+    from kernels_env.harness import mismatch_message
+    from kernels_env.result import Mismatch
+    m = Mismatch(reason, "y", 1, "uniform", 0.5, 0.25, 0.5, [2, 0, 1], 3.0, float("nan"), 1e-4, 1e-3)
+    lines = [ln for ln in render_feedback(Result(Status.WRONG_OUTPUT, mismatch=m), 2000).splitlines()[1:]]
+    assert lines == [
+        "output 'y' is wrong: 50% of elements mismatched (trial 1, uniform inputs).",
+        f"first bad index [2, 0, 1]: expected 3, got nan ({lines[1].split('(', 1)[1]}",
+        "max abs err 0.5, max rel err 0.25 over elements finite in both (atol 0.0001, rtol 0.001)."]
+    assert why in lines[1]
+    assert mismatch_message(m) == " ".join(lines)
 
 
 def test_correct_timing_and_spills():

@@ -59,7 +59,7 @@ def test_too_small_grid_is_wrong_output():
     assert r.mismatch.reason == "unwritten" and r.mismatch.first_bad_index == [128]
     from kernels_env.feedback import render_feedback
     text = render_feedback(r, 400)
-    assert text.startswith("wrong_output:") and "output 'c': elements were never written" in text
+    assert text.startswith("wrong_output:") and "output 'c' is wrong" in text and "never written" in text
     assert "first bad index [128]" in text and len(text) <= 400
 
 

@@ -193,8 +193,10 @@ def _mid(f):
 INDEPENDENT.update({
     "sum_dim": _mid(math.fsum), "mean_dim": _mid(lambda c: math.fsum(c) / len(c)), "max_dim": _mid(max),
     "min_dim": _mid(min), "prod_dim": _mid(math.prod),
-    "argmax_dim": lambda a, s: [[max(range(len(r)), key=lambda j, r=r: (r[j], -j)) for r in a["x"].tolist()]],
-    "argmin_dim": lambda a, s: [[min(range(len(r)), key=lambda j, r=r: (r[j], j)) for r in a["x"].tolist()]],
+    "argmax_dim": lambda a, s: [[[max(range(len(c)), key=lambda d, c=c: (c[d], -d)) for c in np.swapaxes(xb, 0, 1).tolist()]
+                                 for xb in a["x"]]],
+    "argmin_dim": lambda a, s: [[[min(range(len(c)), key=lambda d, c=c: (c[d], d)) for c in np.swapaxes(xb, 0, 1).tolist()]
+                                 for xb in a["x"]]],
 })
 
 
@@ -223,8 +225,11 @@ def _rms_row(r, w, eps):
 INDEPENDENT.update({
     "softmax": _rows(lambda r, i, a, s: [math.exp(v - _lse(r)) for v in r]),
     "log_softmax": _rows(lambda r, i, a, s: [v - _lse(r) for v in r]),
-    "layer_norm": _rows(lambda r, i, a, s: _layer_norm_row(r, a["weight"].tolist(), a["bias"].tolist(), s["eps"])),
-    "rms_norm": _rows(lambda r, i, a, s: _rms_row(r, a["weight"].tolist(), s["eps"])),
+    "layer_norm": lambda a, s: [[_layer_norm_row(xb.ravel().astype(np.float64).tolist(), a["weight"].ravel().tolist(),
+                                                 a["bias"].ravel().tolist(), s["eps"]) for xb in a["x"]]],
+    "rms_norm": lambda a, s: [[np.array([_rms_row(col, [1.0] * len(col), s["eps"]) for col in
+                                         xb.reshape(xb.shape[0], -1).T.astype(np.float64).tolist()]).T
+                               for xb in a["x"]]],
     "l2_normalize": _rows(lambda r, i, a, s: [v / max(math.sqrt(math.fsum(u * u for u in r)), s["eps"]) for v in r]),
     "frobenius_normalize": lambda a, s: [a["x"].astype(np.float64) / math.sqrt(
         math.fsum(v * v for v in a["x"].astype(np.float64).ravel().tolist()))],
@@ -301,10 +306,10 @@ def _avg(c):
 INDEPENDENT.update({
     "conv1d": lambda a, s: [_conv1d(_f64(a["x"]), _f64(a["w"]))],
     "conv2d": lambda a, s: [_conv2d(_f64(a["x"]), _f64(a["w"]))],
-    "maxpool1d": lambda a, s: [_pool1d(_f64(a["x"]), s["kernel_size"], s["stride"], max)],
-    "avgpool1d": lambda a, s: [_pool1d(_f64(a["x"]), s["kernel_size"], s["stride"], _avg)],
-    "maxpool2d": lambda a, s: [_pool2d(_f64(a["x"]), s["kernel_size"], s["stride"], max)],
-    "avgpool2d": lambda a, s: [_pool2d(_f64(a["x"]), s["kernel_size"], s["stride"], _avg)],
+    "maxpool1d_nopad": lambda a, s: [_pool1d(_f64(a["x"]), s["kernel_size"], s["stride"], max)],
+    "avgpool1d_nopad": lambda a, s: [_pool1d(_f64(a["x"]), s["kernel_size"], s["stride"], _avg)],
+    "maxpool2d_nopad": lambda a, s: [_pool2d(_f64(a["x"]), s["kernel_size"], s["stride"], max)],
+    "avgpool2d_nopad": lambda a, s: [_pool2d(_f64(a["x"]), s["kernel_size"], s["stride"], _avg)],
 })
 
 
@@ -337,7 +342,10 @@ INDEPENDENT.update({
     "hinge_loss": lambda a, s: [_mean(max(0.0, 1 - (1 if t == 1 else -1) * p)
                                       for p, t in zip(_f64(a["pred"]), a["target"].tolist()))],
     "cross_entropy": lambda a, s: [_mean(_lse(r) - r[t] for r, t in zip(_f64(a["logits"]), a["target"].tolist()))],
-    "kl_div": lambda a, s: [_mean(_kl_row(p, q) for p, q in zip(_f64(a["p_logits"]), _f64(a["q_logits"])))],
+    "kl_div_batchmean": lambda a, s: [math.fsum(t * (math.log(t) - math.log(p)) for p, t in zip(
+        a["predictions"].astype(np.float64).ravel().tolist(), a["targets"].astype(np.float64).ravel().tolist()))
+        / len(a["predictions"])],
+    "kl_div_logits": lambda a, s: [_mean(_kl_row(p, q) for p, q in zip(_f64(a["p_logits"]), _f64(a["q_logits"])))],
     "cosine_similarity_loss": lambda a, s: [_mean(_cos_row(x, y, s["eps"]) for x, y in zip(_f64(a["a"]), _f64(a["b"])))],
 })
 
@@ -375,10 +383,12 @@ def _attn(a, s):
 INDEPENDENT.update({
     "matmul_bias_relu": lambda a, s: [_linear(a, lambda v, i, j: max(v, 0.0))],
     "matmul_bias_gelu": lambda a, s: [_linear(a, lambda v, i, j: _gelu(v))],
-    "matmul_scale_residual": lambda a, s: [_linear(a, lambda v, i, j: v * s["scale"] + float(a["residual"][i, j]))],
+    "matmul_scale_residual": lambda a, s: [_linear(a, lambda v, i, j: v * s["scale"] + v)],
     "gemm_sigmoid_sum": lambda a, s: [[math.fsum(_sig(v) for v in row) for row in _linear(a, lambda v, i, j: v)]],
     "matmul_swiglu": _swiglu,
-    "conv2d_bias_relu": lambda a, s: [_conv_bias(a, lambda v: max(v, 0.0))],
+    "conv2d_relu_bias_add": lambda a, s: [[[[[max(v + cb, 0.0) + b for v in row] for row in plane]
+                                            for plane, cb, b in zip(yn, _f64(a["conv_bias"]), _f64(a["bias"]))]
+                                           for yn in _conv2d(_f64(a["x"]), _f64(a["w"]))]],
     "conv2d_bias_scale": lambda a, s: [_conv_bias(a, lambda v: v * s["scale"])],
     "add_layer_norm": lambda a, s: [[_layer_norm_row([u + v for u, v in zip(x, r)], _f64(a["weight"]), _f64(a["bias"]),
                                                      s["eps"]) for x, r in zip(_f64(a["x"]), _f64(a["residual"]))]],

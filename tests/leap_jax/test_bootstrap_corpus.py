@@ -28,7 +28,7 @@ from leap_jax.bootstrap.mutations import (MUTATIONS, MUTATIONS_BY_NAME, Submissi
                                           mutate, split_blocks)
 from leap_jax.rollout.prompts import SYSTEM_PROMPT, feedback_message, task_prompt
 
-TASKS = ["relu", "sum_dim", "maxpool1d"]  # grid-stride elementwise, early-return reduction, pooling window
+TASKS = ["relu", "sum_dim", "maxpool1d_nopad"]  # grid-stride elementwise, early-return reduction, pooling window
 
 
 def _cfg(seed: int = 0, **kw) -> C.CorpusCfg:
@@ -186,10 +186,10 @@ RESCORE = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_tria
 
 @pytest.mark.parametrize("task,mutation,expected", [
     ("relu", "drop_semicolon", {"compile_error"}),
-    ("maxpool1d", "typo_identifier", {"compile_error"}),
+    ("maxpool1d_nopad", "typo_identifier", {"compile_error"}),
     ("sum_dim", "off_by_one_bound", {"wrong_output", "runtime_error"}),  # `d <= D` reads a row too many
     ("relu", "wrong_index", {"wrong_output"}),  # part of y is never written
-    ("maxpool1d", "floor_grid", {"wrong_output"}),  # 294 outputs, 256 per block: the tail block is lost
+    ("maxpool1d_nopad", "floor_grid", {"wrong_output"}),  # 294 outputs, 256 per block: the tail block is lost
     ("relu", "misnamed_launch", {"format_error"}),
     ("relu", "rename_kernel", {"correct"}),
     ("relu", "vectorize4", {"correct"}),

@@ -106,7 +106,9 @@ class CpuDevice:
         keep: list[Any] = []
         ptrs = (ctypes.c_void_p * max(1, len(args)))()
         for i, (a, p) in enumerate(zip(args, sig.params)):
-            if p.pointer:
+            if p.pointer and a is None:  # a null pointer (`nullptr` in the launch block)
+                cell = np.array([0], dtype=np.uintp)
+            elif p.pointer:
                 if not isinstance(a, np.ndarray):
                     raise KernelRuntimeError(f"{sig.name}: argument {i} ({p.name}) is a pointer; expected "
                                              f"a device array, got {type(a).__name__}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from kernels_env.source_text import strip_comments
+from kernels_env.std_prelude import STD_HEADERS
 
 SOURCE_NAME = "kernel.cu"
 
@@ -26,7 +27,7 @@ _DROPPED_HEADERS = {
     "sm_30_intrinsics.h", "sm_32_intrinsics.h", "sm_35_intrinsics.h", "sm_60_atomic_functions.h",
     "sm_61_intrinsics.h", "device_atomic_functions.h", "math_functions.h", "crt/math_functions.h",
     "assert.h", "cassert", "cuda_device_runtime_api.h", "builtin_types.h", "host_defines.h",
-}
+} | set(STD_HEADERS)  # C library headers: the prelude includes the real ones, NVRTC gets std_prelude
 
 # (pattern over code without comments/strings, feature name). Checked in order; all hits reported.
 _UNSUPPORTED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
