@@ -55,10 +55,26 @@ def _chain_formula(ops: tuple[str, ...], arg: str, operand: str) -> str:
     text = arg
     for i, o in enumerate(ops):
         if o in UNARY:
-            text = UNARY[o].formula.format(text.removeprefix("(").removesuffix(")") if _bare(text) else text)
+            fmt = UNARY[o].formula
+            if _bare(text):
+                text = text[1:-1]
+            if o in ("sq", "neg", "scale") and _atomic(text):
+                fmt = fmt.replace("({})", "{}")  # (x[m, n])^2 -> x[m, n]^2, -(tanh(t)) -> -tanh(t)
+            text = fmt.format(text)
         else:
             text = "(" + BINARY[o].formula.format(a=text, b=operand) + ")"
     return text[1:-1] if _bare(text) else text
+
+
+def _atomic(text: str) -> bool:
+    """Whether `text` has no operator at bracket depth 0 (a name, an indexed name or a call)."""
+    depth = 0
+    for ch in text:
+        depth += ch in "([|" if ch != "|" else 0
+        depth -= ch in ")]"
+        if depth == 0 and ch in " +-*/^|" and text[0] != "|":
+            return False
+    return not text.startswith(("-", "|"))
 
 
 def _bare(text: str) -> bool:
