@@ -1,4 +1,4 @@
-"""`python -m kernels_env list | show TASK | score --task T FILE | check-suite` (DESIGN 3.7)."""
+"""`python -m kernels_env list [--generated N] | show TASK | score --task T FILE | check-suite` (DESIGN 3.7)."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +22,11 @@ def _tasks() -> Any:
 
 def _get_task(name: str) -> Any:
     tasks = _tasks()
+    if name.startswith("gen_"):  # generated tasks (kernels_env.tasks.generated) are built from the name
+        try:
+            return tasks.get_task(name)
+        except KeyError as e:
+            raise CliError(str(e.args[0]) if e.args else f"unknown task {name!r}") from None
     names = [t.name for t in tasks.list_tasks()]
     if name not in names:
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
@@ -40,7 +45,17 @@ def _config(args: argparse.Namespace) -> EnvConfig:
 
 
 def cmd_list(args: argparse.Namespace, out: Any) -> int:
-    ts = _tasks().list_tasks(level=args.level)
+    if args.generated is not None:
+        from kernels_env.tasks.generated import generated_task_names
+        try:
+            names = generated_task_names(args.generated, seed=args.seed, split=args.split)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        ts = [_tasks().get_task(n) for n in names]
+        if args.level is not None:
+            ts = [t for t in ts if t.level == args.level]
+    else:
+        ts = _tasks().list_tasks(level=args.level)
     if args.json:
         rows = [{"name": t.name, "level": t.level, "tags": list(t.tags),
                  "description": t.description.strip().splitlines()[0] if t.description.strip() else ""}
@@ -156,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("list", help="list tasks")
     sp.add_argument("--level", type=int, choices=(1, 2, 3), default=None)
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("--generated", type=int, default=None, metavar="N",
+                    help="list the first N generated tasks (kernels_env.tasks.generated) instead of the suite")
+    sp.add_argument("--seed", type=int, default=0, help="ordering seed of --generated")
+    sp.add_argument("--split", choices=("train", "held_out", "all"), default="train", help="split of --generated")
     sp.set_defaults(fn=cmd_list)
 
     sp = sub.add_parser("show", help="show one task")

@@ -30,10 +30,17 @@ def register_all(tasks: Iterable[Task]) -> list[Task]:
 
 
 def get_task(name: str) -> Task:
-    """The task called `name`; unknown names raise KeyError with the closest known names."""
+    """The task called `name`; unknown names raise KeyError with the closest known names. Generated
+    names (`gen_...`, kernels_env.tasks.generated) are built on first use and cached, not registered."""
     try:
         return _REGISTRY[name]
     except KeyError:
+        if isinstance(name, str) and name.startswith("gen_"):
+            from kernels_env.tasks.generated import get_generated_task
+            try:
+                return get_generated_task(name)
+            except ValueError as e:
+                raise KeyError(f"unknown task {name!r}: {e}") from None
         close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise KeyError(f"unknown task {name!r} ({len(_REGISTRY)} tasks registered){hint}") from None

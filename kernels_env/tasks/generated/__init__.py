@@ -1,0 +1,33 @@
+"""Procedurally generated tasks: a grammar of op compositions on [M, N] tensors (element-wise chains,
+row reductions, row normalisations and fused chains, float32 and float16), each with a description,
+a float64 reference and a canonical CUDA solution, split into train / held-out BY COMPOSITION.
+
+    generated_task_names(count, seed=0, split="train")   -> prefix-stable list of names
+    split_of(name)                                         -> "train" | "held_out"
+    get_generated_task(name)                               -> Task (built lazily, cached)
+
+`kernels_env.tasks.get_task` resolves `gen_` names through `get_generated_task`, so any process can
+look a generated task up by name; `list_tasks()` still lists only the hand-written suite.
+Modules: ops (catalogue), grammar (compositions, names), emit (description, reference, solution),
+split (held-out combinations, orderings).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from kernels_env.tasks.generated.grammar import Spec, parse_name
+from kernels_env.tasks.generated.split import generated_task_names, held_out_pairs, split_of
+from kernels_env.tasks.spec import Task
+
+PREFIX = "gen_"
+
+
+@lru_cache(maxsize=4096)
+def get_generated_task(name: str) -> Task:
+    """The generated task called `name`; ValueError when `name` is not in the grammar."""
+    from kernels_env.tasks.generated.emit import build_task
+    return build_task(parse_name(name))
+
+
+__all__ = ["PREFIX", "Spec", "generated_task_names", "get_generated_task", "held_out_pairs", "parse_name",
+           "split_of"]
