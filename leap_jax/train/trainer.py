@@ -144,7 +144,10 @@ def sampler_buckets(cfg: Config, max_batch: int) -> tuple[tuple[int, ...], tuple
         bb, pb = batch_buckets(max_batch), _prompt_buckets(ctx)
     else:
         bb = tuple(sorted({max(max_batch // 4, 1), max(max_batch // 2, 1), max_batch}))
-        pb = _coarse_prompt_buckets(ctx)
+        # a later turn's prompt is at most max_context - max_new_tokens long (the rollout's rule):
+        # that bucket keeps the KV cache at max_context slots instead of the next power of two + new
+        pb = tuple(sorted(set(_coarse_prompt_buckets(ctx))
+                          | ({ctx - s.max_new_tokens} if ctx - s.max_new_tokens >= 512 else set())))
     if s.batch_buckets:
         bb = tuple(sorted(set(int(b) for b in s.batch_buckets) | {max_batch}))
     if s.prompt_buckets:

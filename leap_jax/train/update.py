@@ -376,9 +376,11 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         B = batch["tokens"].shape[0]
         if B % mb:
             raise ValueError(f"batch of {B} rows is not a multiple of micro_batch_size={mb}")
-        # the denominators see the whole batch's mask: one small program per (B, L), no model
-        dk = ("mask",) + (("pg_denom",) if "pg_denom" in batch else ())
-        denom_pg, denom_v = denom_jit({k: batch[k] for k in dk})
+        if "pg_denom" in batch:  # build_batch's batches: host arithmetic, nothing to compile
+            denom_pg = np.float32(max(float(np.asarray(batch["pg_denom"])), 1.0))
+            denom_v = np.float32(max(float(np.asarray(batch["mask"]).sum()), 1.0))
+        else:  # the denominators from the whole batch's mask: a small program per (B, L)
+            denom_pg, denom_v = denom_jit({"mask": batch["mask"]})
         micro = [{k: batch[k][i:i + mb] for k in keys} for i in range(0, B, mb)]
         sig = tuple((k, micro[0][k].shape, str(micro[0][k].dtype)) for k in keys)
         if sig not in aux_identity:  # metric accumulators' identities (0, -inf for _max, +inf for _min)
