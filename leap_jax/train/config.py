@@ -80,6 +80,10 @@ class SamplingCfg:
     buckets: str = "coarse"
     batch_buckets: list[int] = field(default_factory=list)  # explicit batch buckets (overrides `buckets`)
     prompt_buckets: list[int] = field(default_factory=list)  # explicit prompt buckets (overrides `buckets`)
+    # decode loop options of the Sampler (leap_jax.sampling.sampler.decode): consecutive while_loops
+    # with growing static KV windows, and decode steps per loop test; tokens are the same either way
+    decode_segments: int = 1
+    steps_per_iter: int = 1
 
 
 @dataclass

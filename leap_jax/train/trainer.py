@@ -269,7 +269,9 @@ class Trainer:
             self._sampler = Sampler(self.model_config, max_batch=max_batch, batch_buckets=bb,
                                     prompt_buckets=pb,
                                     max_new_tokens=self.cfg.sampling.max_new_tokens,
-                                    pad_id=self.tokenizer.pad_id)
+                                    pad_id=self.tokenizer.pad_id,
+                                    decode_segments=self.cfg.sampling.decode_segments,
+                                    steps_per_iter=self.cfg.sampling.steps_per_iter)
         return SamplerPolicy(self._sampler, self.tokenizer, sampling, end_ids=self.streams.end_ids)
 
     def _policy(self, sampling: Any, allow_scripted_mix: bool = True) -> Any:
