@@ -205,7 +205,10 @@ def main(argv=None) -> None:
             res = run_arm(a, cfg_path, overrides, evaluator, args.steps, args.warmup, work, cache_dir)
             res["wall_s"] = time.perf_counter() - t0
             results.append(res)
-            print(f"[step_time] {a}: {res['wall_s']:.1f} s", file=sys.stderr, flush=True)
+            # one line per finished arm, so a run cut short by a timeout still leaves its numbers
+            print(f"[step_time] {a}: wall {res['wall_s']:.1f} s " + " ".join(
+                f"{k}={v:.3g}" for k, v in res.items() if isinstance(v, float) and k != "wall_s"),
+                file=sys.stderr, flush=True)
     finally:
         if hasattr(evaluator, "close"):
             evaluator.close()

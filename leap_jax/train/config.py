@@ -164,6 +164,9 @@ class OptimizerCfg:
     # "loop": a jitted micro-batch gradient step per micro-batch (compiles once per row length,
     # whatever the row count); "scan": one program over the batch (compiles per (rows, length))
     accumulate: str = "loop"
+    # the update's (and old log-probs') attention: einsum (fp32 scores in query chunks), cudnn (the
+    # fused GPU kernel, bf16/fp16 models) or dpa (jax.nn.dot_product_attention's XLA form)
+    attention: str = "einsum"
 
 
 @dataclass
@@ -596,6 +599,7 @@ def validate(cfg: Config) -> None:
     _positive(o.warmup_steps, "optimizer.warmup_steps", allow_zero=True)
     _positive(o.micro_batch_size, "optimizer.micro_batch_size")
     _choice(o.accumulate, ("loop", "scan"), "optimizer.accumulate")
+    _choice(o.attention, ("einsum", "cudnn", "dpa"), "optimizer.attention")
     if o.pack_len is not None:
         _positive(o.pack_len, "optimizer.pack_len")
         if o.pack_len < cfg.rollout.max_context_tokens:

@@ -237,7 +237,7 @@ class Trainer:
         self._policy_override = policy
         self._sampler = None
         self.streams = ChatStreams(self.tokenizer)
-        self.logprob_fn = make_logprob_fn(self.model_config)
+        self.logprob_fn = make_logprob_fn(self.model_config, cfg.optimizer.attention)
         self.value_fn = make_value_fn(self.model_config) if self.ppo else None
         r, s = cfg.rollout, cfg.sampling
         self.update_fn = make_update(
@@ -245,7 +245,7 @@ class Trainer:
             eps_low=cfg.loss.eps_low, eps_high=cfg.loss.eps_high, aggregation=cfg.loss.aggregation,
             max_len=float(s.max_new_tokens * r.max_turns), ppo=self.ppo, value_coef=cfg.loss.value_coef,
             value_clip=cfg.loss.value_clip, donate=jax.default_backend() != "cpu",
-            accumulate=cfg.optimizer.accumulate)
+            accumulate=cfg.optimizer.accumulate, attn_impl=cfg.optimizer.attention)
         self.checkpointer = Checkpointer(self.run_dir, keep_last=cfg.checkpoint.keep_last)
         self._stop_signal: int | None = None
         if resume:

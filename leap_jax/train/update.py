@@ -172,12 +172,12 @@ def missing_old_logprobs(batch: dict[str, np.ndarray]) -> bool:
     return bool(np.any(batch["mask"] & ~np.isfinite(batch["old_logp"])))
 
 
-def make_logprob_fn(model_config: ModelConfig) -> Callable:
+def make_logprob_fn(model_config: ModelConfig, attn_impl: str = "einsum") -> Callable:
     """Jitted (params, batch) -> fp32 [B, L] log-probs of the targets under `params`."""
     @jax.jit
     def fn(params, tokens, positions, segment_ids, targets):
         hidden, _ = forward(params["model"], model_config, tokens, positions,
-                            segment_ids=segment_ids, return_hidden=True)
+                            segment_ids=segment_ids, return_hidden=True, attn_impl=attn_impl)
         return hidden_logprobs(params["model"], model_config, hidden, targets)[0]
     return fn
 
@@ -276,7 +276,7 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
                 micro_batch_size: int, eps_low: float = 0.2, eps_high: float = 0.28,
                 aggregation: str = "token-mean", max_len: float | None = None, ppo: bool = False,
                 value_coef: float = 0.5, value_clip: float | None = 0.2,
-                donate: bool = False, accumulate: str = "scan") -> Callable:
+                donate: bool = False, accumulate: str = "scan", attn_impl: str = "einsum") -> Callable:
     """The update step; see the module docstring. `max_len` is the constant of
     seq-mean-token-sum-norm (e.g. max_new_tokens * T).
 
@@ -285,7 +285,9 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
     ([micro_batch_size, L], accumulating into a donated buffer) called once per micro-batch from
     Python, then a jitted optimizer step: the row count never recompiles, only a new L does. Both
     give the same result (same summation order). A batch's `pg_denom` (build_batch) replaces the
-    policy denominator computed from its mask (needed when rows were dropped or packed)."""
+    policy denominator computed from its mask (needed when rows were dropped or packed).
+    attn_impl: the forward's attention (`layers.attention`): "einsum" (fp32 scores, query chunks)
+    or "cudnn" (the fused GPU kernel) / "dpa" (its XLA form)."""
     mb = int(micro_batch_size)
     if accumulate not in ("scan", "loop"):
         raise ValueError(f"accumulate={accumulate!r}; expected 'scan' or 'loop'")
@@ -293,7 +295,7 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
 
     def loss_fn(params, m, denom_pg, denom_v):
         hidden, _ = forward(params["model"], model_config, m["tokens"], m["positions"],
-                            segment_ids=m["segment_ids"], return_hidden=True)
+                            segment_ids=m["segment_ids"], return_hidden=True, attn_impl=attn_impl)
         logp, ent = hidden_logprobs(params["model"], model_config, hidden, m["targets"])
         # sequence-mean modes count sequences per segment (packed rows); token-mean needs no ids
         s, _, pm = loss_lib.policy_loss(logp, m["old_logp"], m["advantages"], m["mask"],

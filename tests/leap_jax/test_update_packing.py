@@ -188,3 +188,16 @@ def test_padding_ratio_on_a_realistic_length_mix():
                 pack_len=4096, stats=stats_packed)
     assert stats_packed["padding_ratio"] <= 1.3, stats_packed
     assert stats_plain["padding_ratio"] > 2 * stats_packed["padding_ratio"] - 1
+
+
+def test_packed_logprobs_with_fused_attention_form_equal_einsum(params):
+    """optimizer.attention=dpa (the XLA form of the cudnn option) on packed rows with padding."""
+    from leap_jax.train.update import make_logprob_fn
+    rows, adv = _rows(seed=4)
+    b = build_batch(rows, adv, np.ones(adv.shape[:2], bool), 4, micro_batch_size=4, pad_to_multiple=16, pack=True)
+    assert (b["segment_ids"] == 0).any()
+    args = [b[k] for k in ("tokens", "positions", "segment_ids", "targets")]
+    ref = np.asarray(make_logprob_fn(CFG)(params, *args))
+    got = np.asarray(make_logprob_fn(CFG, "dpa")(params, *args))
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got[b["mask"]], ref[b["mask"]], rtol=1e-5, atol=1e-5)
