@@ -19,8 +19,11 @@ Random weights never stop early (every row generates max_new_tokens) and solve n
 advantage is 0: the `after` arm then keeps zero-advantage rows (packing alone is compared).
 CPU smoke (tiny random model, oracle evaluator, scripted mix; ~2-4 minutes on a loaded machine):
     python benchmarks/step_time.py --tiny
-Dotted overrides apply to every arm, e.g. `rollout.prompts_per_step=4 sampling.decode_segments=4`.
-`--arms after,resume` runs a subset; `--json` prints the records instead of the table.
+Dotted overrides apply to every arm, e.g. `rollout.prompts_per_step=4`. `--arms after,resume` runs a
+subset; `--arm 'NAME: k=v ...'` adds an arm of the defaults plus overrides (it reuses after's compile
+cache, so its compile seconds count only its new programs), e.g. the options not on by default:
+    --arm 'cudnn: optimizer.attention=cudnn' --arm 'seg4: sampling.decode_segments=4 sampling.steps_per_iter=4'
+`--json` prints the records instead of the table.
 """
 from __future__ import annotations
 
@@ -163,11 +166,20 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=2, help="timed steps per arm (after --warmup)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed first steps per arm (compilation)")
     ap.add_argument("--arms", default="before,after,resume")
+    ap.add_argument("--arm", action="append", default=[], metavar="'NAME: k=v k=v'",
+                    help="an extra arm after --arms: the defaults plus these overrides, on after's "
+                    "compile cache (e.g. 'cudnn: optimizer.attention=cudnn'); repeatable")
     ap.add_argument("--workdir", default=None, help="run dirs and compile cache (default: a temp dir)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides for every arm")
     args = ap.parse_args(argv)
     arms = [a for a in args.arms.split(",") if a]
+    for spec in args.arm:
+        name, _, rest = spec.partition(":")
+        if not name.strip() or name.strip() in ARMS:
+            ap.error(f"--arm {spec!r}: expected 'NAME: k=v ...' with a new NAME")
+        ARMS[name.strip()] = rest.split()
+        arms.append(name.strip())
     for a in arms:
         if a not in ARMS:
             ap.error(f"unknown arm {a!r}; expected some of {','.join(ARMS)}")
