@@ -74,6 +74,16 @@ class SamplingCfg:
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
     max_new_tokens: int = 256
+    # sampler shape buckets (each (batch, prompt) bucket pair compiles prefill + decode once):
+    # "coarse" = batch sizes max_batch/4, /2, /1 and prompt lengths 512, 1024, ... (few compilations,
+    # padding rows are inactive); "fine" = every power of two (the former behaviour, less padding)
+    buckets: str = "coarse"
+    batch_buckets: list[int] = field(default_factory=list)  # explicit batch buckets (overrides `buckets`)
+    prompt_buckets: list[int] = field(default_factory=list)  # explicit prompt buckets (overrides `buckets`)
+    # decode loop options of the Sampler (leap_jax.sampling.sampler.decode): consecutive while_loops
+    # with growing static KV windows, and decode steps per loop test; tokens are the same either way
+    decode_segments: int = 1
+    steps_per_iter: int = 1
 
 
 @dataclass
@@ -144,6 +154,19 @@ class OptimizerCfg:
     warmup_steps: int = 0
     micro_batch_size: int = 8  # rows per micro-batch (exact (sum, denom) accumulation)
     pad_to_multiple: int = 64  # sequence length bucket
+    # pack several conversations into one update row (segment ids, per-segment positions; no
+    # attention across them), rows of `pack_len` slots (None: the length bucket of the longest)
+    pack: bool = True
+    pack_len: int | None = None
+    # leave conversations with advantage exactly 0 on every trainable token out of the update; the
+    # loss denominator still counts them, so loss and gradient are unchanged (never for ppo)
+    drop_zero_advantage: bool = True
+    # "loop": a jitted micro-batch gradient step per micro-batch (compiles once per row length,
+    # whatever the row count); "scan": one program over the batch (compiles per (rows, length))
+    accumulate: str = "loop"
+    # the update's (and old log-probs') attention: einsum (fp32 scores in query chunks), cudnn (the
+    # fused GPU kernel, bf16/fp16 models) or dpa (jax.nn.dot_product_attention's XLA form)
+    attention: str = "einsum"
 
 
 @dataclass
@@ -197,6 +220,10 @@ class TrainCfg:
     # net step time (time/step minus JAX compilation, time/train_total) reaches it, like reaching
     # train.steps. Gives every arm of an experiment the same wall-clock. None: steps only.
     time_budget_s: float | None = None
+    # JAX's persistent compilation cache: a resumed or repeated run reuses every program compiled
+    # before (None: RUN_DIR/../.jax_cache; an existing jax_compilation_cache_dir setting wins)
+    compile_cache: bool = True
+    compile_cache_dir: str | None = None
 
 
 @dataclass
@@ -571,6 +598,14 @@ def validate(cfg: Config) -> None:
     _choice(o.schedule, SCHEDULES, "optimizer.schedule")
     _positive(o.warmup_steps, "optimizer.warmup_steps", allow_zero=True)
     _positive(o.micro_batch_size, "optimizer.micro_batch_size")
+    _choice(o.accumulate, ("loop", "scan"), "optimizer.accumulate")
+    _choice(o.attention, ("einsum", "cudnn", "dpa"), "optimizer.attention")
+    if o.pack_len is not None:
+        _positive(o.pack_len, "optimizer.pack_len")
+        if o.pack_len < cfg.rollout.max_context_tokens:
+            raise ConfigError(f"optimizer.pack_len={o.pack_len} must be >= rollout.max_context_tokens="
+                              f"{cfg.rollout.max_context_tokens} (a conversation must fit one row)")
+    _choice(cfg.sampling.buckets, ("coarse", "fine"), "sampling.buckets")
     _positive(o.pad_to_multiple, "optimizer.pad_to_multiple")
     e = cfg.env
     _choice(e.backend, ("auto", "cupy", "cpu"), "env.backend")

@@ -130,6 +130,53 @@ def _prompt_buckets(max_context: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _coarse_prompt_buckets(max_context: int) -> tuple[int, ...]:
+    """512, 1024, ... up to max_context (a prompt bucket pair compiles prefill + decode once)."""
+    return tuple(b for b in _prompt_buckets(max_context) if b >= min(512, max_context))
+
+
+def sampler_buckets(cfg: Config, max_batch: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(batch buckets, prompt buckets) of the rollout sampler from sampling.buckets /
+    sampling.batch_buckets / sampling.prompt_buckets (see SamplingCfg)."""
+    from leap_jax.sampling.buckets import batch_buckets
+    s, ctx = cfg.sampling, cfg.rollout.max_context_tokens
+    if s.buckets == "fine":
+        bb, pb = batch_buckets(max_batch), _prompt_buckets(ctx)
+    else:
+        bb = tuple(sorted({max(max_batch // 4, 1), max(max_batch // 2, 1), max_batch}))
+        # a later turn's prompt is at most max_context - max_new_tokens long (the rollout's rule):
+        # that bucket keeps the KV cache at max_context slots instead of the next power of two + new
+        pb = tuple(sorted(set(_coarse_prompt_buckets(ctx))
+                          | ({ctx - s.max_new_tokens} if ctx - s.max_new_tokens >= 512 else set())))
+    if s.batch_buckets:
+        bb = tuple(sorted(set(int(b) for b in s.batch_buckets) | {max_batch}))
+    if s.prompt_buckets:
+        pb = tuple(sorted(set(int(b) for b in s.prompt_buckets)))
+    return bb, pb
+
+
+def enable_compile_cache(cfg: Config, run_dir: Path) -> str | None:
+    """Turn on JAX's persistent compilation cache (train.compile_cache): a resumed or repeated run
+    loads what an earlier one compiled instead of compiling it again. An already configured
+    jax_compilation_cache_dir (JAX_COMPILATION_CACHE_DIR, a test fixture) is kept. Returns the dir."""
+    if not cfg.train.compile_cache:
+        return None
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return current
+    path = Path(cfg.train.compile_cache_dir or (run_dir.resolve().parent / ".jax_cache"))
+    path.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    try:  # a cache first used (and found disabled) before the dir was set must be re-read
+        from jax._src import compilation_cache as _cc
+        _cc.reset_cache()
+    except Exception:  # pragma: no cover - private API moved
+        pass
+    return str(path)
+
+
 def _seed_from_key(key: jax.Array) -> int:
     return int(jax.random.randint(key, (), 0, 2 ** 31 - 1))
 
@@ -157,6 +204,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(cfg.train.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.compile_cache_dir = enable_compile_cache(cfg, self.run_dir)
         save_config(cfg, self.run_dir / "config.yaml")
         self.train_tasks, self.held_out = select_tasks(cfg)
         from kernels_env.tasks import get_task
@@ -189,14 +237,15 @@ class Trainer:
         self._policy_override = policy
         self._sampler = None
         self.streams = ChatStreams(self.tokenizer)
-        self.logprob_fn = make_logprob_fn(self.model_config)
+        self.logprob_fn = make_logprob_fn(self.model_config, cfg.optimizer.attention)
         self.value_fn = make_value_fn(self.model_config) if self.ppo else None
         r, s = cfg.rollout, cfg.sampling
         self.update_fn = make_update(
             self.model_config, self.tx, self.schedule, micro_batch_size=cfg.optimizer.micro_batch_size,
             eps_low=cfg.loss.eps_low, eps_high=cfg.loss.eps_high, aggregation=cfg.loss.aggregation,
             max_len=float(s.max_new_tokens * r.max_turns), ppo=self.ppo, value_coef=cfg.loss.value_coef,
-            value_clip=cfg.loss.value_clip, donate=jax.default_backend() != "cpu")
+            value_clip=cfg.loss.value_clip, donate=jax.default_backend() != "cpu",
+            accumulate=cfg.optimizer.accumulate, attn_impl=cfg.optimizer.attention)
         self.checkpointer = Checkpointer(self.run_dir, keep_last=cfg.checkpoint.keep_last)
         self._stop_signal: int | None = None
         if resume:
@@ -215,10 +264,14 @@ class Trainer:
         from leap_jax.sampling.sampler import Sampler
         r = self.cfg.rollout
         if self._sampler is None:
-            self._sampler = Sampler(self.model_config, max_batch=max(r.prompts_per_step * r.group_size, 1),
-                                    prompt_buckets=_prompt_buckets(r.max_context_tokens),
+            max_batch = max(r.prompts_per_step * r.group_size, 1)
+            bb, pb = sampler_buckets(self.cfg, max_batch)
+            self._sampler = Sampler(self.model_config, max_batch=max_batch, batch_buckets=bb,
+                                    prompt_buckets=pb,
                                     max_new_tokens=self.cfg.sampling.max_new_tokens,
-                                    pad_id=self.tokenizer.pad_id)
+                                    pad_id=self.tokenizer.pad_id,
+                                    decode_segments=self.cfg.sampling.decode_segments,
+                                    steps_per_iter=self.cfg.sampling.steps_per_iter)
         return SamplerPolicy(self._sampler, self.tokenizer, sampling, end_ids=self.streams.end_ids)
 
     def _policy(self, sampling: Any, allow_scripted_mix: bool = True) -> Any:
@@ -281,15 +334,20 @@ class Trainer:
                                 algorithms.dcp_mode(self.algorithm))
         out = rollout.run(tasks, self._policy(self._sampling()), seed=_seed_from_key(k_roll), step=self.step)
         t_roll = time.perf_counter()
+        c_roll = compile_seconds()
         a = cfg.algorithm
         credit = algorithms.compute_credit(
             self.algorithm, out.correct, out.attempted, out.speedup, out.status_rank, out.row_mask,
             credit=a.credit, eps=a.eps, kevin_gamma=a.kevin_gamma, kevin_correct_bonus=a.kevin_correct_bonus,
             rank_speedup_tiebreak=a.rank_speedup_tiebreak, rank_status_tiebreak=a.rank_status_tiebreak)
+        batch_stats: dict[str, float] = {}
         batch = build_batch(out.rows, credit.advantages, out.row_mask, out.group_size,
                             micro_batch_size=cfg.optimizer.micro_batch_size,
                             pad_to_multiple=cfg.optimizer.pad_to_multiple, pad_id=self.tokenizer.pad_id or 0,
-                            row_reward=credit.row_reward if self.ppo else None)
+                            row_reward=credit.row_reward if self.ppo else None, pack=cfg.optimizer.pack,
+                            pack_len=cfg.optimizer.pack_len,
+                            drop_zero_advantage=cfg.optimizer.drop_zero_advantage,
+                            aggregation=cfg.loss.aggregation, stats=batch_stats)
         metrics: dict[str, Any] = {}
         t_upd0 = time.perf_counter()
         if batch is not None:
@@ -298,7 +356,8 @@ class Trainer:
             if self.ppo:
                 prepare_ppo(self.value_fn, self.params, batch, a.gamma, a.gae_lambda,
                             cfg.optimizer.micro_batch_size)
-            jb = {k: jnp.asarray(v) for k, v in batch.items()}
+            # the loop update slices micro-batches itself (each goes to the device on its own)
+            jb = batch if cfg.optimizer.accumulate == "loop" else {k: jnp.asarray(v) for k, v in batch.items()}
             for _ in range(cfg.loss.ppo_epochs):
                 lr = float(self.schedule(self.updates_done))
                 self.params, self.opt_state, um = self.update_fn(self.params, self.opt_state, jb)
@@ -308,6 +367,11 @@ class Trainer:
             metrics["update/rows"] = float(batch["tokens"].shape[0])
             metrics["update/seq_len"] = float(batch["tokens"].shape[1])
             metrics["update/trainable_tokens"] = float(batch["mask"].sum())
+            metrics["update/slots"] = batch_stats["slots"]
+            metrics["update/real_tokens"] = batch_stats["real_tokens"]
+            metrics["update/padding_ratio"] = batch_stats["padding_ratio"]
+            metrics["update/dropped_conversations"] = batch_stats["dropped_conversations"]
+            metrics["update/all_trainable_tokens"] = batch_stats["all_trainable_tokens"]
         else:
             metrics["update/skipped"] = 1.0
         t_end = time.perf_counter()
@@ -318,7 +382,10 @@ class Trainer:
         metrics["time/update"] = t_end - t_upd0
         metrics["time/step"] = t_end - t0
         # compilation is paid once per new shape: logged apart and left out of the training clock
-        metrics["time/compile"] = min(compile_seconds() - c0, t_end - t0)
+        c_end = compile_seconds()
+        metrics["time/compile"] = min(c_end - c0, t_end - t0)
+        metrics["time/compile_generate"] = c_roll - c0  # rollout: prefill / decode programs
+        metrics["time/compile_update"] = c_end - c_roll  # old log-probs, (values,) update programs
         self.train_time += metrics["time/step"] - metrics["time/compile"]
         metrics["time/train_total"] = self.train_time
         metrics["time/generate"] = out.stats["time/generate"]

@@ -44,21 +44,91 @@ def _length_bucket(n: int, minimum: int) -> int:
     return b
 
 
+def _pg_denominator(masks: Sequence[np.ndarray], aggregation: str) -> float:
+    """The policy loss denominator of `aggregate` over these conversations' trainable masks:
+    trainable tokens (token-mean) or conversations with at least one (the sequence-mean modes)."""
+    if aggregation == "token-mean":
+        return float(sum(int(m.sum()) for m in masks))
+    if aggregation not in loss_lib.AGGREGATION_MODES:
+        raise ValueError(f"unknown aggregation mode {aggregation!r}")
+    return float(sum(1 for m in masks if m.any()))
+
+
+def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """First-fit decreasing: indices of `lengths` grouped into bins of at most `capacity` slots.
+
+    Deterministic (ties keep input order); every length must be <= capacity."""
+    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+    bins: list[list[int]] = []
+    free: list[int] = []
+    for i in order:
+        n = int(lengths[i])
+        if n > capacity:
+            raise ValueError(f"pack_rows: a sequence of {n} slots exceeds the row capacity {capacity}")
+        for b, f in enumerate(free):
+            if f >= n:
+                bins[b].append(i)
+                free[b] -= n
+                break
+        else:
+            bins.append([i])
+            free.append(capacity - n)
+    return bins
+
+
 def build_batch(rows: Sequence[Any], advantages: np.ndarray, row_mask: np.ndarray, group_size: int, *,
                 micro_batch_size: int, pad_to_multiple: int, pad_id: int = 0,
-                row_reward: np.ndarray | None = None) -> dict[str, np.ndarray] | None:
+                row_reward: np.ndarray | None = None, pack: bool = False, pack_len: int | None = None,
+                drop_zero_advantage: bool = False, aggregation: str = "token-mean",
+                stats: dict[str, float] | None = None) -> dict[str, np.ndarray] | None:
     """Padded training arrays from rollout rows (see module docstring); None if nothing is trainable.
 
     `advantages` [P, G, T] per (group, row, turn); rows with row_mask False (env_error) are left out.
     With `row_reward` [P, G] (ppo) a `rewards` array carries it on each row's last trainable target.
+
+    pack: several conversations share one row (first-fit decreasing), each its own segment id
+    (1, 2, ... within the row) with positions from 0, so attention never crosses conversations;
+    the row length is `pack_len`, or the length bucket of the longest conversation. Not with
+    `row_reward` (GAE runs along a row).
+    drop_zero_advantage: conversations whose advantage is exactly 0 on every trainable token
+    contribute exactly zero policy gradient, so they are left out of the batch; the batch then
+    carries `pg_denom`, the loss denominator of ALL conversations (`aggregation`), and the update
+    divides by it, so the loss and gradient equal those of the full batch. Not with `row_reward`
+    (the value loss needs every row). At least one conversation is always kept (an update with a
+    zero gradient still steps AdamW's moments).
+    `pg_denom` is always in the returned batch. `stats`, if given, receives padded/real slot counts.
     """
     keep = [r for k, r in enumerate(rows)
             if row_mask[k // group_size, k % group_size] and any(r.trainable[1:])]
     if not keep:
         return None
     T = advantages.shape[-1]
-    B = _round_up(len(keep), micro_batch_size)
-    L = _length_bucket(max(len(r.tokens) - 1 for r in keep), pad_to_multiple)
+    ppo = row_reward is not None
+
+    def token_arrays(r):
+        m = np.asarray(r.trainable[1:], bool)
+        turn = np.asarray(r.turn_of[1:], np.int64)  # 1..T on trainable tokens, 0 elsewhere
+        adv_row = advantages[r.group, r.index]  # [T]
+        adv = np.where(m & (turn >= 1), adv_row[np.clip(turn - 1, 0, T - 1)], 0.0).astype(np.float32)
+        return m, adv
+
+    arrs = [token_arrays(r) for r in keep]
+    pg_denom = _pg_denominator([m for m, _ in arrs], aggregation)
+    total_trainable = sum(int(m.sum()) for m, _ in arrs)
+    n_conv = len(keep)
+    if drop_zero_advantage and not ppo:
+        live = [i for i, (m, a) in enumerate(arrs) if np.any(a[m] != 0.0)]
+        if not live:  # keep the shortest one: the optimizer still takes its (zero-gradient) step
+            live = [min(range(len(keep)), key=lambda i: len(keep[i].tokens))]
+        keep, arrs = [keep[i] for i in live], [arrs[i] for i in live]
+    lengths = [len(r.tokens) - 1 for r in keep]
+    if pack and not ppo:
+        L = int(pack_len) if pack_len else _length_bucket(max(lengths), pad_to_multiple)
+        bins = pack_rows(lengths, L)
+    else:
+        L = _length_bucket(max(lengths), pad_to_multiple)
+        bins = [[i] for i in range(len(keep))]
+    B = _round_up(len(bins), micro_batch_size)
     out = {
         "tokens": np.full((B, L), pad_id, np.int32),
         "positions": np.zeros((B, L), np.int32),
@@ -69,23 +139,32 @@ def build_batch(rows: Sequence[Any], advantages: np.ndarray, row_mask: np.ndarra
         "advantages": np.zeros((B, L), np.float32),
         "rewards": np.zeros((B, L), np.float32),
     }
-    for b, r in enumerate(keep):
-        n = len(r.tokens) - 1
-        toks = np.asarray(r.tokens, np.int32)
-        out["tokens"][b, :n] = toks[:-1]
-        out["targets"][b, :n] = toks[1:]
-        out["positions"][b, :n] = np.arange(n)
-        out["segment_ids"][b, :n] = 1
-        m = np.asarray(r.trainable[1:], bool)
-        out["mask"][b, :n] = m
-        out["old_logp"][b, :n] = np.where(m, np.asarray(r.logprobs[1:], np.float32), 0.0)
-        turn = np.asarray(r.turn_of[1:], np.int64)  # 1..T on trainable tokens, 0 elsewhere
-        adv_row = advantages[r.group, r.index]  # [T]
-        out["advantages"][b, :n] = np.where(m & (turn >= 1), adv_row[np.clip(turn - 1, 0, T - 1)], 0.0)
-        if row_reward is not None and m.any():
-            out["rewards"][b, int(np.flatnonzero(m)[-1])] = row_reward[r.group, r.index]
-    if row_reward is None:
+    for b, members in enumerate(bins):
+        off = 0
+        for s, i in enumerate(members, start=1):
+            r, (m, adv) = keep[i], arrs[i]
+            n = lengths[i]
+            sl = slice(off, off + n)
+            toks = np.asarray(r.tokens, np.int32)
+            out["tokens"][b, sl] = toks[:-1]
+            out["targets"][b, sl] = toks[1:]
+            out["positions"][b, sl] = np.arange(n)
+            out["segment_ids"][b, sl] = s
+            out["mask"][b, sl] = m
+            out["old_logp"][b, sl] = np.where(m, np.asarray(r.logprobs[1:], np.float32), 0.0)
+            out["advantages"][b, sl] = adv
+            if ppo and m.any():
+                out["rewards"][b, off + int(np.flatnonzero(m)[-1])] = row_reward[r.group, r.index]
+            off += n
+    if not ppo:
         del out["rewards"]
+    out["pg_denom"] = np.asarray(max(pg_denom, 1.0), np.float32)
+    if stats is not None:
+        stats.update({"conversations": float(n_conv), "dropped_conversations": float(n_conv - len(keep)),
+                      "rows": float(B), "seq_len": float(L), "slots": float(B * L),
+                      "real_tokens": float(sum(lengths)), "trainable_tokens": float(out["mask"].sum()),
+                      "all_trainable_tokens": float(total_trainable)})
+        stats["padding_ratio"] = stats["slots"] / max(stats["real_tokens"], 1.0)
     return out
 
 
@@ -93,12 +172,12 @@ def missing_old_logprobs(batch: dict[str, np.ndarray]) -> bool:
     return bool(np.any(batch["mask"] & ~np.isfinite(batch["old_logp"])))
 
 
-def make_logprob_fn(model_config: ModelConfig) -> Callable:
+def make_logprob_fn(model_config: ModelConfig, attn_impl: str = "einsum") -> Callable:
     """Jitted (params, batch) -> fp32 [B, L] log-probs of the targets under `params`."""
     @jax.jit
     def fn(params, tokens, positions, segment_ids, targets):
         hidden, _ = forward(params["model"], model_config, tokens, positions,
-                            segment_ids=segment_ids, return_hidden=True)
+                            segment_ids=segment_ids, return_hidden=True, attn_impl=attn_impl)
         return hidden_logprobs(params["model"], model_config, hidden, targets)[0]
     return fn
 
@@ -197,18 +276,32 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
                 micro_batch_size: int, eps_low: float = 0.2, eps_high: float = 0.28,
                 aggregation: str = "token-mean", max_len: float | None = None, ppo: bool = False,
                 value_coef: float = 0.5, value_clip: float | None = 0.2,
-                donate: bool = False) -> Callable:
-    """The jitted update step; see the module docstring. `max_len` is the constant of
-    seq-mean-token-sum-norm (e.g. max_new_tokens * T)."""
+                donate: bool = False, accumulate: str = "scan", attn_impl: str = "einsum") -> Callable:
+    """The update step; see the module docstring. `max_len` is the constant of
+    seq-mean-token-sum-norm (e.g. max_new_tokens * T).
+
+    accumulate "scan": one jitted program over the whole [B, L] batch (micro-batches in a
+    `lax.scan`): it compiles once per (B, L). "loop": a jitted micro-batch gradient step
+    ([micro_batch_size, L], accumulating into a donated buffer) called once per micro-batch from
+    Python, then a jitted optimizer step: the row count never recompiles, only a new L does. Both
+    give the same result (same summation order). A batch's `pg_denom` (build_batch) replaces the
+    policy denominator computed from its mask (needed when rows were dropped or packed).
+    attn_impl: the forward's attention (`layers.attention`): "einsum" (fp32 scores, query chunks)
+    or "cudnn" (the fused GPU kernel) / "dpa" (its XLA form)."""
     mb = int(micro_batch_size)
+    if accumulate not in ("scan", "loop"):
+        raise ValueError(f"accumulate={accumulate!r}; expected 'scan' or 'loop'")
+    seq_mode = aggregation != "token-mean"
 
     def loss_fn(params, m, denom_pg, denom_v):
         hidden, _ = forward(params["model"], model_config, m["tokens"], m["positions"],
-                            segment_ids=m["segment_ids"], return_hidden=True)
+                            segment_ids=m["segment_ids"], return_hidden=True, attn_impl=attn_impl)
         logp, ent = hidden_logprobs(params["model"], model_config, hidden, m["targets"])
+        # sequence-mean modes count sequences per segment (packed rows); token-mean needs no ids
         s, _, pm = loss_lib.policy_loss(logp, m["old_logp"], m["advantages"], m["mask"],
                                         eps_low=eps_low, eps_high=eps_high, mode=aggregation,
-                                        max_len=max_len, entropy=ent)
+                                        max_len=max_len, entropy=ent,
+                                        segment_ids=m["segment_ids"] if seq_mode else None)
         loss = s / denom_pg
         aux = {"pg": pm, "pg_loss_sum": jax.lax.stop_gradient(s)}
         if ppo:
@@ -221,16 +314,36 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         return loss, aux
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
+    keys = BATCH_KEYS + (PPO_KEYS if ppo else ())
+
+    def denominators(batch):
+        mask = batch["mask"]
+        if "pg_denom" in batch:
+            denom_pg = jnp.asarray(batch["pg_denom"], jnp.float32)
+        else:
+            _, denom_pg = loss_lib.aggregate(jnp.zeros(mask.shape, jnp.float32), mask, aggregation, max_len)
+        denom_pg = jnp.maximum(denom_pg, 1.0)
+        denom_v = jnp.maximum(jnp.sum(mask).astype(jnp.float32), 1.0)
+        return denom_pg, denom_v
+
+    def apply(params, opt_state, grads, aux, denom_pg, denom_v):
+        grad_norm = optax.tree.norm(grads)
+        updates, new_opt_state = tx.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        pm = loss_lib.finalize_metrics(aux["pg"])
+        metrics = {f"policy/{k}": v for k, v in pm.items()}
+        metrics["loss/policy"] = aux["pg_loss_sum"] / denom_pg
+        metrics["optim/grad_norm"] = grad_norm
+        if ppo:
+            metrics["loss/value"] = aux["vf_loss_sum"] / denom_v
+            metrics["value/clipped_frac"] = aux["vf"]["vf_clipped"] / denom_v
+        return new_params, new_opt_state, metrics
 
     def update(params, opt_state, batch):
         B = batch["tokens"].shape[0]
         if B % mb:
             raise ValueError(f"batch of {B} rows is not a multiple of micro_batch_size={mb}")
-        mask = batch["mask"]
-        _, denom_pg = loss_lib.aggregate(jnp.zeros(mask.shape, jnp.float32), mask, aggregation, max_len)
-        denom_pg = jnp.maximum(denom_pg, 1.0)
-        denom_v = jnp.maximum(jnp.sum(mask).astype(jnp.float32), 1.0)
-        keys = BATCH_KEYS + (PPO_KEYS if ppo else ())
+        denom_pg, denom_v = denominators(batch)
         stacked = {k: batch[k].reshape((B // mb, mb) + batch[k].shape[1:]) for k in keys}
         zero_g = jax.tree_util.tree_map(jnp.zeros_like, params)
 
@@ -245,19 +358,52 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         g0, aux0 = grad_fn(params, first, denom_pg, denom_v)
         rest = {k: v[1:] for k, v in stacked.items()}
         (grads, aux), _ = jax.lax.scan(body, (jax.tree_util.tree_map(jnp.add, zero_g, g0), aux0), rest)
-        grad_norm = optax.tree.norm(grads)
-        updates, new_opt_state = tx.update(grads, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
-        pm = loss_lib.finalize_metrics(aux["pg"])
-        metrics = {f"policy/{k}": v for k, v in pm.items()}
-        metrics["loss/policy"] = aux["pg_loss_sum"] / denom_pg
-        metrics["optim/grad_norm"] = grad_norm
-        if ppo:
-            metrics["loss/value"] = aux["vf_loss_sum"] / denom_v
-            metrics["value/clipped_frac"] = aux["vf"]["vf_clipped"] / denom_v
-        return new_params, new_opt_state, metrics
+        return apply(params, opt_state, grads, aux, denom_pg, denom_v)
 
-    return jax.jit(update, donate_argnums=(0, 1) if donate else ())
+    if accumulate == "scan":
+        return jax.jit(update, donate_argnums=(0, 1) if donate else ())
+
+    # ---- accumulate == "loop": programs of one micro-batch shape, called per micro-batch ----
+    def acc_step(params, g_acc, aux_acc, m, denom_pg, denom_v):
+        g, aux = grad_fn(params, m, denom_pg, denom_v)
+        return jax.tree_util.tree_map(jnp.add, g_acc, g), _combine(aux_acc, aux)
+
+    acc_jit = jax.jit(acc_step, donate_argnums=(1, 2) if donate else ())
+    denom_jit = jax.jit(denominators)
+    apply_jit = jax.jit(apply, donate_argnums=(0, 1) if donate else ())
+    zeros_jit = jax.jit(lambda p: jax.tree_util.tree_map(jnp.zeros_like, p))
+    aux_identity: dict[Any, Any] = {}
+
+    def loop_update(params, opt_state, batch):
+        B = batch["tokens"].shape[0]
+        if B % mb:
+            raise ValueError(f"batch of {B} rows is not a multiple of micro_batch_size={mb}")
+        if "pg_denom" in batch:  # build_batch's batches: host arithmetic, nothing to compile
+            denom_pg = np.float32(max(float(np.asarray(batch["pg_denom"])), 1.0))
+            denom_v = np.float32(max(float(np.asarray(batch["mask"]).sum()), 1.0))
+        else:  # the denominators from the whole batch's mask: a small program per (B, L)
+            denom_pg, denom_v = denom_jit({"mask": batch["mask"]})
+        micro = [{k: batch[k][i:i + mb] for k in keys} for i in range(0, B, mb)]
+        sig = tuple((k, micro[0][k].shape, str(micro[0][k].dtype)) for k in keys)
+        if sig not in aux_identity:  # metric accumulators' identities (0, -inf for _max, +inf for _min)
+            shapes = jax.eval_shape(grad_fn, params, micro[0], denom_pg, denom_v)[1]
+            aux_identity[sig] = _aux_identity(shapes)
+        g_acc = zeros_jit(params)
+        aux_acc = aux_identity[sig]
+        for m in micro:
+            g_acc, aux_acc = acc_jit(params, g_acc, aux_acc, m, denom_pg, denom_v)
+        return apply_jit(params, opt_state, g_acc, aux_acc, denom_pg, denom_v)
+
+    loop_update.acc_jit = acc_jit  # exposed for compile counting in tests
+    return loop_update
+
+
+def _aux_identity(shapes: Any) -> Any:
+    def leaf(path, s):
+        name = str(getattr(path[-1], "key", ""))
+        fill = -jnp.inf if name.endswith("_max") else jnp.inf if name.endswith("_min") else 0.0
+        return jnp.full(s.shape, fill, s.dtype)
+    return jax.tree_util.tree_map_with_path(leaf, shapes)
 
 
 def _combine(a: dict, b: dict) -> dict:

@@ -1,0 +1,240 @@
+"""Seconds per RL step, by phase, with the former update/sampler path ("before") and the new one
+("after") side by side in one run: the real `Trainer.train_step` (generate, evaluate, update).
+
+Arms (each a fresh Trainer on the same config, seed and evaluation pool):
+  before   optimizer.pack=false drop_zero_advantage=false accumulate=scan, sampling.buckets=fine,
+           no persistent compilation cache (the former behaviour)
+  after    the defaults: packed update rows, zero-advantage conversations left out, the
+           per-micro-batch update loop, coarse sampler buckets, a fresh persistent compile cache
+  resume   `after` again in a new Trainer on the same compile cache: what a resumed run compiles
+Per arm: total compile seconds (all steps), then means over the steps after --warmup of: step
+seconds without compilation, generate, evaluate, update (without compilation), generated tokens/s,
+update rows x length, padded slots, real and trainable tokens, slots per trainable token.
+
+H200 (the experiment's GRPO arm and its 26M SFT policy at runs/experiment/policy; ~3 minutes):
+    timeout 235 python benchmarks/step_time.py --config configs/experiment/grpo.yaml --steps 2 --warmup 1
+Without that policy: `--model-shape experiment` (random weights of its shape; the tokenizer of
+model.path if present, else a BPE trained on the suite) or `--model-shape qwen0.5b` (Qwen2-0.5B).
+Random weights never stop early (every row generates max_new_tokens) and solve nothing, so every
+advantage is 0: the `after` arm then keeps zero-advantage rows (packing alone is compared).
+CPU smoke (tiny random model, oracle evaluator, scripted mix; ~2-4 minutes on a loaded machine):
+    python benchmarks/step_time.py --tiny
+Dotted overrides apply to every arm, e.g. `rollout.prompts_per_step=4`. `--arms after,resume` runs a
+subset; `--arm 'NAME: k=v ...'` adds an arm of the defaults plus overrides (it reuses after's compile
+cache, so its compile seconds count only its new programs), e.g. the options not on by default:
+    --arm 'cudnn: optimizer.attention=cudnn' --arm 'seg4: sampling.decode_segments=4 sampling.steps_per_iter=4'
+`--json` prints the records instead of the table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ARMS = {
+    "before": ["optimizer.pack=false", "optimizer.drop_zero_advantage=false", "optimizer.accumulate=scan",
+               "sampling.buckets=fine", "train.compile_cache=false"],
+    "after": [],
+    "resume": [],
+}
+SHAPES = {
+    "experiment": dict(hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8, num_kv_heads=4,
+                       rope_theta=10000.0, tie_word_embeddings=True, qkv_bias=False),
+    "qwen0.5b": dict(hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14, num_kv_heads=2,
+                     rope_theta=1000000.0, tie_word_embeddings=True, qkv_bias=True),
+}
+TINY = ["model.source=random", "model.hidden_size=32", "model.intermediate_size=64", "model.num_layers=2",
+        "model.num_heads=2", "model.num_kv_heads=1", "model.dtype=float32", "model.param_dtype=float32",
+        "tokenizer.kind=bpe", "tokenizer.vocab_size=600", "tasks.names=[relu, tanh, sigmoid]",
+        "tasks.held_out_fraction=0", "algorithm.name=multiturn", "rollout.group_size=4",
+        "rollout.max_turns=2", "rollout.prompts_per_step=2", "rollout.max_context_tokens=2048",
+        "rollout.scripted_mix.enabled=true", "rollout.scripted_mix.fraction=0.5", "sampling.max_new_tokens=16",
+        "optimizer.micro_batch_size=2", "optimizer.pad_to_multiple=256", "optimizer.lr=1e-3",
+        "env.sizes=small", "env.backend=cpu", "env.pool_mode=inline", "env.timing=false",
+        "env.correctness_trials=1", "logging.progress_bar=false", "logging.tensorboard=false"]
+
+
+def shape_overrides(shape: str, cfg_path: str | None) -> list[str]:
+    """model.source=random of `shape`, keeping the config's tokenizer when its files exist."""
+    from leap_jax.train.config import load_config
+    base = load_config(cfg_path, [])
+    out = ["model.source=random"] + [f"model.{k}={v}" for k, v in SHAPES[shape].items()]
+    out += ["model.dtype=bfloat16", "model.param_dtype=float32", "optimizer.drop_zero_advantage=false"]
+    tok = Path(base.tokenizer.path or base.model.path or "") / "tokenizer.json"
+    if base.tokenizer.kind == "hf" and tok.is_file():
+        out += ["tokenizer.kind=file", f"tokenizer.path={tok}"]
+    elif base.tokenizer.kind == "hf":
+        out += ["tokenizer.kind=bpe", "tokenizer.vocab_size=4096"]
+    return out
+
+
+def reset_compile_cache(path: str | None) -> None:
+    import jax
+    jax.config.update("jax_compilation_cache_dir", path)
+    try:
+        from jax._src import compilation_cache
+        compilation_cache.reset_cache()
+    except Exception:
+        pass
+
+
+def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, steps: int, warmup: int,
+            work: Path, cache_dir: Path) -> dict:
+    from leap_jax.train.config import load_config
+    from leap_jax.train.trainer import Trainer
+    ov = overrides + ARMS[name] + [f"train.run_dir={work / name}", "checkpoint.enabled=false",
+                                   f"train.compile_cache_dir={cache_dir}", "train.steps=1000",
+                                   "train.time_budget_s=null"]
+    cfg = load_config(cfg_path, ov)
+    reset_compile_cache(None)  # each arm decides: before none, after a fresh dir, resume the same
+    t0 = time.perf_counter()
+    tr = Trainer(cfg, evaluator=evaluator, resume=False)
+    build_s = time.perf_counter() - t0
+    recs = []
+    try:
+        for _ in range(warmup + steps):
+            recs.append(tr.train_step())
+    finally:
+        tr.close()
+    return summarise(name, recs, warmup, build_s)
+
+
+def summarise(name: str, recs: list[dict], warmup: int, build_s: float) -> dict:
+    steady = recs[warmup:] or recs
+
+    def mean(key, sub=None):
+        vals = [float(r.get(key) or 0.0) - (float(r.get(sub) or 0.0) if sub else 0.0) for r in steady]
+        return sum(vals) / len(vals)
+
+    gen_tok = mean("tokens/generated")
+    gen_s = mean("time/generate")
+    slots, trainable = mean("update/slots"), mean("update/trainable_tokens")
+    return {
+        "arm": name, "steps": len(recs), "build_s": build_s,
+        "compile_s": sum(float(r["time/compile"]) for r in recs),
+        "compile_generate_s": sum(float(r["time/compile_generate"]) for r in recs),
+        "compile_update_s": sum(float(r["time/compile_update"]) for r in recs),
+        "step_s": mean("time/step", "time/compile"),
+        "generate_s": gen_s, "evaluate_s": mean("time/evaluate"),
+        "update_s": mean("time/update", "time/compile_update"),
+        "gen_tokens": gen_tok, "gen_tok_per_s": gen_tok / gen_s if gen_s > 0 else 0.0,
+        "rows": mean("update/rows"), "seq_len": mean("update/seq_len"), "slots": slots,
+        "real_tokens": mean("update/real_tokens"), "trainable": trainable,
+        "all_trainable": mean("update/all_trainable_tokens"),
+        "dropped_conv": mean("update/dropped_conversations"),
+        "slots_per_trainable": slots / trainable if trainable else 0.0,
+        "reward": mean("reward/mean"),
+    }
+
+
+ROWS = [("compile s (all steps)", "compile_s", "{:.1f}"), ("  of it generate", "compile_generate_s", "{:.1f}"),
+        ("  of it update", "compile_update_s", "{:.1f}"), ("step s (steady, no compile)", "step_s", "{:.2f}"),
+        ("  generate s", "generate_s", "{:.2f}"), ("  evaluate s", "evaluate_s", "{:.2f}"),
+        ("  update s", "update_s", "{:.3f}"), ("generated tokens", "gen_tokens", "{:.0f}"),
+        ("generate tokens/s", "gen_tok_per_s", "{:.0f}"), ("update rows", "rows", "{:.1f}"),
+        ("update seq_len", "seq_len", "{:.0f}"), ("update slots (padded)", "slots", "{:.0f}"),
+        ("update real tokens", "real_tokens", "{:.0f}"), ("update trainable tokens", "trainable", "{:.0f}"),
+        ("  trainable, all conversations", "all_trainable", "{:.0f}"),
+        ("conversations dropped (adv 0)", "dropped_conv", "{:.1f}"),
+        ("slots / trainable token", "slots_per_trainable", "{:.2f}"), ("reward mean", "reward", "{:.3f}"),
+        ("trainer build s", "build_s", "{:.1f}")]
+
+
+def table(results: list[dict]) -> str:
+    w = max(len(r[0]) for r in ROWS) + 2
+    lines = ["".ljust(w) + "".join(r["arm"].rjust(12) for r in results)]
+    for label, key, fmt in ROWS:
+        lines.append(label.ljust(w) + "".join(fmt.format(r[key]).rjust(12) for r in results))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default=None, help="run config (default configs/experiment/grpo.yaml; "
+                    "none with --tiny)")
+    ap.add_argument("--model-shape", choices=["config", *SHAPES], default="config",
+                    help="config: the config's model; else random weights of that shape")
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke: tiny random model, oracle evaluator")
+    ap.add_argument("--steps", type=int, default=2, help="timed steps per arm (after --warmup)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed first steps per arm (compilation)")
+    ap.add_argument("--arms", default="before,after,resume")
+    ap.add_argument("--arm", action="append", default=[], metavar="'NAME: k=v k=v'",
+                    help="an extra arm after --arms: the defaults plus these overrides, on after's "
+                    "compile cache (e.g. 'cudnn: optimizer.attention=cudnn'); repeatable")
+    ap.add_argument("--workdir", default=None, help="run dirs and compile cache (default: a temp dir)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("overrides", nargs="*", help="dotted config overrides for every arm")
+    args = ap.parse_args(argv)
+    arms = [a for a in args.arms.split(",") if a]
+    for spec in args.arm:
+        name, _, rest = spec.partition(":")
+        if not name.strip() or name.strip() in ARMS:
+            ap.error(f"--arm {spec!r}: expected 'NAME: k=v ...' with a new NAME")
+        ARMS[name.strip()] = rest.split()
+        arms.append(name.strip())
+    for a in arms:
+        if a not in ARMS:
+            ap.error(f"unknown arm {a!r}; expected some of {','.join(ARMS)}")
+    cfg_path = None if args.tiny and args.config is None else (args.config or "configs/experiment/grpo.yaml")
+    overrides = list(TINY if args.tiny else [])
+    if args.model_shape != "config":
+        overrides += shape_overrides(args.model_shape, cfg_path)
+    overrides += args.overrides
+
+    from leap_jax.main import set_memory_env
+    from leap_jax.train.config import load_config
+    cfg = load_config(cfg_path, overrides)
+    set_memory_env(cfg.env.jax_mem_fraction, cfg.env.jax_preallocate)
+    if cfg.model.source == "hf" and not Path(cfg.model.path or "").is_dir():
+        sys.exit(f"model.path={cfg.model.path!r} is not a folder: export the experiment policy first or "
+                 "pass --model-shape experiment (random weights of its shape)")
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="step_time_"))
+    work.mkdir(parents=True, exist_ok=True)
+    cache_dir = work / "jax_cache"
+    shutil.rmtree(cache_dir, ignore_errors=True)  # `after` measures a cold cache, `resume` a warm one
+
+    if args.tiny:
+        from tests.leap_jax._trainer_helpers import OracleEvaluator
+        evaluator = OracleEvaluator()
+    else:  # one pool for every arm (worker start-up paid once); no result cache: equal work per arm
+        from kernels_env.pool import EvalPool
+        from leap_jax.train.trainer import env_config
+        e = cfg.env
+        evaluator = EvalPool(mode=e.pool_mode, backend=e.backend, gpu_workers=e.gpu_workers,
+                             compile_workers=e.compile_workers, cache=False, config=env_config(cfg))
+    results = []
+    try:
+        for a in arms:
+            t0 = time.perf_counter()
+            res = run_arm(a, cfg_path, overrides, evaluator, args.steps, args.warmup, work, cache_dir)
+            res["wall_s"] = time.perf_counter() - t0
+            results.append(res)
+            # one line per finished arm, so a run cut short by a timeout still leaves its numbers
+            print(f"[step_time] {a}: wall {res['wall_s']:.1f} s " + " ".join(
+                f"{k}={v:.3g}" for k, v in res.items() if isinstance(v, float) and k != "wall_s"),
+                file=sys.stderr, flush=True)
+    finally:
+        if hasattr(evaluator, "close"):
+            evaluator.close()
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        import jax
+        print(f"step_time: {cfg_path or 'tiny'} model={args.model_shape} device={jax.devices()[0].device_kind} "
+              f"steps={args.steps} (+{args.warmup} warm-up) per arm; workdir {work}")
+        print(table(results))
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    main()
