@@ -75,8 +75,9 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
     except BaseException:
         try:
             conn.send(("init_error", traceback.format_exc(limit=20)))
-        finally:
-            return
+        except (OSError, ValueError):  # the parent is gone: nobody to tell
+            pass
+        return
     while True:
         try:
             msg = conn.recv()
