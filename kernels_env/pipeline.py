@@ -94,6 +94,10 @@ def _prepare(task: Any, text: str, config: EnvConfig | None = None, arch: str | 
             return Result(Status.FORMAT_ERROR, message=in_launch_block(str(e)), task=task_name, key=key,
                           stage_seconds=stages)
         stages["parse"] = time.perf_counter() - t0
+        if stages["parse"] > config.limits.parse:  # parsing is linear; only a huge input gets here
+            return Result(Status.FORMAT_ERROR, message=f"parsing the answer took {stages['parse']:.1f} s, "
+                          f"more than the {config.limits.parse:g} s limit; submit less text",
+                          task=task_name, key=key, stage_seconds=stages)
         t0 = time.perf_counter()
         try:
             compiled = compile_cuda(sub.cuda_source, resolve_arch(config.arch or arch), config)

@@ -139,6 +139,34 @@ CASES: tuple[HCase, ...] = (
         "    if (i == 0) { for (int k = 0; k < 100000; ++k) { char* p = (char*)malloc(1 << 30);"
         " if (p) p[0] = 1; } }\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"),
           S({"correct", "runtime_error", "timeout"}), note="device heap bounded; memory stays bounded"),
+    HCase("device_malloc_beyond_heap_is_null", "B", "corpus_affine", _affine_body(
+        "    __shared__ int ok;\n    if (threadIdx.x == 0) { void* p = malloc((size_t)1 << 33); ok = p == 0;"
+        " if (p) free(p); }\n    __syncthreads();\n    if (i < n) y[i] = ok ? 2.0f * x[i] + 1.0f : 0.0f;"),
+          S({"correct"}), note="an 8 GiB device malloc returns NULL on both backends (bounded heap)"),
+    # ---- D: memory errors that pass -------------------------------------------------------------
+    HCase("scratch_write_past_end", "D", "corpus_affine", _sub(
+        'extern "C" __global__ void affine(const float* x, float* y, float* s, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < 64) s[16 + i] = 1.0f;\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f;\n}",
+        "scratch float s[16];\naffine<<<cdiv(N, 256), 256>>>(x, y, s, N);"), S({"runtime_error"})),
+    HCase("scratch_write_before_start", "D", "corpus_affine", _sub(
+        'extern "C" __global__ void affine(const float* x, float* y, float* s, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i == 0) s[-3] = 1.0f;\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f;\n}",
+        "scratch float s[16];\naffine<<<cdiv(N, 256), 256>>>(x, y, s, N);"), S({"runtime_error"})),
+    HCase("output_write_before_start", "D", "corpus_affine", _affine_body(
+        "    if (i == 0) y[-1] = 0.0f;\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"runtime_error"})),
+    HCase("output_write_far_past_end", "D", "corpus_affine", _affine_body(
+        "    if (i == 0) y[n + 5000] = 0.0f;\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"runtime_error"})),
+    HCase("input_read_past_end", "D", "corpus_affine", _affine_body(
+        "    float extra = (i == 0) ? x[n + 2048] : 0.0f;\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f + (extra == 12345.0f ? 1.0f : 0.0f);"),
+          S({"runtime_error"}), backends=("cpu",),
+          note="a GPU read past an input rarely faults (pooled memory); the cpu backend's guard page does"),
+    HCase("misaligned_float4_load", "D", "corpus_affine", _affine_body(
+        "    if (i < n / 4 - 1) { float4 v = *reinterpret_cast<const float4*>(x + 1 + 4 * i);\n"
+        "      y[4 * i + 1] = 2.0f * v.x + 1.0f; }\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"),
+          S({"runtime_error"})),
     # ---- C: host files reaching the model --------------------------------------------------------
     HCase("include_abs_path", "C", "corpus_affine", _leak_include(f'#include "{HOST_FILE}"'),
           FAILS_TO_BUILD, must_not_leak=True),

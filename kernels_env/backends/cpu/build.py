@@ -22,7 +22,10 @@ HEADERS = ("cuda_prelude.h", "cpu_runtime.h")
 # -fstack-clash-protection: big local arrays touch every page, so an overflow hits the fiber's guard page.
 BASE_FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fwrapv", "-fno-strict-aliasing", "-fno-exceptions",
               "-fno-rtti", "-fvisibility=hidden", "-fno-ipa-reference", "-U_FORTIFY_SOURCE",
-              "-fstack-clash-protection", "-fmax-errors=20", "-w", "-pthread")
+              "-fstack-clash-protection", "-fmax-errors=20", "-w", "-pthread",
+              # a load/store through a misaligned pointer (float4 at a non-16-byte address) traps
+              # (SIGILL -> runtime_error), as it faults on a GPU
+              "-fsanitize=alignment", "-fsanitize-undefined-trap-on-error")
 
 
 class BuildError(Exception):
@@ -108,6 +111,19 @@ def foreign_headers(opened: list[str], exe: str) -> list[str]:
     return [h for h in opened if not os.path.realpath(h).startswith(allowed)]
 
 
+COMPILER_AS_BYTES = int(os.environ.get("LEAP_CPU_COMPILER_AS_BYTES", 4 << 30))
+
+
+def _limit_compiler(timeout_s: float):
+    """preexec_fn bounding the host compiler's address space and CPU time (template bombs)."""
+    def limit() -> None:
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (COMPILER_AS_BYTES, COMPILER_AS_BYTES))
+        cpu = int(timeout_s) + 5
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    return limit
+
+
 def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: float = 60.0,
           extra_flags: tuple[str, ...] = ()) -> Path:
     """Return the path of a shared object built from `cpp` (from the cache when present).
@@ -133,7 +149,8 @@ def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: fl
         # #include the NVRTC-side check missed) fails the build with its log withheld.
         cmd = [exe, *fl, "-H", "-I", str(HERE), "-o", tmp_out, src]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                                  preexec_fn=_limit_compiler(timeout_s))
         except subprocess.TimeoutExpired:
             raise BuildError(f"the cpu backend's C++ build took longer than {timeout_s:g} s") from None
         opened, log = opened_headers(proc.stderr or "")

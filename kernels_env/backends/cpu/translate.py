@@ -198,7 +198,7 @@ def translate(source: str, kernel_names: Iterable[str]) -> Translation:
         f'extern "C" __attribute__((visibility("default"))) void __cpu_entry_{k}(void** a) '
         f"{{ __cpu::invoke({k}, a); }}" for k in names)
     # the user's macros end with its code: none may rename anything in the runtime that follows
-    undefs = "".join(f"#undef {n}\n" for n in sorted(defined_macros(source) | _shared_macros(body)))
+    undefs = "".join(f"#undef {n}\n" for n in sorted(defined_macros(source) | _shared_macros(body) | {"malloc", "free"}))
     cpp = (f'#include "cuda_prelude.h"\n#line 1 "{SOURCE_NAME}"\n{body}\n{undefs}'
            f'#line 1 "cpu_runtime.h"\n#include "cpu_runtime.h"\n{entries}\n')
     return Translation(cpp=cpp, uses_sync=uses_sync(source))
