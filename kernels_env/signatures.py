@@ -7,6 +7,7 @@ shapes kernels are written in (qualifiers, `__launch_bounds__`, `extern "C" { ..
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -115,8 +116,11 @@ _BASE_ALIASES = {
 
 _TOKEN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_:]*|\*|&")
 # bounded repetitions: unbounded lazy bodies made many unterminated `typedef`s quadratic
-_TYPEDEF_RE = re.compile(r"\btypedef\s+([^;{}()\[\]]{1,256}?)\s*\b([A-Za-z_]\w{0,255})\s*;")
-_USING_RE = re.compile(r"\busing\s+([A-Za-z_]\w{0,255})\s*=\s*([^;{}()\[\]]{1,256}?)\s*;")
+# (greedy and bounded, the declared name split off in code: a lazy body retried a word match at every
+# character, which was slow on many unterminated `typedef`s)
+_TYPEDEF_RE = re.compile(r"\btypedef\s+([^;{}()\[\]]{1,256});")
+_USING_RE = re.compile(r"\busing\s+([A-Za-z_]\w{0,255})\s*=\s*([^;{}()\[\]]{1,256});")
+_LAST_WORD_RE = re.compile(r"\b([A-Za-z_]\w*)\s*$")
 _DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]*)$", re.M)
 _ALIAS_WORDS = _QUALIFIERS | _C_TYPE_WORDS | {"__half", "half", "__half2", "half2", "__nv_bfloat16",
                                               "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t",
@@ -132,9 +136,12 @@ def find_type_aliases(clean: str, raw: str = "") -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     found: list[tuple[int, str, str]] = []
     for m in _TYPEDEF_RE.finditer(clean):
-        found.append((m.start(), m.group(2), m.group(1)))
+        body = m.group(1)
+        w = _LAST_WORD_RE.search(body)
+        if w is not None and body[:w.start()].strip():
+            found.append((m.start(), w.group(1), body[:w.start()].strip()))
     for m in _USING_RE.finditer(clean):
-        found.append((m.start(), m.group(1), m.group(2)))
+        found.append((m.start(), m.group(1), m.group(2).strip()))
     for m in _DEFINE_RE.finditer(raw):
         body = m.group(2).strip()
         toks = _TOKEN_RE.findall(body)
@@ -206,6 +213,7 @@ _WORD_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)")
 _NAME_PAREN_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
+@functools.lru_cache(maxsize=8)
 def _scan(src: str) -> tuple[dict[str, KernelSignature], list[str]]:
     blanked = strip_comments_and_strings(src)
     clean = _strip_preprocessor(blanked)
@@ -263,7 +271,7 @@ def _scan(src: str) -> tuple[dict[str, KernelSignature], list[str]]:
 
 def find_kernels(src: str) -> dict[str, KernelSignature]:
     """Every `extern "C" __global__ void name(...)` kernel in the source, by name."""
-    return _scan(src)[0]
+    return dict(_scan(src)[0])
 
 
 def find_hidden_kernels(src: str) -> list[str]:

@@ -51,6 +51,12 @@ class HCase:
     backends: tuple[str, ...] = ("cpu", "cupy")
     note: str = ""
     must_not_leak: bool = False  # message and details must not show host paths or file contents
+    timing: bool = False  # run the timing stage too (a few runs)
+
+    def config(self, backend: str):
+        from tests.kernels_env.broken_corpus import corpus_config
+        cfg = corpus_config(backend)
+        return cfg.replace(timing=True, warmup_runs=1, timed_runs=3) if self.timing else cfg
 
 
 def _sub(cuda: str, launch: str = "affine<<<cdiv(N, 256), 256>>>(x, y, N);") -> str:
@@ -167,6 +173,26 @@ CASES: tuple[HCase, ...] = (
         "    if (i < n / 4 - 1) { float4 v = *reinterpret_cast<const float4*>(x + 1 + 4 * i);\n"
         "      y[4 * i + 1] = 2.0f * v.x + 1.0f; }\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"),
           S({"runtime_error"})),
+    # ---- F: hangs in any stage -------------------------------------------------------------------
+    HCase("spin_only_in_timing_stage", "F", "corpus_affine", _sub(
+        "__device__ int launches;\n"
+        'extern "C" __global__ void affine(const float* x, float* y, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    __shared__ int seen;\n    if (threadIdx.x == 0) seen = atomicAdd(&launches, blockIdx.x == 0);\n"
+        "    __syncthreads();\n"
+        "    if (seen >= 5) { volatile int* f = (volatile int*)&launches; while (f[0] != -7) {} }\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f;\n}"), S({"timeout"}), timing=True,
+        note="correct in the 5 trials, spins from the 6th launch on (warm-up/timing)"),
+    HCase("divergent_syncthreads_deadlock", "F", "corpus_affine", _affine_body(
+        "    __shared__ volatile int flag;\n    if (threadIdx.x == 0) flag = 0;\n    __syncthreads();\n"
+        "    if (threadIdx.x == 0) { __syncthreads(); flag = 1; } else { while (flag == 0) {} }\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"timeout", "runtime_error"})),
+    HCase("spin_in_timing_on_every_launch_after_warmup", "F", "corpus_sum", _sub(
+        SUM_CUDA.replace("extern \"C\" __global__ void finish(",
+                         "__device__ int fin_calls;\nextern \"C\" __global__ void finish(").replace(
+            "    if (threadIdx.x == 0 && blockIdx.x == 0) {",
+            "    if (atomicAdd(&fin_calls, 1) >= 6) { volatile int* f = &fin_calls; while (*f > 0) {} }\n"
+            "    if (threadIdx.x == 0 && blockIdx.x == 0) {"), SUM_LAUNCH), S({"timeout"}), timing=True),
     # ---- C: host files reaching the model --------------------------------------------------------
     HCase("include_abs_path", "C", "corpus_affine", _leak_include(f'#include "{HOST_FILE}"'),
           FAILS_TO_BUILD, must_not_leak=True),

@@ -16,7 +16,7 @@ import pytest
 from kernels_env.pipeline import prepare, score
 from kernels_env.result import Result
 from kernels_env.status import Status
-from tests.kernels_env.broken_corpus import TASKS, corpus_config, register_corpus_tasks
+from tests.kernels_env.broken_corpus import TASKS, corpus_config, corpus_evaluator, register_corpus_tasks
 from tests.kernels_env.hostile_corpus import CASES, leaked
 
 BACKENDS = [pytest.param("cpu", id="cpu"), pytest.param("cupy", id="cupy", marks=pytest.mark.gpu)]
@@ -25,12 +25,28 @@ CASE_SECONDS = 30.0  # the corpus config's limits: correctness 4 s, timing off; 
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def device(request):
-    from kernels_env.backends import get_device
+    """cpu: one in-process device (its runtime ends hangs itself). cupy: a process pool, since a GPU
+    kernel that never ends can only be stopped by killing its process (the pool replaces it)."""
     register_corpus_tasks()
     backend = request.param
-    dev = get_device(backend, corpus_config(backend))
-    yield backend, dev
-    dev.close()
+    if backend == "cpu":
+        from kernels_env.backends import get_device
+        dev = get_device(backend, corpus_config(backend))
+        yield backend, dev
+        dev.close()
+        return
+    from kernels_env.pool import EvalPool
+    with EvalPool(mode="process", backend=backend, evaluator=corpus_evaluator, cache=False,
+                  config=corpus_config(backend), gpu_workers=1) as pool:
+        yield backend, pool
+
+
+def _score(backend, dev, case):
+    cfg = case.config(backend)
+    if backend == "cpu":
+        return score(TASKS[case.task], case.text, cfg, device=dev)
+    from kernels_env.pool import Job
+    return dev.map([Job(case.task, case.text, cfg)])[0]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -38,9 +54,8 @@ def test_hostile_case(device, case):
     backend, dev = device
     if backend not in case.backends:
         pytest.skip(f"{case.id} is not a {backend} case")
-    cfg = corpus_config(backend)
     t0 = time.monotonic()
-    r = score(TASKS[case.task], case.text, cfg, device=dev)
+    r = _score(backend, dev, case)
     seconds = time.monotonic() - t0
     assert r.status is not Status.ENV_ERROR, f"{case.id}: env_error: {r.message}\n{r.details[-2000:]}"
     assert r.status.value in case.expected, (
