@@ -87,13 +87,18 @@ def cmd_show(args: argparse.Namespace, out: Any) -> int:
 
 
 def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        if path == "-":
+            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+        return data.decode("utf-8")
     except OSError as e:
         raise CliError(f"cannot read submission file {path!r}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise CliError(f"submission file {path!r} is not valid UTF-8 text (byte {e.start}: "
+                       f"{e.reason}); submissions are UTF-8 Markdown") from None
 
 
 def cmd_score(args: argparse.Namespace, out: Any) -> int:

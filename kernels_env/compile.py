@@ -18,7 +18,7 @@ from kernels_env.config import EnvConfig
 from kernels_env.program import CompiledModule
 from kernels_env.result import KernelResources
 from kernels_env.signatures import find_kernels
-from kernels_env.std_prelude import STD_HEADERS, nvrtc_headers
+from kernels_env.std_prelude import PRELUDE_NAME, STD_HEADERS, nvrtc_headers
 
 SOURCE_NAME = "kernel.cu"
 DEFAULT_ARCH = "sm_90"
@@ -54,6 +54,7 @@ def cuda_include_dirs() -> tuple[str, ...]:
     return ()
 
 
+_INCLUDE_DIRECTIVES = frozenset({"include", "include_next", "import", "embed"})
 _INCLUDE_RE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*include(?:_next)?\b(.*)$", re.M)
 _HEADER_RE = re.compile(r"^\s*(?:<([^<>\n]+)>|\"([^\"\n]+)\")\s*$")
 
@@ -63,12 +64,12 @@ def check_includes(source: str) -> None:
 
     Untrusted code must not read other files of the machine through the preprocessor (their
     contents would come back in the compiler log). Raises CompileError naming the line."""
-    from kernels_env.source_text import strip_comments  # comments removed, string literals kept
-    text = strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
+    from kernels_env.source_text import directives  # found as the preprocessor finds them
     allowed = cuda_include_dirs()
-    for m in _INCLUDE_RE.finditer(text):
-        line = text.count("\n", 0, m.start()) + 1
-        h = _HEADER_RE.match(m.group(1))
+    for line, directive, rest in directives(source):
+        if directive not in _INCLUDE_DIRECTIVES:
+            continue
+        h = _HEADER_RE.match(rest)
         name = (h.group(1) or h.group(2)).strip() if h else None
         if name in STD_HEADERS:  # provided by the std prelude on every backend
             continue
@@ -76,16 +77,42 @@ def check_includes(source: str) -> None:
               and re.fullmatch(r"[A-Za-z0-9_./+-]+", name) is not None
               and any(os.path.isfile(os.path.join(d, name)) for d in allowed))
         if not ok:
-            shown = (m.group(1).strip() or "(nothing)")[:80]
-            raise CompileError(f"{SOURCE_NAME}({line}): error: #include {shown} is not allowed: only headers "
+            shown = redact_paths(rest.strip() or "(nothing)")[:80]
+            raise CompileError(f"{SOURCE_NAME}({line}): error: #include {'' if directive == 'include' else f'(#{directive}) '}{shown} is not allowed: only headers "
                                "that ship with CUDA may be included (e.g. <cuda_fp16.h>, <cuda_bf16.h>, "
                                "<mma.h>, <cooperative_groups.h>) and " + ", ".join(f"<{h}>" for h in STD_HEADERS))
 
 
 def nvrtc_options(arch: str) -> list[str]:
+    # (not --no-source-include: CUDA's own headers include their siblings with quotes, e.g. mma.hpp)
     opts = ["-std=c++17", f"--gpu-architecture={arch}", "--ptxas-options=-v"]
     opts += [f"--include-path={d}" for d in cuda_include_dirs()]
     return opts
+
+
+# An absolute path: a '/' not inside a word or a relative path, then at least two path components.
+_ABS_PATH_RE = re.compile(r"(?<![\w.~/<>-])/(?:[\w.+@=,-]+/)+[\w.+@=,-]*")
+
+
+def redact_paths(text: str) -> str:
+    """Every absolute host path replaced by `<path>/<file name>` (CUDA headers are `<cuda>/...`):
+    messages the policy sees never show the machine's directories, whoever wrote the path."""
+    if "/" not in text:
+        return text
+    return _ABS_PATH_RE.sub(lambda m: "<path>/" + m.group().rstrip("/").rsplit("/", 1)[-1], text)
+
+
+def log_mentions_foreign_file(log: str) -> bool:
+    """Whether a compiler log has a diagnostic located in a file other than the submission, the
+    prelude, the in-memory standard headers and CUDA's own headers (then it may quote that file)."""
+    for m in re.finditer(r"^(?:In file included from )?(.+?)\(\d+\)(?::|,)", log, re.M):
+        where = m.group(1).strip()
+        if where in (SOURCE_NAME, PRELUDE_NAME) or where in STD_HEADERS:
+            continue
+        if any(where.startswith(d.rstrip("/") + "/") for d in cuda_include_dirs()):
+            continue
+        return True
+    return False
 
 
 def clean_log(log: str, max_chars: int) -> str:
@@ -94,7 +121,7 @@ def clean_log(log: str, max_chars: int) -> str:
         log = log.replace(d.rstrip("/") + "/", "<cuda>/")
     log = re.sub(r"(?:/tmp|/var/tmp)/[^\s():\"']*?([A-Za-z0-9_.-]+\.(?:cu|cuh|h|hpp))", r"\1", log)
     log = re.sub(r"(?:/tmp|/var/tmp)/[^\s():\"']+", "<tmp>", log)
-    log = log.replace("\r", "").strip()
+    log = redact_paths(log.replace("\r", "").strip())
     if len(log) > max_chars:
         cut = log.rfind("\n", 0, max_chars)
         cut = cut if cut > max_chars // 2 else max_chars
@@ -182,6 +209,10 @@ def compile_cuda(source: str, arch: str | None = None, config: EnvConfig | None 
             raw = raw.decode("utf-8", "replace")
         diag, info = _split_log(raw.replace("\x00", ""))
         if not ok:
+            if log_mentions_foreign_file(diag or raw):  # never quote a file the policy may not read
+                raise CompileError(f"{SOURCE_NAME}: error: compilation failed in a file that is not the "
+                                   "submission or a CUDA header (its log is withheld); only headers that "
+                                   "ship with CUDA may be included")
             raise CompileError(clean_log(diag or raw or "compilation failed (no log)", config.max_log_chars))
         cubin = nvrtc.getCUBIN(prog)
     finally:

@@ -267,13 +267,15 @@ def _launch_all(device: Device, program: Program, plan: _BoundPlan, arrays: dict
             raise
 
 
-def _poison(device: Device, shape: tuple[int, ...], dtype: str) -> tuple[Any, Any]:
-    """(output, guard): a poisoned output of `shape` and the poisoned guard elements that follow it
-    in the same allocation. Whether a write past the end faults depends on what the allocator put
-    there (a GPU memory pool often has live blocks next door); a changed guard catches it always."""
+def _poison(device: Device, shape: tuple[int, ...], dtype: str, zero: bool = False) -> tuple[Any, Any]:
+    """(buffer, (lead guard, trail guard)): a poisoned buffer of `shape` (zeroed with `zero`, for
+    scratch) between poisoned guard elements in the same allocation. Whether a write outside a
+    buffer faults depends on what the allocator put there (a GPU memory pool often has live blocks
+    next door); a changed guard catches it always, before the start as past the end."""
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     itemsize = np.dtype(dtype).itemsize
-    full = device.empty((count + OUTPUT_GUARD_BYTES // itemsize,), dtype)
+    g = OUTPUT_GUARD_BYTES // itemsize
+    full = device.empty((g + count + g,), dtype)
     if dtype in POISON_BITS:
         utype, bits = POISON_BITS[dtype]
         full.view(utype).fill(utype(bits))
@@ -281,11 +283,16 @@ def _poison(device: Device, shape: tuple[int, ...], dtype: str) -> tuple[Any, An
         full.fill(INT_SENTINEL[dtype])
     else:
         raise _EnvFault(f"output dtype {dtype!r} has no poison value")
-    return full[:count].reshape(shape), full[count:]
+    buf = full[g:g + count]
+    if zero:
+        buf.fill(0)
+    return buf.reshape(shape), (full[:g], full[g + count:])
 
 
 def _guard_changed(xp: Any, guard: Any, dtype: str) -> int:
-    """How many guard elements no longer hold the poison (0: no write past the output's end)."""
+    """How many guard elements no longer hold the poison (0: no write outside the buffer)."""
+    if isinstance(guard, tuple):
+        return sum(_guard_changed(xp, part, dtype) for part in guard)
     if dtype in POISON_BITS:
         utype, bits = POISON_BITS[dtype]
         return int((_bits(xp, guard) != utype(bits)).sum())
@@ -429,6 +436,8 @@ class _Run:
         each output's poisoned guard: see _poison)."""
         try:
             inputs = make_inputs(self.task, self.sizes, trial, seed, self.xp)
+            if getattr(self.device, "name", "") == "cpu":  # into guard-paged memory: reads past faults
+                inputs = {k: self.device.to_device(v) for k, v in inputs.items()}
             pristine = {k: v.copy() for k, v in inputs.items()}
             arrays, guards = dict(inputs), {}
             for b in self.task.outputs:
@@ -441,7 +450,9 @@ class _Run:
             raise _EnvFault(f"could not make the inputs of task {self.task.name!r}: "
                             f"{type(e).__name__}: {e}") from e
         for name, dtype, count in self.plan.scratch:
-            arrays[name] = self.device.zeros((count,), dtype)
+            # zeroed, between poisoned guards: a write outside a scratch buffer is caught like one
+            # outside an output (names of scratch buffers and outputs never collide)
+            arrays[name], guards[name] = _poison(self.device, (count,), dtype, zero=True)
         return arrays, pristine, guards
 
     def correctness(self, seed: int, stage: str) -> Result | None:
@@ -467,15 +478,20 @@ class _Run:
                 spent[0] += time.monotonic() - launched_at[0]
                 if spent[0] > cfg.limits.correctness:
                     raise _StageTimeout(f"trial {trial}")
-                for b in self.task.outputs:
-                    changed = _guard_changed(self.xp, guards[b.name], b.dtype)
+                checked = [(b.name, b.dtype, "output") for b in self.task.outputs]
+                checked += [(name, dtype, "scratch buffer") for name, dtype, _ in self.plan.scratch]
+                for name, dtype, kind in checked:
+                    changed = _guard_changed(self.xp, guards[name], dtype)
                     if changed:
+                        lead, trail = guards[name]
+                        where = ("past the end of" if _guard_changed(self.xp, trail, dtype)
+                                 else "before the start of")
                         raise _Failed(self.result(
                             Status.RUNTIME_ERROR,
-                            f"{stage}: out-of-bounds write: the kernels wrote past the end of output "
-                            f"{b.name!r} ({arrays[b.name].size} elements); {changed} of the "
-                            f"{guards[b.name].size} elements after it changed (trial {trial}). "
-                            "Check the bounds of every store against the output's size."))
+                            f"{stage}: out-of-bounds write: the kernels wrote {where} {kind} "
+                            f"{name!r} ({arrays[name].size} elements); {changed} of the "
+                            f"{lead.size + trail.size} guard elements around it changed (trial {trial}). "
+                            f"Check the bounds of every store against the {kind}'s size."))
                 for b in self.task.inputs:
                     m = check_input_unchanged(self.xp, b.name, pristine[b.name], arrays[b.name], trial, dist)
                     if m is not None:

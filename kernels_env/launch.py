@@ -20,6 +20,7 @@ from kernels_env.program import (BinOp, Call, Dim3, Expr, KernelParam, KernelSig
                                  LaunchPlan, Name, Neg, Num, ScratchDecl)
 
 MAX_LAUNCHES = 64
+MAX_NUMBER_CHARS = 64  # int() of thousands of digits is slow and refused by Python
 MAX_SCRATCH_BYTES = 2 ** 31
 MAX_SCRATCH = 32
 MAX_EXPR_DEPTH = 64  # nesting of an expression's tree (evaluation recurses over it)
@@ -83,6 +84,10 @@ def tokenize(text: str) -> list[Token]:
         elif c in _DIGITS or (c == "." and i + 1 < n and text[i + 1] in _DIGITS):
             m_int = _INT_RE.match(text, i)
             m_flt = _FLOAT_RE.match(text, i)
+            span = max(m_int.end() if m_int else i, m_flt.end() if m_flt else i) - i
+            if span > MAX_NUMBER_CHARS:
+                raise FormatError(f"line {line}: a number of {span} characters; numbers in the launch "
+                                  f"block have at most {MAX_NUMBER_CHARS} characters")
             if m_int is not None and m_int.group()[:2].lower() == "0x":
                 s = m_int.group()
                 toks.append(Token("int", s, line, int(s, 16)))

@@ -61,7 +61,20 @@ def _env_error(where: str, task_name: str, key: str = "", stage_seconds: dict | 
     return r
 
 
+def _redacted(r: Result) -> Result:
+    """The result with host paths removed from everything the policy (or its logs) may see."""
+    from kernels_env.compile import redact_paths
+    r.message = redact_paths(r.message or "")
+    r.details = redact_paths(r.details or "")
+    return r
+
+
 def prepare(task: Any, text: str, config: EnvConfig | None = None, arch: str | None = None) -> Prepared | Result:
+    out = _prepare(task, text, config, arch)
+    return _redacted(out) if isinstance(out, Result) else out
+
+
+def _prepare(task: Any, text: str, config: EnvConfig | None = None, arch: str | None = None) -> Prepared | Result:
     """Parse, check and compile for config.arch, else `arch` (the device's), else sm_90.
     Returns Prepared, or a format_error / compile_error / env_error Result."""
     config = config or EnvConfig()
@@ -81,6 +94,10 @@ def prepare(task: Any, text: str, config: EnvConfig | None = None, arch: str | N
             return Result(Status.FORMAT_ERROR, message=in_launch_block(str(e)), task=task_name, key=key,
                           stage_seconds=stages)
         stages["parse"] = time.perf_counter() - t0
+        if stages["parse"] > config.limits.parse:  # parsing is linear; only a huge input gets here
+            return Result(Status.FORMAT_ERROR, message=f"parsing the answer took {stages['parse']:.1f} s, "
+                          f"more than the {config.limits.parse:g} s limit; submit less text",
+                          task=task_name, key=key, stage_seconds=stages)
         t0 = time.perf_counter()
         try:
             compiled = compile_cuda(sub.cuda_source, resolve_arch(config.arch or arch), config)
@@ -97,6 +114,12 @@ def prepare(task: Any, text: str, config: EnvConfig | None = None, arch: str | N
 
 def execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
             evaluate: Evaluate | None = None, task: Any = None) -> tuple[Result, bool]:
+    r, fatal = _execute(prepared, device, config, evaluate, task)
+    return _redacted(r), fatal
+
+
+def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
+             evaluate: Evaluate | None = None, task: Any = None) -> tuple[Result, bool]:
     """Load and evaluate a Prepared submission on `device` (`task`: the Task object, else looked up
     by the prepared name).
 
@@ -168,7 +191,7 @@ def score(task: Any, text: str, config: EnvConfig | None = None, device: Any = N
             return prep
         return execute(prep, device, config, evaluate, task=task)[0]
     except Exception:
-        return _env_error("setup", task_name)
+        return _redacted(_env_error("setup", task_name))
     finally:
         if own_device and device is not None:
             try:

@@ -54,6 +54,22 @@ def _worker_env(extra: dict[str, str]) -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
+COMPILE_WORKER_AS_BYTES = int(os.environ.get("LEAP_COMPILE_WORKER_AS_BYTES", 16 << 30))
+
+
+def _limit_compile_worker() -> None:
+    """Bound a compile worker's address space: NVRTC runs in it on untrusted code (template or
+    constexpr bombs), so exhausting memory fails that job (env limits -> MemoryError -> the job's
+    result) instead of the host. The wall-clock limit is the parent's (parse + compile)."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = COMPILE_WORKER_AS_BYTES if hard == resource.RLIM_INFINITY else min(hard, COMPILE_WORKER_AS_BYTES)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evaluator: Evaluator | None,
                  config: EnvConfig) -> None:
     """Loop of one worker process: answer (kind, payload) requests over `conn` until told to stop."""
@@ -62,6 +78,8 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except (ValueError, OSError):
         pass
+    if role == "compile":
+        _limit_compile_worker()
     device = None
     try:
         from kernels_env import pipeline

@@ -7,6 +7,8 @@ shapes kernels are written in (qualifiers, `__launch_bounds__`, `extern "C" { ..
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 
 from kernels_env.program import KernelParam, KernelSignature
@@ -33,21 +35,40 @@ def _strip_preprocessor(src: str) -> str:
 
 
 def _extern_c_regions(src: str) -> list[tuple[int, int]]:
-    """Spans of `extern "C" { ... }` blocks (brace-matched)."""
-    regions = []
-    for m in re.finditer(r'extern\s+"C"\s*\{', src):
-        depth, j = 1, m.end()
-        while j < len(src) and depth:
-            depth += {"{": 1, "}": -1}.get(src[j], 0)
-            j += 1
-        regions.append((m.end(), j))
-    return regions
+    """Spans of `extern "C" { ... }` blocks (brace-matched, one linear pass; unclosed: to the end)."""
+    opens = {m.end() - 1 for m in re.finditer(r'extern\s+"C"\s*\{', src)}
+    if not opens:
+        return []
+    regions, stack = [], []
+    for m in re.finditer(r"[{}]", src):
+        j = m.start()
+        if src[j] == "{":
+            stack.append(j)
+        elif stack:
+            k = stack.pop()
+            if k in opens:
+                regions.append((k + 1, j + 1))
+    regions += [(k + 1, len(src)) for k in stack if k in opens]
+    return sorted(regions)
+
+
+def _coverage(n: int, regions: list[tuple[int, int]]) -> list[int]:
+    """cov[i] > 0 iff offset i lies in one of `regions` (difference array: linear time)."""
+    diff = [0] * (n + 2)
+    for a, b in regions:
+        diff[a] += 1
+        diff[min(b, n + 1)] -= 1
+    return list(itertools.accumulate(diff))
+
+
+MAX_PARAMS_CHARS = 4096  # a parameter list (or __launch_bounds__) longer than this is not scanned
 
 
 def _balanced(src: str, start: int) -> int:
-    """Index just past the ')' matching the '(' at `start`, or -1."""
+    """Index just past the ')' matching the '(' at `start`, or -1 (also when it is further away
+    than MAX_PARAMS_CHARS: scanning is bounded, so many unclosed '(' cost linear time)."""
     depth = 0
-    for j in range(start, len(src)):
+    for j in range(start, min(len(src), start + MAX_PARAMS_CHARS)):
         if src[j] == "(":
             depth += 1
         elif src[j] == ")":
@@ -55,6 +76,18 @@ def _balanced(src: str, start: int) -> int:
             if depth == 0:
                 return j + 1
     return -1
+
+
+def _paren_matches(src: str) -> dict[int, int]:
+    """Offset of every '(' -> offset just past its matching ')' (one linear pass; unmatched: absent)."""
+    out: dict[int, int] = {}
+    stack: list[int] = []
+    for m in re.finditer(r"[()]", src):
+        if src[m.start()] == "(":
+            stack.append(m.start())
+        elif stack:
+            out[stack.pop()] = m.start() + 1
+    return out
 
 
 def _split_top(s: str) -> list[str]:
@@ -82,13 +115,18 @@ _BASE_ALIASES = {
 
 
 _TOKEN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_:]*|\*|&")
-_TYPEDEF_RE = re.compile(r"\btypedef\s+([^;{}()\[\]]+?)\s*\b([A-Za-z_]\w*)\s*;")
-_USING_RE = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=\s*([^;{}()\[\]]+?)\s*;")
+# bounded repetitions: unbounded lazy bodies made many unterminated `typedef`s quadratic
+# (greedy and bounded, the declared name split off in code: a lazy body retried a word match at every
+# character, which was slow on many unterminated `typedef`s)
+_TYPEDEF_RE = re.compile(r"\btypedef\s+([^;{}()\[\]]{1,256});")
+_USING_RE = re.compile(r"\busing\s+([A-Za-z_]\w{0,255})\s*=\s*([^;{}()\[\]]{1,256});")
+_LAST_WORD_RE = re.compile(r"\b([A-Za-z_]\w*)\s*$")
 _DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]*)$", re.M)
 _ALIAS_WORDS = _QUALIFIERS | _C_TYPE_WORDS | {"__half", "half", "__half2", "half2", "__nv_bfloat16",
                                               "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t",
                                               "uint32_t", "int64_t", "uint64_t", "size_t", "uint"}
 MAX_ALIAS_DEPTH = 16
+MAX_ALIAS_TOKENS = 256
 
 
 def find_type_aliases(clean: str, raw: str = "") -> dict[str, tuple[str, ...]]:
@@ -98,9 +136,12 @@ def find_type_aliases(clean: str, raw: str = "") -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     found: list[tuple[int, str, str]] = []
     for m in _TYPEDEF_RE.finditer(clean):
-        found.append((m.start(), m.group(2), m.group(1)))
+        body = m.group(1)
+        w = _LAST_WORD_RE.search(body)
+        if w is not None and body[:w.start()].strip():
+            found.append((m.start(), w.group(1), body[:w.start()].strip()))
     for m in _USING_RE.finditer(clean):
-        found.append((m.start(), m.group(1), m.group(2)))
+        found.append((m.start(), m.group(1), m.group(2).strip()))
     for m in _DEFINE_RE.finditer(raw):
         body = m.group(2).strip()
         toks = _TOKEN_RE.findall(body)
@@ -128,6 +169,8 @@ def _expand_aliases(toks: list[str], aliases: dict[str, tuple[str, ...]]) -> lis
                 and any(x not in _QUALIFIERS and x not in ("*", "&") for x in toks[:k])
             out.extend(aliases[t] if t in aliases and not is_name else (t,))
         toks = out
+        if len(toks) > MAX_ALIAS_TOKENS:  # nested aliases can grow exponentially
+            break
     return toks
 
 
@@ -136,9 +179,11 @@ def parse_param(text: str, index: int, aliases: dict[str, tuple[str, ...]] | Non
     `aliases` (from `find_type_aliases`) resolves typedef / using names to their C types."""
     text = text.split("=")[0].strip()  # default arguments
     array = False
-    m = re.search(r"\[[^\]]*\]\s*$", text)
-    if m:
-        array, text = True, text[:m.start()]
+    t = text.rstrip()
+    if t.endswith("]"):  # `name[...]`: the first '[' after the previous ']' (no regex backtracking)
+        k = t.find("[", t.rfind("]", 0, len(t) - 1) + 1, len(t) - 1)
+        if k >= 0:
+            array, text = True, text[:k]
     toks = _TOKEN_RE.findall(text)
     if aliases:
         toks = _expand_aliases(toks, aliases)
@@ -164,50 +209,54 @@ def parse_param(text: str, index: int, aliases: dict[str, tuple[str, ...]] | Non
 
 
 _GLOBAL_RE = re.compile(r"\b__global__\b")
+_WORD_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)")
+_NAME_PAREN_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
+@functools.lru_cache(maxsize=8)
 def _scan(src: str) -> tuple[dict[str, KernelSignature], list[str]]:
     blanked = strip_comments_and_strings(src)
     clean = _strip_preprocessor(blanked)
     aliases = find_type_aliases(clean, blanked)
     regions = _extern_c_regions(clean)
+    cov = _coverage(len(clean), regions) if regions else None
+    parens = _paren_matches(clean)
     found: dict[str, KernelSignature] = {}
     hidden: list[str] = []
     for m in _GLOBAL_RE.finditer(clean):
         before = clean[max(0, m.start() - 200):m.start()]
         direct = re.search(r'extern\s+"C"\s*(?:(?:static|inline|__forceinline__)\s+)*$', before) is not None
-        in_block = any(a <= m.start() < b for a, b in regions)
+        in_block = cov is not None and cov[m.start()] > 0
         templated = re.search(r"template\s*<[^;{}]*>\s*$", before) is not None
-        j = m.end()
-        rest = clean[j:]
         # qualifiers between __global__ and the name: void, __launch_bounds__(...), modifiers
-        pos = 0
+        # (matched in place with `pos`: slicing the rest of the text per kernel was quadratic)
+        pos = m.end()
         saw_void = False
-        while True:
-            mm = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)", rest[pos:])
+        for _ in range(64):
+            mm = _WORD_RE.match(clean, pos)
             if not mm:
                 break
             word = mm.group(1)
             if word == "__launch_bounds__":
-                k = rest.find("(", pos + mm.end())
-                end = _balanced(rest, k) if k >= 0 else -1
+                k = mm.end() + len(clean[mm.end():mm.end() + 256]) - len(clean[mm.end():mm.end() + 256].lstrip())
+                end = parens.get(k, -1)
                 if end < 0:
                     break
                 pos = end
             elif word == "void" and not saw_void:
                 saw_void = True
-                pos += mm.end()
+                pos = mm.end()
             elif word in _MODIFIERS:
-                pos += mm.end()
+                pos = mm.end()
             else:
                 break
-        mm = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(", rest[pos:])
+        mm = _NAME_PAREN_RE.match(clean, pos)
         if not saw_void or not mm:
             continue
         name = mm.group(1)
-        open_at = j + pos + mm.end() - 1
-        close_at = _balanced(clean, open_at)
-        if close_at < 0:
+        open_at = mm.end() - 1
+        close_at = parens.get(open_at, -1)
+        if close_at < 0 or close_at - open_at > MAX_PARAMS_CHARS:  # nested lists would be quadratic
             continue
         params_txt = clean[open_at + 1:close_at - 1].strip()
         if not (direct or in_block) or templated:
@@ -222,7 +271,7 @@ def _scan(src: str) -> tuple[dict[str, KernelSignature], list[str]]:
 
 def find_kernels(src: str) -> dict[str, KernelSignature]:
     """Every `extern "C" __global__ void name(...)` kernel in the source, by name."""
-    return _scan(src)[0]
+    return dict(_scan(src)[0])
 
 
 def find_hidden_kernels(src: str) -> list[str]:

@@ -15,7 +15,9 @@ MAX_TEXT_CHARS = 200_000
 
 __all__ = ["FormatError", "extract_blocks", "parse_submission", "in_launch_block", "MAX_TEXT_CHARS"]
 
-_OPEN_RE = re.compile(r"^ {0,3}(`{3,})[ \t]*([^`\s]*)[^`]*$")
+# The info string is read in code, not by a regex: `[^`\s]*[^`]*$` backtracks quadratically on a
+# long line ending in a backtick.
+_OPEN_RE = re.compile(r"^ {0,3}(`{3,})(.*)$")
 _CLOSE_RE = re.compile(r"^ {0,3}(`{3,})[ \t]*$")
 
 
@@ -26,10 +28,11 @@ def _blocks(text: str) -> tuple[list[tuple[str, str, int]], tuple[str, int] | No
     i = 0
     while i < len(lines):
         m = _OPEN_RE.match(lines[i].rstrip("\r"))
-        if not m:
+        if not m or "`" in m.group(2):
             i += 1
             continue
-        fence, info, start = m.group(1), m.group(2).lower(), i + 1
+        words = m.group(2).split()
+        fence, info, start = m.group(1), (words[0] if words else "").lower(), i + 1
         j = i + 1
         while j < len(lines):
             c = _CLOSE_RE.match(lines[j].rstrip("\r"))
@@ -50,6 +53,11 @@ def extract_blocks(text: str) -> tuple[str, str]:
         raise FormatError(f"the submission must be text, got {type(text).__name__}")
     if len(text) > MAX_TEXT_CHARS:
         raise FormatError(f"the answer is {len(text)} characters; at most {MAX_TEXT_CHARS} are accepted")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # lone surrogates: no compiler or file can take them
+        raise FormatError(f"the answer has a character that is not valid Unicode text at offset {e.start} "
+                          "(a lone surrogate)") from None
     blocks, open_block = _blocks(text)
     if open_block is not None and open_block[0] in ("cuda", "launch"):
         raise FormatError(f"the ```{open_block[0]} block opened at line {open_block[1]} of the answer is "
@@ -70,6 +78,10 @@ def extract_blocks(text: str) -> tuple[str, str]:
     for k in ("cuda", "launch"):
         if not found[k].strip():
             raise FormatError(f"the ```{k} block is empty")
+        if "\x00" in found[k]:
+            line = found[k].count("\n", 0, found[k].index("\x00")) + 1
+            raise FormatError(f"the ```{k} block has a NUL character (line {line} of the block); "
+                              "submissions must be plain text")
     return found["cuda"], found["launch"]
 
 

@@ -48,6 +48,8 @@ _CUDA_ERROR_NOT_READY = 600  # cudaErrorNotReady
 SPIN_S = 2e-3  # synchronize(timeout_s): poll this long without sleeping, then back off
 
 
+DEVICE_HEAP_BYTES = 8 << 20  # cudaLimitMallocHeapSize for device-side malloc
+
 class DeviceHang(FatalDeviceError, KernelTimeout):
     """A kernel is still running past its time limit: the worker must be killed and replaced."""
 
@@ -78,6 +80,10 @@ class CupyDevice:
             raise ValueError(f"device_id={device_id}; this machine has {count} CUDA device(s)")
         self.device = cupy.cuda.Device(device_id)
         self.device.use()
+        try:  # device-side malloc: a bounded heap (CUDA's default, set explicitly)
+            cupy.cuda.runtime.deviceSetLimit(0x02, DEVICE_HEAP_BYTES)  # cudaLimitMallocHeapSize
+        except Exception:
+            pass
         rt = cupy.cuda.runtime
         self.device_id = device_id
         self.arch = f"sm_{self.device.compute_capability}"

@@ -22,7 +22,10 @@ HEADERS = ("cuda_prelude.h", "cpu_runtime.h")
 # -fstack-clash-protection: big local arrays touch every page, so an overflow hits the fiber's guard page.
 BASE_FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fwrapv", "-fno-strict-aliasing", "-fno-exceptions",
               "-fno-rtti", "-fvisibility=hidden", "-fno-ipa-reference", "-U_FORTIFY_SOURCE",
-              "-fstack-clash-protection", "-fmax-errors=20", "-w", "-pthread")
+              "-fstack-clash-protection", "-fmax-errors=20", "-w", "-pthread",
+              # a load/store through a misaligned pointer (float4 at a non-16-byte address) traps
+              # (SIGILL -> runtime_error), as it faults on a GPU
+              "-fsanitize=alignment", "-fsanitize-undefined-trap-on-error")
 
 
 class BuildError(Exception):
@@ -66,6 +69,61 @@ def clean_log(log: str, src_path: str, max_chars: int = 4000) -> str:
     return log
 
 
+@functools.lru_cache(maxsize=8)
+def system_include_dirs(exe: str) -> tuple[str, ...]:
+    """The compiler's own header directories (`c++ -v -E`), real paths."""
+    try:
+        proc = subprocess.run([exe, "-std=c++17", "-x", "c++", "-E", "-v", os.devnull], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    dirs, on = [], False
+    for ln in proc.stderr.splitlines():
+        if ln.startswith("#include <...> search starts here") or ln.startswith('#include "..." search starts here'):
+            on = True
+        elif ln.startswith("End of search list"):
+            on = False
+        elif on and ln.startswith(" "):
+            dirs.append(os.path.realpath(ln.strip().split(" (")[0]))
+    return tuple(dirs)
+
+
+def opened_headers(stderr: str) -> tuple[list[str], str]:
+    """(headers the compiler opened, per `-H`, the log without those lines)."""
+    opened, rest, guards = [], [], False
+    for ln in stderr.splitlines():
+        m = re.match(r"^\.+ (\S.*)$", ln)
+        if m:
+            opened.append(m.group(1))
+        elif ln.startswith("Multiple include guards may be useful for:"):
+            guards = True
+        elif guards and ln.startswith("/"):
+            continue
+        else:
+            guards = False
+            rest.append(ln)
+    return opened, "\n".join(rest)
+
+
+def foreign_headers(opened: list[str], exe: str) -> list[str]:
+    """Opened headers outside the backend's own directory and the compiler's system directories."""
+    allowed = tuple(d.rstrip("/") + "/" for d in (str(HERE), *system_include_dirs(exe)))
+    return [h for h in opened if not os.path.realpath(h).startswith(allowed)]
+
+
+COMPILER_AS_BYTES = int(os.environ.get("LEAP_CPU_COMPILER_AS_BYTES", 4 << 30))
+
+
+def _limit_compiler(timeout_s: float):
+    """preexec_fn bounding the host compiler's address space and CPU time (template bombs)."""
+    def limit() -> None:
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (COMPILER_AS_BYTES, COMPILER_AS_BYTES))
+        cpu = int(timeout_s) + 5
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    return limit
+
+
 def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: float = 60.0,
           extra_flags: tuple[str, ...] = ()) -> Path:
     """Return the path of a shared object built from `cpp` (from the cache when present).
@@ -87,13 +145,21 @@ def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: fl
     try:
         with os.fdopen(fd, "w") as f:
             f.write(cpp)
-        cmd = [exe, *fl, "-I", str(HERE), "-o", tmp_out, src]
+        # -H: the compiler lists every file it opens; a file outside the allowed directories (an
+        # #include the NVRTC-side check missed) fails the build with its log withheld.
+        cmd = [exe, *fl, "-H", "-I", str(HERE), "-o", tmp_out, src]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                                  preexec_fn=_limit_compiler(timeout_s))
         except subprocess.TimeoutExpired:
             raise BuildError(f"the cpu backend's C++ build took longer than {timeout_s:g} s") from None
+        opened, log = opened_headers(proc.stderr or "")
+        foreign = foreign_headers(opened, exe)
+        if foreign:
+            raise BuildError("kernel.cu: error: the code includes a file that is not one of the allowed "
+                             "headers (the compiler log is withheld)")
         if proc.returncode != 0:
-            raise BuildError(clean_log(proc.stderr or proc.stdout, src))
+            raise BuildError(clean_log(log or proc.stdout, src))
         os.replace(tmp_out, out)
         return out
     finally:

@@ -471,7 +471,8 @@ extern "C" __attribute__((visibility("default"))) int __cpu_launch(
     case E_FPE: snprintf(msg, msglen, "arithmetic exception (integer division by zero or overflow) in %s", where); break;
     case E_ABORT: snprintf(msg, msglen, "abort() called in device code in %s", where); break;
     case E_SMEM: snprintf(msg, msglen, "illegal memory access: past the end of the %lld bytes of dynamic shared memory (extern __shared__) in %s", shared_bytes, where); break;
-    case E_ILL: snprintf(msg, msglen, "illegal instruction in %s", where); break;
+    case E_ILL: snprintf(msg, msglen, "misaligned address or illegal instruction in %s (a vector or "
+                                      "wide load/store at an address not aligned to its size?)", where); break;
     default: snprintf(msg, msglen, "unknown error %d", err); break;
   }
   return err;

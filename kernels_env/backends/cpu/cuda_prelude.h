@@ -571,4 +571,28 @@ static inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) { __nv_
 #define CUDART_ZERO_F 0.0f
 #define CUDART_ONE_F 1.0f
 
+// Device-side malloc/free draw from a bounded heap, as on a GPU (cudaLimitMallocHeapSize, 8 MiB by
+// default): past it malloc returns NULL instead of exhausting the host. translate.py #undefs these
+// two macros before the runtime, which uses the real ones.
+namespace __cpu {
+static const size_t kDeviceHeapBytes = (size_t)8 << 20;
+static size_t device_heap_used = 0;
+static inline void* device_malloc(size_t n) {
+  if (n > kDeviceHeapBytes - device_heap_used) return nullptr;
+  size_t* p = (size_t*)::malloc(n + 16);
+  if (p == nullptr) return nullptr;
+  p[0] = n;
+  device_heap_used += n;
+  return (char*)p + 16;
+}
+static inline void device_free(void* q) {
+  if (q == nullptr) return;
+  size_t* p = (size_t*)((char*)q - 16);
+  device_heap_used -= p[0];
+  ::free(p);
+}
+}  // namespace __cpu
+#define malloc(n) __cpu::device_malloc(n)
+#define free(p) __cpu::device_free(p)
+
 #endif  // LEAP_CPU_PRELUDE_H

@@ -86,8 +86,15 @@ class CpuDevice:
             raise _compile_error(
                 "cpu backend: the host C++ compiler could not build this code, which NVRTC accepted "
                 "(a CUDA feature the cpu emulation lacks?); run it on the cupy backend.\n" + e.log) from None
-        lib = ctypes.CDLL(str(path))
-        fn = lib["__cpu_launch"]
+        try:
+            lib = ctypes.CDLL(str(path))
+            fn = lib["__cpu_launch"]
+            missing = [k for k in compiled.kernels if not hasattr(lib, f"__cpu_entry_{k}")]
+        except (OSError, AttributeError) as e:  # the code renamed or broke the runtime's symbols
+            raise _compile_error(f"cpu backend: the built code does not load: {type(e).__name__}") from None
+        if missing:
+            raise _compile_error(f"cpu backend: kernels {missing} are missing from the built code "
+                                 "(renamed by a macro?)")
         fn.restype = ctypes.c_int
         fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,
                        ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_int,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from kernels_env.source_text import strip_comments
-from kernels_env.std_prelude import STD_HEADERS
+from kernels_env.std_prelude import STD_HEADERS, defined_macros
 
 SOURCE_NAME = "kernel.cu"
 
@@ -52,11 +52,14 @@ _UNSUPPORTED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 
 _SYNC_RE = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*|__ballot_sync|__any_sync|__all_sync"
                       r"|__reduce_\w+_sync)\b")
-_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"][^\n]*', re.M)
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"][^\n]*', re.M)
 _PRAGMA_UNROLL_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+(?:unroll|nounroll)\b[^\n]*", re.M)
 _STATIC_SHARED_RE = re.compile(r"\bstatic(\s+)__shared__\b|\b__shared__(\s+)static\b")
-_EXTERN_SHARED_RE = re.compile(r"\bextern\s+(?P<decl>[^;{}()]*?(?:\([^;{}()]*\)[^;{}()]*?)*)"
-                               r"\b(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;")
+# bounded repetitions: many `extern`s without a `;` made the unbounded form quadratic
+_EXTERN_SHARED_RE = re.compile(r"\bextern\s+(?P<decl>[^;{}()]{0,256}?(?:\([^;{}()]{0,256}\)[^;{}()]{0,256}?){0,8})"
+                               r"\b(?P<name>[A-Za-z_]\w{0,255})\s*\[\s*\]\s*;")
+# names of the runtime (cpu_runtime.h, cuda_prelude.h internals): user code must not define or use them
+_RESERVED_RE = re.compile(r"\b(?:__cpu\w*|LEAP_\w+|__leap\w*)")
 _ALIGN_RE = re.compile(r"__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\)|__attribute__\s*\(\(\s*aligned\s*\(\s*\d+\s*\)\s*\)\)")
 
 
@@ -165,12 +168,23 @@ def _rewrite(src: str) -> str:
     return "".join(out)
 
 
+def _shared_macros(body: str) -> set[str]:
+    """Macros the rewrite itself defines (file-scope extern __shared__ arrays)."""
+    return set(re.findall(r"^#define (\w+) \(reinterpret_cast<", body, re.M))
+
+
 def translate(source: str, kernel_names: Iterable[str]) -> Translation:
     """Translate device code to C++ with one `__cpu_entry_<kernel>` launcher per extern "C" kernel.
 
     Raises UnsupportedFeature (message names every unsupported feature found).
     """
     problems = find_unsupported(source)
+    code = blank_comments_and_strings(source)
+    reserved = _RESERVED_RE.search(code)
+    if reserved is not None:
+        line = code.count("\n", 0, reserved.start()) + 1
+        problems.append(f"the name `{reserved.group()}` (line {line}), which is reserved for the "
+                        "emulation's runtime")
     if problems:
         raise UnsupportedFeature(
             "the cpu backend does not emulate " + "; ".join(problems)
@@ -183,6 +197,8 @@ def translate(source: str, kernel_names: Iterable[str]) -> Translation:
     entries = "\n".join(
         f'extern "C" __attribute__((visibility("default"))) void __cpu_entry_{k}(void** a) '
         f"{{ __cpu::invoke({k}, a); }}" for k in names)
-    cpp = (f'#include "cuda_prelude.h"\n#line 1 "{SOURCE_NAME}"\n{body}\n'
+    # the user's macros end with its code: none may rename anything in the runtime that follows
+    undefs = "".join(f"#undef {n}\n" for n in sorted(defined_macros(source) | _shared_macros(body) | {"malloc", "free"}))
+    cpp = (f'#include "cuda_prelude.h"\n#line 1 "{SOURCE_NAME}"\n{body}\n{undefs}'
            f'#line 1 "cpu_runtime.h"\n#include "cpu_runtime.h"\n{entries}\n')
     return Translation(cpp=cpp, uses_sync=uses_sync(source))

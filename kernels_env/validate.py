@@ -1,0 +1,71 @@
+"""Reject tasks whose correctness check a submission could pass without computing anything.
+
+`validate_task(task)` plays the cheapest cheats against a task's own check, on NumPy at the small
+sizes, over the trials the harness runs (same seeds and distributions):
+
+- a constant output (0, 1, -1, or the mean of the first trial's expected output), and
+- an input-ignoring output: the first trial's expected output replayed in every later trial (what a
+  kernel that memorised one answer, or wrote a fixed table, would produce).
+
+If such an output passes every trial for some output buffer, the task is too weak (its inputs do not
+vary enough between trials, or its tolerance is too loose, or the output is nearly constant) and
+`validate_task` returns the problems. `python -m kernels_env.validate` checks the whole suite.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from kernels_env.config import EnvConfig
+
+
+def _constants(expected0: np.ndarray) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = [("zeros", 0), ("ones", 1), ("minus ones", -1)]
+    with np.errstate(all="ignore"):
+        finite = expected0[np.isfinite(expected0)] if expected0.dtype.kind == "f" else expected0
+        if finite.size:
+            out.append(("the mean of trial 0's output", finite.astype(np.float64).mean()))
+    return out
+
+
+def validate_task(task: Any, sizes: str = "small", trials: int | None = None, seed: int = 0) -> list[str]:
+    """Problems of `task` (empty: no input-ignoring output passes its check at these sizes)."""
+    from kernels_env.harness import _reference_outputs, compare_output
+    from kernels_env.inputs import describe_distributions, make_inputs
+    trials = max(2, trials or EnvConfig().correctness_trials)
+    size_set = task.size_set(sizes)
+    expected: list[list[np.ndarray]] = []
+    dists = []
+    for t in range(trials):
+        inputs = make_inputs(task, size_set, t, seed, np)
+        expected.append([np.asarray(e) for e in _reference_outputs(task, np, inputs)])
+        dists.append(describe_distributions(task, t))
+    problems: list[str] = []
+    for k, b in enumerate(task.outputs):
+        atol, rtol = task.tol(b.dtype)
+        exp0 = expected[0][k]
+        fakes: list[tuple[str, Any]] = [(f"constant {name}", np.full(exp0.shape, v).astype(exp0.dtype))
+                                        for name, v in _constants(exp0)]
+        fakes.append(("trial 0's expected output replayed", exp0))
+        for name, fake in fakes:
+            first = 0 if name.startswith("constant") else 1
+            if all(compare_output(np, b.name, fake.copy(), expected[t][k], b.dtype, atol, rtol, t, dists[t])
+                   is None for t in range(first, trials)):
+                problems.append(f"{task.name}: output {b.name!r} passes every trial as {name}")
+                break
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kernels_env.tasks import list_tasks
+    bad = []
+    for task in list_tasks():
+        bad += validate_task(task)
+    print("\n".join(bad) if bad else "every task rejects constant and input-ignoring outputs")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

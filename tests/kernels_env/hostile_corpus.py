@@ -1,0 +1,240 @@
+"""The hostile corpus: submissions written to break the scorer rather than to solve the task.
+
+Each case names the threat class it probes (docs/THREAT_MODEL.md), the corpus task it runs against
+(tests/kernels_env/broken_corpus.py: corpus_affine, corpus_sum) and the SET of statuses that are
+acceptable. `env_error` is never acceptable: everything a submission controls must end in a
+submission status. Cases that need a particular backend say so in `backends`.
+
+Classes:
+  A  env_error the policy can cause        B  inputs that crash or stall the caller
+  C  host files reaching the model         D  memory errors that pass
+  F  hangs in any stage
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tests.kernels_env.broken_corpus import AFFINE_SOLUTION, SUM_SOLUTION
+
+SUBMISSION = {"format_error", "compile_error", "runtime_error", "timeout", "wrong_output"}
+NOT_CORRECT = SUBMISSION
+FAILS_TO_BUILD = {"format_error", "compile_error"}
+
+# a file every Linux host has, whose first line a compiler would quote in an error
+HOST_FILE = "/etc/passwd"
+HOST_CONTENT_MARKERS = ("root:x:0:0", ":/bin/bash", ":/usr/sbin/nologin", "daemon:x:")
+
+
+def _host_dirs() -> tuple[str, ...]:
+    """Directories of this machine a message must never show (the submission's own text may)."""
+    import sys
+    import tempfile
+    from pathlib import Path
+    dirs = {str(Path(__file__).resolve().parents[2]), sys.prefix, os.path.realpath(sys.prefix),
+            tempfile.gettempdir() + "/leap", os.path.expanduser("~")}
+    try:
+        from kernels_env.compile import cuda_include_dirs
+        dirs |= set(cuda_include_dirs())
+    except Exception:
+        pass
+    return tuple(sorted(d for d in dirs if d and d != "/" and len(d) > 4))
+
+
+@dataclass(frozen=True)
+class HCase:
+    id: str
+    cls: str
+    task: str
+    text: str
+    expected: frozenset
+    backends: tuple[str, ...] = ("cpu", "cupy")
+    note: str = ""
+    must_not_leak: bool = False  # message and details must not show host paths or file contents
+    timing: bool = False  # run the timing stage too (a few runs)
+
+    def config(self, backend: str):
+        from tests.kernels_env.broken_corpus import corpus_config
+        cfg = corpus_config(backend)
+        return cfg.replace(timing=True, warmup_runs=1, timed_runs=3) if self.timing else cfg
+
+
+def _sub(cuda: str, launch: str = "affine<<<cdiv(N, 256), 256>>>(x, y, N);") -> str:
+    return f"```cuda\n{cuda}\n```\n```launch\n{launch}\n```\n"
+
+
+AFFINE_CUDA = AFFINE_SOLUTION.split("```cuda\n", 1)[1].split("```", 1)[0]
+SUM_CUDA = SUM_SOLUTION.split("```cuda\n", 1)[1].split("```", 1)[0]
+SUM_LAUNCH = SUM_SOLUTION.split("```launch\n", 1)[1].split("```", 1)[0]
+
+
+def _affine_body(body: str, prefix: str = "", sig: str = "const float* x, float* y, int n") -> str:
+    return _sub(f'{prefix}\nextern "C" __global__ void affine({sig}) {{\n'
+                f"    int i = blockIdx.x * blockDim.x + threadIdx.x;\n{body}\n}}")
+
+
+def _leak_include(directive: str, where: str = "top") -> str:
+    """An affine kernel with `directive` (a disguised include of a host file) in it."""
+    return _sub(f"{directive}\n{AFFINE_CUDA}")
+
+
+S = frozenset
+CASES: tuple[HCase, ...] = (
+    # ---- controls --------------------------------------------------------------------------
+    HCase("control_affine", "-", "corpus_affine", AFFINE_SOLUTION, S({"correct"})),
+    HCase("control_sum", "-", "corpus_sum", SUM_SOLUTION, S({"correct"})),
+    # ---- A: env_error the policy can cause ----------------------------------------------------
+    HCase("huge_int_literal", "A", "corpus_affine",
+          _sub(AFFINE_CUDA, "affine<<<" + "9" * 5000 + ", 256>>>(x, y, N);"), S({"format_error"})),
+    HCase("huge_float_literal", "A", "corpus_affine",
+          _sub(AFFINE_CUDA, "affine<<<cdiv(N, 256), 256>>>(x, y, N + 0." + "1" * 5000 + ");"),
+          S({"format_error"})),
+    HCase("huge_hex_literal", "A", "corpus_affine",
+          _sub(AFFINE_CUDA, "affine<<<0x" + "f" * 3000 + ", 256>>>(x, y, N);"), S({"format_error"})),
+    HCase("macro_renames_runtime_launch", "A", "corpus_affine",
+          _sub("#define __cpu_launch my_launch\n" + AFFINE_CUDA), FAILS_TO_BUILD),
+    HCase("macro_collides_runtime_words", "A", "corpus_affine",
+          _sub("#define invoke oops\n#define Fiber int\n#define run 0\n#define order 1\n#define msg 2\n"
+               "#define timeout_s 3\n#define grid 4\n#define sigsetjmp(a, b) 0\n" + AFFINE_CUDA),
+          S({"correct"}) | FAILS_TO_BUILD, note="macros end with the user's code (#undef)"),
+    HCase("macro_renames_kernel", "A", "corpus_affine",
+          _sub("#define affine affine2\n" + AFFINE_CUDA), FAILS_TO_BUILD | S({"correct"})),
+    HCase("runtime_namespace_injection", "A", "corpus_affine",
+          _sub("namespace __cpu { int hacked = 1; }\n" + AFFINE_CUDA), FAILS_TO_BUILD),
+    HCase("deep_launch_expression", "A", "corpus_affine",
+          _sub(AFFINE_CUDA, "affine<<<" + "(" * 3000 + "1" + ")" * 3000 + ", 256>>>(x, y, N);"),
+          S({"format_error"})),
+    HCase("deep_unary_minus", "A", "corpus_affine",
+          _sub(AFFINE_CUDA, "affine<<<" + "-" * 5000 + "1, 256>>>(x, y, N);"), S({"format_error"})),
+    HCase("scratch_too_big", "A", "corpus_affine",
+          _sub(AFFINE_CUDA, "scratch float s[9223372036854775807];\naffine<<<cdiv(N, 256), 256>>>(x, y, N);"),
+          S({"format_error", "runtime_error"})),
+    HCase("grid_overflow_product", "A", "corpus_affine",
+          _sub(AFFINE_CUDA, "affine<<<9223372036854775807 * 9223372036854775807, 256>>>(x, y, N);"),
+          S({"format_error", "runtime_error"})),
+    HCase("division_by_zero_launch", "A", "corpus_affine",
+          _sub(AFFINE_CUDA, "affine<<<N / 0, 256>>>(x, y, N);"), S({"format_error"})),
+    HCase("unicode_identifier", "A", "corpus_affine",
+          _sub(AFFINE_CUDA.replace("affine", "affine\u00e9"), "affine\u00e9<<<cdiv(N, 256), 256>>>(x, y, N);"),
+          SUBMISSION),
+    HCase("surrogate_chars", "A", "corpus_affine", _sub(AFFINE_CUDA + "\n// \udcff\ud800"), SUBMISSION | S({"correct"})),
+    # ---- B: inputs that crash or stall the caller ----------------------------------------------
+    HCase("nul_in_cuda", "B", "corpus_affine",
+          _sub(AFFINE_CUDA.replace("if (i < n)", "if (i < n) {}\x00 if (i < 0)")), S({"format_error"})),
+    HCase("nul_in_launch", "B", "corpus_affine", _sub(AFFINE_CUDA, "affine<<<1, 256>>>(x, y, N);\x00"),
+          S({"format_error"})),
+    HCase("oversized_submission", "B", "corpus_affine", _sub(AFFINE_CUDA + "//" + "x" * 300_000),
+          S({"format_error"})),
+    HCase("quadratic_fence_line", "B", "corpus_affine", "```" + "a" * 190_000 + "`\n" + AFFINE_SOLUTION,
+          S({"correct"})),
+    HCase("many_unclosed_typedefs", "B", "corpus_affine", _sub("typedef " * 20_000 + "\n" + AFFINE_CUDA),
+          FAILS_TO_BUILD),
+    HCase("many_unclosed_kernels", "B", "corpus_affine",
+          _sub('extern "C" __global__ void k(' * 5000 + "\n" + AFFINE_CUDA), FAILS_TO_BUILD),
+    HCase("many_extern_c_blocks", "B", "corpus_affine", _sub('extern "C" {' * 15_000 + "\n" + AFFINE_CUDA),
+          FAILS_TO_BUILD),
+    HCase("many_array_brackets", "B", "corpus_affine",
+          _sub('extern "C" __global__ void k(int a' + "[" * 4000 + "]) {}\n" + AFFINE_CUDA), FAILS_TO_BUILD),
+    HCase("many_externs", "B", "corpus_affine", _sub("extern " * 25_000 + "\n" + AFFINE_CUDA), FAILS_TO_BUILD),
+    HCase("exponential_aliases", "B", "corpus_affine",
+          _sub("".join(f"typedef T{k} T{k} T{k+1};\n" for k in range(20)) +
+               'extern "C" __global__ void k(T0 a) {}\n' + AFFINE_CUDA), SUBMISSION),
+    HCase("many_allowed_includes", "B", "corpus_affine", _sub("#include <math.h>\n" * 15_000 + AFFINE_CUDA),
+          S({"correct"}) | FAILS_TO_BUILD),
+    HCase("device_malloc_bomb", "B", "corpus_affine", _affine_body(
+        "    if (i == 0) { for (int k = 0; k < 100000; ++k) { char* p = (char*)malloc(1 << 30);"
+        " if (p) p[0] = 1; } }\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"),
+          S({"correct", "runtime_error", "timeout"}), note="device heap bounded; memory stays bounded"),
+    HCase("device_malloc_beyond_heap_is_null", "B", "corpus_affine", _affine_body(
+        "    __shared__ int ok;\n    if (threadIdx.x == 0) { void* p = malloc((size_t)1 << 33); ok = p == 0;"
+        " if (p) free(p); }\n    __syncthreads();\n    if (i < n) y[i] = ok ? 2.0f * x[i] + 1.0f : 0.0f;"),
+          S({"correct"}), note="an 8 GiB device malloc returns NULL on both backends (bounded heap)"),
+    # ---- D: memory errors that pass -------------------------------------------------------------
+    HCase("scratch_write_past_end", "D", "corpus_affine", _sub(
+        'extern "C" __global__ void affine(const float* x, float* y, float* s, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < 64) s[16 + i] = 1.0f;\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f;\n}",
+        "scratch float s[16];\naffine<<<cdiv(N, 256), 256>>>(x, y, s, N);"), S({"runtime_error"})),
+    HCase("scratch_write_before_start", "D", "corpus_affine", _sub(
+        'extern "C" __global__ void affine(const float* x, float* y, float* s, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i == 0) s[-3] = 1.0f;\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f;\n}",
+        "scratch float s[16];\naffine<<<cdiv(N, 256), 256>>>(x, y, s, N);"), S({"runtime_error"})),
+    HCase("output_write_before_start", "D", "corpus_affine", _affine_body(
+        "    if (i == 0) y[-1] = 0.0f;\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"runtime_error"})),
+    HCase("output_write_far_past_end", "D", "corpus_affine", _affine_body(
+        "    if (i == 0) y[n + 5000] = 0.0f;\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"runtime_error"})),
+    HCase("input_read_past_end", "D", "corpus_affine", _affine_body(
+        "    float extra = (i == 0) ? x[n + 2048] : 0.0f;\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f + (extra == 12345.0f ? 1.0f : 0.0f);"),
+          S({"runtime_error"}), backends=("cpu",),
+          note="a GPU read past an input rarely faults (pooled memory); the cpu backend's guard page does"),
+    HCase("misaligned_float4_load", "D", "corpus_affine", _affine_body(
+        "    if (i < n / 4 - 1) { float4 v = *reinterpret_cast<const float4*>(x + 1 + 4 * i);\n"
+        "      y[4 * i + 1] = 2.0f * v.x + 1.0f; }\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"),
+          S({"runtime_error"})),
+    # ---- F: hangs in any stage -------------------------------------------------------------------
+    HCase("spin_only_in_timing_stage", "F", "corpus_affine", _sub(
+        "__device__ int launches;\n"
+        'extern "C" __global__ void affine(const float* x, float* y, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    __shared__ int seen;\n    if (threadIdx.x == 0) seen = atomicAdd(&launches, blockIdx.x == 0);\n"
+        "    __syncthreads();\n"
+        "    if (seen >= 5) { volatile int* f = (volatile int*)&launches; while (f[0] != -7) {} }\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f;\n}"), S({"timeout"}), timing=True,
+        note="correct in the 5 trials, spins from the 6th launch on (warm-up/timing)"),
+    HCase("divergent_syncthreads_deadlock", "F", "corpus_affine", _affine_body(
+        "    __shared__ volatile int flag;\n    if (threadIdx.x == 0) flag = 0;\n    __syncthreads();\n"
+        "    if (threadIdx.x == 0) { __syncthreads(); flag = 1; } else { while (flag == 0) {} }\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"timeout", "runtime_error"})),
+    HCase("spin_in_timing_on_every_launch_after_warmup", "F", "corpus_sum", _sub(
+        SUM_CUDA.replace("extern \"C\" __global__ void finish(",
+                         "__device__ int fin_calls;\nextern \"C\" __global__ void finish(").replace(
+            "    if (threadIdx.x == 0 && blockIdx.x == 0) {",
+            "    if (atomicAdd(&fin_calls, 1) >= 6) { volatile int* f = &fin_calls; while (*f > 0) {} }\n"
+            "    if (threadIdx.x == 0 && blockIdx.x == 0) {"), SUM_LAUNCH), S({"timeout"}), timing=True),
+    # ---- C: host files reaching the model --------------------------------------------------------
+    HCase("include_abs_path", "C", "corpus_affine", _leak_include(f'#include "{HOST_FILE}"'),
+          FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_form_feed", "C", "corpus_affine", _leak_include(f'\f#\finclude "{HOST_FILE}"'),
+          FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_vertical_tab", "C", "corpus_affine", _leak_include(f'\v#\vinclude "{HOST_FILE}"'),
+          FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_line_splice", "C", "corpus_affine", _leak_include(f'#inc\\\nlude "{HOST_FILE}"'),
+          FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_comment_between", "C", "corpus_affine", _leak_include(f'#/* x */include "{HOST_FILE}"'),
+          FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_comment_before_hash", "C", "corpus_affine", _leak_include(f'/* x */ # include "{HOST_FILE}"'),
+          FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_digraph", "C", "corpus_affine", _leak_include(f'%:include "{HOST_FILE}"'),
+          FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_after_raw_string", "C", "corpus_affine",
+          _leak_include(f'const char* s = R"(\n/*)";\n#include "{HOST_FILE}"\n// */'),
+          FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_macro_computed", "C", "corpus_affine",
+          _leak_include(f'#define F "{HOST_FILE}"\n#include F'), FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_macro_angle", "C", "corpus_affine",
+          _leak_include("#define G <../../../../../../etc/passwd>\n#include G"), FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_dotdot_cuda", "C", "corpus_affine",
+          _leak_include("#include <../../../../../../../../etc/passwd>"), FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_next", "C", "corpus_affine", _leak_include(f'#include_next "{HOST_FILE}"'),
+          FAILS_TO_BUILD, must_not_leak=True),
+    HCase("include_pragma_operator", "C", "corpus_affine",
+          _leak_include('_Pragma("GCC dependency \\"/etc/passwd\\"")'), SUBMISSION | S({"correct"}),
+          must_not_leak=True),
+    HCase("has_include_probe", "C", "corpus_affine",
+          _leak_include(f'#if __has_include("{HOST_FILE}")\n#error present\n#endif'),
+          SUBMISSION | S({"correct"}), must_not_leak=True,
+          note="existence of a file is one bit; the message must not quote a host path"),
+    HCase("line_directive_path", "C", "corpus_affine",
+          _leak_include('#line 1 "/home/secret/user/thing.cu"\nint bad = ;'), FAILS_TO_BUILD, must_not_leak=True),
+    HCase("error_quotes_file_macro", "C", "corpus_affine",
+          _leak_include("static_assert(sizeof(__FILE__) == 0, __FILE__);"), FAILS_TO_BUILD, must_not_leak=True),
+)
+
+CASES_BY_ID = {c.id: c for c in CASES}
+
+
+def leaked(text: str) -> list[str]:
+    """Host-file contents or host directories shown in a message (empty: nothing leaked)."""
+    return [m for m in HOST_CONTENT_MARKERS + _host_dirs() if m in text]
