@@ -1,15 +1,16 @@
 """CpuDevice: the `cpu` backend's Device (kernels_env.backends.base) over translated, host-built kernels.
 
-load() translates the module's device code (translate.py), builds it (build.py, cached) and opens
-the shared object; launch() runs the whole grid synchronously in the calling thread through the
-native runtime (cpu_runtime.h). Runtime failures are kept and raised by the next synchronize() or
+load() translates the module's device code (translate.py), builds it (build.py, cached) and starts
+a runner process (sandbox.py, runner.py) that opens the shared object: this process never loads the
+submission's native code. launch() sends the grid to the runner, which runs it synchronously through
+the native runtime (cpu_runtime.h) on buffers shared with this process (memory.shared_empty). Runtime failures are kept and raised by the next synchronize() or
 to_host(), as CUDA reports asynchronous errors. Timings are CPU times and marked not comparable.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -18,7 +19,8 @@ import numpy as np
 
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
 from kernels_env.backends.cpu import build as _build
-from kernels_env.backends.cpu.memory import describe_address, guarded_empty
+from kernels_env.backends.cpu.memory import shared_empty, shared_lookup
+from kernels_env.backends.cpu.sandbox import Runner, RunnerError, RunnerLoadError, RunnerTimeout
 from kernels_env.backends.cpu.translate import UnsupportedFeature, translate
 from kernels_env.config import EnvConfig
 from kernels_env.program import CompiledModule, KernelSignature
@@ -36,7 +38,6 @@ _SCALAR_DTYPES = {
 }
 
 E_OK, E_FAULT, E_TIMEOUT, E_TRAP, E_FPE, E_STACK, E_CONFIG, E_ABORT, E_ILL, E_SMEM = range(10)
-_MSG_LEN = 512
 _LAUNCH_LOCK = threading.Lock()  # the runtime's state is per process: one launch at a time
 
 
@@ -52,8 +53,7 @@ class CpuProgram:
     path: Path
     uses_sync: bool
     timeout_s: float
-    lib: Any = field(repr=False, default=None)
-    run: Any = field(repr=False, default=None)
+    runner: Any = field(repr=False, default=None)  # sandbox.Runner: the process running its kernels
     entries: dict[str, int] = field(default_factory=dict, repr=False)
 
 
@@ -71,6 +71,7 @@ class CpuDevice:
         self._pending: Exception | None = None
         self._launches: dict[tuple[int, str], int] = {}
         self.healthy = True
+        self._cpu_ns = 0  # CPU time the runners report for this device's launches
 
     # ---- module loading --------------------------------------------------------------------
     def load(self, compiled: CompiledModule, config: EnvConfig | None = None) -> CpuProgram:
@@ -89,50 +90,46 @@ class CpuDevice:
             raise _compile_error(
                 "cpu backend: the host C++ compiler could not build this code, which NVRTC accepted "
                 "(a CUDA feature the cpu emulation lacks?); run it on the cupy backend.\n" + e.log) from None
-        try:
-            lib = ctypes.CDLL(str(path))
-            fn = lib["__cpu_launch"]
-            missing = [k for k in compiled.kernels if not hasattr(lib, f"__cpu_entry_{k}")]
-        except (OSError, AttributeError) as e:  # the code renamed or broke the runtime's symbols
-            raise _compile_error(f"cpu backend: the built code does not load: {type(e).__name__}") from None
-        if missing:
-            raise _compile_error(f"cpu backend: kernels {missing} are missing from the built code "
-                                 "(renamed by a macro?)")
-        fn.restype = ctypes.c_int
-        fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_int,
-                       ctypes.POINTER(ctypes.c_ulonglong))
-        entries = {k: ctypes.cast(getattr(lib, f"__cpu_entry_{k}"), ctypes.c_void_p).value
-                   for k in compiled.kernels}
+        # The judge never loads the submission's shared object: a separate runner process does
+        # (sandbox.py / runner.py), and reports symbols the code renamed or broke.
         timeout = float(max(cfg.limits.correctness, cfg.limits.timing))
-        return CpuProgram(kernels=dict(compiled.kernels), path=path, uses_sync=tr.uses_sync,
-                          timeout_s=timeout, lib=lib, run=fn, entries=entries)
+        runner = Runner(path, list(compiled.kernels), load_timeout_s=max(30.0, float(cfg.limits.compile)))
+        try:
+            runner.start()
+        except RunnerLoadError as e:
+            raise _compile_error(f"cpu backend: {e}") from None
+        except (RunnerError, RunnerTimeout) as e:
+            raise _compile_error(f"cpu backend: the built code does not load: {e}") from None
+        prog = CpuProgram(kernels=dict(compiled.kernels), path=path, uses_sync=tr.uses_sync,
+                          timeout_s=timeout, runner=runner, entries={k: 1 for k in compiled.kernels})
+        weakref.finalize(prog, runner.kill)
+        return prog
 
     # ---- launching -------------------------------------------------------------------------
-    def _marshal(self, sig: KernelSignature, args: Sequence[Any]) -> tuple[Any, list[Any]]:
+    def _marshal(self, sig: KernelSignature, args: Sequence[Any]) -> list[tuple]:
         if len(args) != len(sig.params):
             raise KernelRuntimeError(f"{sig.name}: {len(args)} arguments given, the kernel takes "
                                      f"{len(sig.params)}")
-        keep: list[Any] = []
-        ptrs = (ctypes.c_void_p * max(1, len(args)))()
+        out: list[tuple] = []
         for i, (a, p) in enumerate(zip(args, sig.params)):
             if p.pointer and a is None:  # a null pointer (`nullptr` in the launch block)
-                cell = np.array([0], dtype=np.uintp)
+                out.append(("n",))
             elif p.pointer:
                 if not isinstance(a, np.ndarray):
                     raise KernelRuntimeError(f"{sig.name}: argument {i} ({p.name}) is a pointer; expected "
                                              f"a device array, got {type(a).__name__}")
                 if not a.flags.c_contiguous:
                     raise KernelRuntimeError(f"{sig.name}: argument {i} ({p.name}) is not contiguous")
-                cell = np.array([a.ctypes.data], dtype=np.uintp)
-                keep.append(a)
+                where = shared_lookup(a.ctypes.data)
+                if where is None:
+                    raise KernelRuntimeError(f"{sig.name}: argument {i} ({p.name}) is not a device buffer "
+                                             "of this backend")
+                out.append(("b", *where))
             else:
                 dt = _SCALAR_DTYPES.get(" ".join(p.base_type.split()))
                 cell = np.array([a], dtype=dt) if dt is not None else np.array([a])
-            keep.append(cell)
-            ptrs[i] = cell.ctypes.data
-        keep.append(ptrs)
-        return ptrs, keep
+                out.append(("s", cell.tobytes()))
+        return out
 
     def launch(self, program: CpuProgram, kernel: str, grid: tuple[int, int, int],
                block: tuple[int, int, int], shared_bytes: int, args: Sequence[Any]) -> None:
@@ -147,32 +144,42 @@ class CpuDevice:
         if len(grid) != 3 or len(block) != 3 or min(grid) < 1 or min(block) < 1 \
                 or block[0] * block[1] * block[2] > 1024 or block[2] > 64:
             raise KernelRuntimeError(f"invalid configuration argument: grid={grid}, block={block}")
-        ptrs, keep = self._marshal(program.kernels[kernel], args)
-        dims = (ctypes.c_longlong * 6)(*grid, *block)
-        msg = ctypes.create_string_buffer(_MSG_LEN)
-        addr = ctypes.c_ulonglong(0)
+        wire = self._marshal(program.kernels[kernel], args)
         with _LAUNCH_LOCK:
             # each kernel of a program cycles through the orders on its own, so a kernel launched
             # once per trial meets forward, reverse and interleaved in consecutive trials
             ck = (id(program), kernel)
             order = self._launches.get(ck, 0) % 3
             self._launches[ck] = order + 1
-            code = program.run(program.entries[kernel], ptrs, dims, int(shared_bytes),
-                                            int(program.uses_sync), order, program.timeout_s, msg,
-                                            _MSG_LEN, ctypes.byref(addr))
-        del keep
+            # the runtime's CPU-time timer ends a hang inside the runner; the wall deadline ends a
+            # runner that disabled it (or waits on a lock): it is killed
+            wall = 2.0 * program.timeout_s + 2.0
+            try:
+                code, msg, near, cpu_ns = program.runner.launch(
+                    kernel, [*grid, *block], int(shared_bytes), int(program.uses_sync), order,
+                    program.timeout_s, wire, wall)
+            except RunnerTimeout as e:
+                self._pending = KernelTimeout(f"{kernel}: the kernel ran longer than {wall:.3g} s ({e})")
+                return
+            except RunnerError as e:
+                self._pending = KernelRuntimeError(f"{kernel}: {e}")
+                return
+            except RunnerLoadError as e:
+                self._pending = KernelRuntimeError(f"{kernel}: {e}")
+                return
+        self._cpu_ns += cpu_ns
         if code != E_OK:
-            self._pending = self._error(code, msg.value.decode(errors="replace"), addr.value, kernel)
+            self._pending = self._error(code, msg, near, kernel)
+            if code == E_FAULT and not near:  # memory of the runner may be corrupted: start afresh
+                program.runner.kill()
 
     @staticmethod
-    def _error(code: int, msg: str, addr: int, kernel: str) -> Exception:
+    def _error(code: int, msg: str, near: str, kernel: str) -> Exception:
         text = f"{kernel}: {msg}"
-        if code in (E_FAULT,):
-            near = describe_address(addr)
+        if code == E_FAULT:
             if near:
                 return KernelRuntimeError(f"{kernel}: illegal memory access ({near}); {msg}")
-            # an address outside every buffer's guard pages: memory elsewhere may be corrupted
-            return FatalDeviceError(f"{kernel}: {msg}")
+            return KernelRuntimeError(f"{kernel}: illegal memory access outside every buffer; {msg}")
         if code == E_TIMEOUT:
             return KernelTimeout(text)
         if code == E_CONFIG:
@@ -189,14 +196,14 @@ class CpuDevice:
 
     # ---- memory ------------------------------------------------------------------------------
     def empty(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-        return guarded_empty(tuple(shape), dtype)
+        return shared_empty(tuple(shape), dtype)
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-        return guarded_empty(tuple(shape), dtype)  # fresh anonymous pages are zero
+        return shared_empty(tuple(shape), dtype)  # a fresh memfd is zero
 
     def to_device(self, host_array: Any) -> np.ndarray:
         src = np.asarray(host_array)
-        out = guarded_empty(src.shape, src.dtype)
+        out = shared_empty(src.shape, src.dtype)
         out[...] = src
         return out
 
@@ -206,17 +213,17 @@ class CpuDevice:
 
     # ---- timing ------------------------------------------------------------------------------
     def time_ms(self, fn: Callable[[], Any], warmup: int, runs: int, flush_l2: bool) -> list[float]:
-        """CPU time per run of fn() (thread CPU clock); no L2 flush: timings are not comparable."""
+        """CPU time per run of fn() (the runner's thread CPU clock); no L2 flush: not comparable."""
         for _ in range(warmup):
             fn()
             self.synchronize()
         out = []
         for _ in range(runs):
             self.synchronize()
-            t0 = time.thread_time()
+            t0 = self._cpu_ns
             fn()
             self.synchronize()
-            out.append((time.thread_time() - t0) * 1e3)
+            out.append((self._cpu_ns - t0) / 1e6)
         return out
 
     def close(self) -> None:

@@ -91,3 +91,65 @@ def describe_address(addr: int) -> str:
         if best is None or cand[0] < best[0]:
             best = cand
     return best[1] if best else ""
+
+
+# ---- buffers shared with the kernel runner process (sandbox.py) ------------------------------------
+# The judge's view of a device buffer is a NumPy array over a memfd mapping (no guard pages here: the
+# kernel never runs in this process). The runner maps the same memfd between its own guard pages.
+# Same layout as guarded_empty: the END of the array at the end of the data pages (16-byte rounded).
+_shared_lock = threading.RLock()
+_shared: dict[int, tuple[int, int, int, int, int, int, weakref.ref]] = {}
+# key -> (judge address of the data pages, their length, fd, data_pages, offset, nbytes, ref)
+_next_key = [1]
+
+
+def shared_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A zero-filled C-contiguous array over a memfd the kernel runner can map (see sandbox.py)."""
+    import os
+    dt = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"buffer shape {shape} has a negative dimension")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    nbytes = count * dt.itemsize
+    padded = (nbytes + ALIGN - 1) // ALIGN * ALIGN
+    data_pages = max(1, (padded + PAGE - 1) // PAGE)
+    fd = os.memfd_create("leap_buf", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, data_pages * PAGE)
+        m = _Mapping(fd, data_pages * PAGE, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except BaseException:
+        os.close(fd)
+        raise
+    offset = data_pages * PAGE - padded
+    arr = np.frombuffer(m, dtype=dt, count=count, offset=offset).reshape(shape)
+    with _shared_lock:
+        key = _next_key[0]
+        _next_key[0] += 1
+        _shared[key] = (_addr(m), data_pages * PAGE, fd, data_pages, offset, nbytes, weakref.ref(m))
+    weakref.finalize(m, _release, key, fd)
+    return arr
+
+
+def _release(key: int, fd: int) -> None:
+    import os
+    _shared.pop(key, None)
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def shared_lookup(addr: int) -> tuple[int, int, int, int, int, int] | None:
+    """(key, byte offset of `addr` from the buffer's start, fd, data_pages, offset, nbytes) of the live
+    shared buffer whose data pages hold `addr`, else None."""
+    with _shared_lock:
+        items = list(_shared.items())
+    for key, (base, length, fd, data_pages, offset, nbytes, ref) in items:
+        if ref() is not None and base <= addr < base + length:
+            return key, addr - (base + offset), fd, data_pages, offset, nbytes
+    return None
+
+
+def shared_is_live(key: int) -> bool:
+    return key in _shared

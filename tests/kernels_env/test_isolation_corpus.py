@@ -1,0 +1,51 @@
+"""Class I (isolation_corpus.py): native code attacking the judge, on the cpu backend, in order on one
+device (a case that kills its runner is followed by a control that must still be scored)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from kernels_env.pipeline import score
+from kernels_env.status import Status
+from tests.kernels_env.broken_corpus import TASKS, corpus_config
+from tests.kernels_env.hostile_corpus import PWNED, leaked
+from tests.kernels_env.isolation_corpus import ISOLATION_CASES
+
+
+@pytest.fixture(scope="module")
+def device():
+    from kernels_env.backends import get_device
+    dev = get_device("cpu", corpus_config("cpu"))
+    yield dev
+    dev.close()
+
+
+@pytest.mark.parametrize("case", ISOLATION_CASES, ids=[c.id for c in ISOLATION_CASES])
+def test_isolation_case(device, case):
+    if os.path.exists(PWNED):
+        os.unlink(PWNED)
+    t0 = time.monotonic()
+    r = score(TASKS[case.task], case.text, case.config("cpu"), device=device)
+    seconds = time.monotonic() - t0
+    assert not os.path.exists(PWNED), f"{case.id}: the kernel wrote the host file system"
+    assert r.status is not Status.ENV_ERROR, f"{case.id}: env_error: {r.message}\n{r.details[-2000:]}"
+    assert r.status.value in case.expected, (
+        f"{case.id}: got {r.status.value} ({r.message}), expected one of {sorted(case.expected)}")
+    shown = leaked(r.message + "\n" + r.details)
+    assert not shown, f"{case.id}: the result shows {shown}: {r.message}"
+    assert seconds < 30.0, f"{case.id} took {seconds:.1f} s"
+
+
+def test_runner_is_confined(device):
+    """The runner installed its seccomp filter (x86_64 Linux) and is a different process."""
+    import platform
+    from kernels_env.program import CompiledModule  # noqa: F401  (the module exists)
+    from kernels_env.pipeline import prepare
+    cfg = corpus_config("cpu")
+    prep = prepare(TASKS["corpus_affine"], ISOLATION_CASES[-3].text, cfg)
+    program = device.load(prep.compiled, cfg)
+    assert program.runner.proc.pid != os.getpid()
+    if platform.machine() == "x86_64":
+        assert program.runner.confined
