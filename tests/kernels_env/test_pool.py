@@ -144,7 +144,8 @@ def _recovery_run(backend: str, cfg: EnvConfig):
 
 
 def test_process_pool_real_kernels_on_cpu_backend():
-    """Real compile + CPU execution in workers: an illegal address replaces the worker, a spin times out."""
+    """Real compile + CPU execution in workers: an illegal address is a runtime_error, a spin times out.
+    The worker survives both: the kernel ran in the cpu backend's runner process, which is replaced."""
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2,
                     limits=StageLimits(parse=2, compile=20, correctness=2, timing=2))
     rs, stats = _recovery_run("cpu", cfg)
@@ -152,7 +153,7 @@ def test_process_pool_real_kernels_on_cpu_backend():
                                       Status.CORRECT], [r.message for r in rs]
     assert "illegal memory access" in rs[1].message
     assert rs[4].cached or stats["evaluations"] == 4  # same normalised source: cache hit or in-flight share
-    assert stats["restarts"] >= 1 and all(r.backend == "cpu" for r in rs[:4])
+    assert all(r.backend == "cpu" for r in rs[:4])
 
 
 @pytest.mark.gpu
