@@ -15,6 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from kernels_env import landlock
+
 HERE = Path(__file__).resolve().parent
 HEADERS = ("cuda_prelude.h", "cpu_runtime.h")
 # -fwrapv: signed overflow wraps as GPUs do; -fno-strict-aliasing: kernels pun pointers freely
@@ -114,14 +116,35 @@ def foreign_headers(opened: list[str], exe: str) -> list[str]:
 COMPILER_AS_BYTES = int(os.environ.get("LEAP_CPU_COMPILER_AS_BYTES", 4 << 30))
 
 
-def _limit_compiler(timeout_s: float):
-    """preexec_fn bounding the host compiler's address space and CPU time (template bombs)."""
+def _compiler_paths(exe: str) -> tuple[list[str], list[str]]:
+    """(read-only, read-write) paths the host compiler may open: the system's binaries, libraries and
+    headers, the backend's headers, the compiler's own directories; the build cache and /dev/null."""
+    exe_dirs = {os.path.dirname(exe), os.path.dirname(os.path.realpath(exe))}
+    read = [*landlock.SYSTEM_READ, str(HERE), *system_include_dirs(exe), *sorted(exe_dirs)]
+    return read, [str(cache_dir()), os.devnull]
+
+
+def _limit_compiler(timeout_s: float, exe: str | None = None):
+    """preexec_fn bounding the host compiler's address space and CPU time (template bombs) and, where
+    Landlock is available, the files it can open (includes of host paths fail inside the kernel;
+    `__has_include` of a path outside the allowed directories is false). Set LEAP_CPU_LANDLOCK=0 to
+    turn the file confinement off."""
+    paths = _compiler_paths(exe) if exe and os.environ.get("LEAP_CPU_LANDLOCK", "1") != "0" else None
+
     def limit() -> None:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (COMPILER_AS_BYTES, COMPILER_AS_BYTES))
         cpu = int(timeout_s) + 5
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        if paths is not None:
+            landlock.restrict(*paths)
     return limit
+
+
+def _compiler_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["TMPDIR"] = str(cache_dir())  # the driver's temporary files stay where it may write
+    return env
 
 
 # ---- what the user's code may link against -------------------------------------------------------
@@ -138,7 +161,7 @@ _LIBC_OK = frozenset({
 })
 
 
-CHECKS = "headers+symbols2"
+CHECKS = "headers+symbols2+landlock"
 
 
 class SymbolError(BuildError):
@@ -185,7 +208,8 @@ def _user_object(exe: str, fl: list[str], source: str, d: Path, tag: str) -> str
     cflags.append("-fkeep-inline-functions")
     try:
         proc = subprocess.run([exe, *cflags, "-c", "-I", str(HERE), "-o", obj, src], capture_output=True,
-                              text=True, timeout=120, preexec_fn=_limit_compiler(120))
+                              text=True, timeout=120, preexec_fn=_limit_compiler(120, exe),
+                              env=_compiler_env())
         if proc.returncode != 0:
             raise BuildError(clean_log(proc.stderr, src))
         return obj
@@ -256,7 +280,7 @@ def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: fl
         cmd = [exe, *fl, "-H", "-I", str(HERE), "-o", tmp_out, src]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                                  preexec_fn=_limit_compiler(timeout_s))
+                                  preexec_fn=_limit_compiler(timeout_s, exe), env=_compiler_env())
         except subprocess.TimeoutExpired:
             raise BuildError(f"the cpu backend's C++ build took longer than {timeout_s:g} s") from None
         opened, log = opened_headers(proc.stderr or "")
