@@ -70,6 +70,39 @@ def _limit_compile_worker() -> None:
         pass
 
 
+def compile_worker_read_paths() -> list[str]:
+    """What a confined compile worker may read: the system's libraries, Python's prefixes and import
+    path (the package, NVRTC's wheels), CUDA's include directories. Not /etc, /home, /root, /proc,
+    /tmp (nor "/" or the home directory even when on sys.path)."""
+    import sys
+    from kernels_env import landlock
+    from kernels_env.compile import cuda_include_dirs
+    banned = {"/", os.path.expanduser("~"), os.path.realpath(os.path.expanduser("~"))}
+    cands = [*landlock.SYSTEM_READ, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
+             *cuda_include_dirs()]
+    out: list[str] = []
+    for p in cands:
+        for q in (p, os.path.realpath(p) if p else p):
+            if q and os.path.isabs(q) and q not in banned and q not in out:
+                out.append(q)
+    return out
+
+
+def _confine_compile_worker() -> bool:
+    """Landlock the compile worker after warming NVRTC up: whatever a submission's `#include`,
+    `__has_include` or `#pragma` names, NVRTC can open only what compile_worker_read_paths() lists
+    (a path elsewhere is "not found"). LEAP_COMPILE_LANDLOCK=0 turns it off."""
+    if os.environ.get("LEAP_COMPILE_LANDLOCK", "1") == "0":
+        return False
+    from kernels_env import landlock
+    try:
+        from kernels_env.compile import compile_cuda
+        compile_cuda('#include <cuda_fp16.h>\nextern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n')
+    except Exception:  # no NVRTC here: prepare reports it per job; confine anyway
+        pass
+    return landlock.restrict(compile_worker_read_paths(), [os.devnull])
+
+
 def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evaluator: Evaluator | None,
                  config: EnvConfig) -> None:
     """Loop of one worker process: answer (kind, payload) requests over `conn` until told to stop."""
@@ -83,6 +116,8 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
     device = None
     try:
         from kernels_env import pipeline
+        if role == "compile":
+            _confine_compile_worker()
         if role == "exec" and evaluator is None:
             from kernels_env.backends import get_device
             device = get_device(backend, config)

@@ -37,3 +37,53 @@ def test_corpus_through_pool_has_no_env_error():
     assert not bad, "\n".join(bad)
     assert after.status is Status.CORRECT, after.message
     assert seconds < 240, f"the corpus took {seconds:.0f} s through the pool ({stats})"
+
+
+def test_compile_workers_cannot_see_host_paths():
+    """A confined compile worker (a fresh process, as the pool's) still compiles CUDA headers, cannot
+    open a host file even with the include check bypassed, and answers __has_include of a host path
+    as absent (no existence bit)."""
+    import os
+    import platform
+    import pytest
+    from kernels_env import landlock
+    from kernels_env.pool import _confine_compile_worker, compile_worker_read_paths  # noqa: F401
+    if landlock.abi_version() <= 0 or platform.system() != "Linux":
+        pytest.skip("Landlock is not available on this kernel")
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as p:
+        out = p.apply(_probe_in_confined_process)
+    assert out["confined"], out
+    assert out["fp16"] == "ok", out
+    assert out["host_include"] != "ok" and "root:" not in out["host_include"], out
+    assert out["has_include_host"] == "absent", out
+    assert os.path.exists("/etc/passwd")
+
+
+def _probe_in_confined_process() -> dict:
+    from kernels_env.compile import CompileError, compile_cuda
+    from kernels_env.pool import _confine_compile_worker
+    out = {"confined": _confine_compile_worker()}
+    k = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n'
+
+    def run(src: str) -> str:
+        try:
+            compile_cuda(src)
+            return "ok"
+        except CompileError as e:
+            return "compile_error: " + str(e)[:300]
+        except Exception as e:  # noqa: BLE001
+            return f"{type(e).__name__}: {e}"[:300]
+    out["fp16"] = run("#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n" + k)
+    # the include check refuses the directive; with it bypassed NVRTC still cannot open the file
+    from kernels_env import compile as comp
+    saved = comp.check_includes
+    comp.check_includes = lambda *a, **kw: None
+    try:
+        out["host_include"] = run('#include "/etc/passwd"\n' + k)
+    finally:
+        comp.check_includes = saved
+    r = run('#if __has_include("/etc/passwd")\n#error PRESENT\n#endif\n' + k)
+    out["has_include_host"] = "absent" if r == "ok" else r
+    return out
