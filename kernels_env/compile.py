@@ -83,6 +83,37 @@ def check_includes(source: str) -> None:
                                "<mma.h>, <cooperative_groups.h>) and " + ", ".join(f"<{h}>" for h in STD_HEADERS))
 
 
+_HAS_INCLUDE_RE = re.compile(r"\b__has_include(?:_next)?\b")
+_HAS_INCLUDE_ARG_RE = re.compile(r"[ \t]*\([ \t]*(?:<([^<>\n()]{1,200})>|\"([^\"\n]{1,200})\")[ \t]*\)")
+
+
+def _header_allowed(name: str | None) -> bool:
+    if name is None:
+        return False
+    if name in STD_HEADERS:
+        return True
+    return (not name.startswith(("/", "~")) and ".." not in name.split("/")
+            and re.fullmatch(r"[A-Za-z0-9_./+-]+", name) is not None
+            and any(os.path.isfile(os.path.join(d, name)) for d in cuda_include_dirs()))
+
+
+def check_has_include(source: str) -> None:
+    """`__has_include` may only ask about a header #include would allow: asking about any other path
+    answers whether it exists on the scoring machine. (Defence in depth: pool compile workers and the
+    cpu backend's compiler cannot see host paths at all, kernels_env.landlock.)"""
+    from kernels_env.source_text import strip_comments
+    code = strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
+    blank = strip_comments(code, blank_literals=True)  # same offsets; finds the name outside literals
+    for m in _HAS_INCLUDE_RE.finditer(blank):
+        a = _HAS_INCLUDE_ARG_RE.match(code, m.end())
+        if not a or not _header_allowed((a.group(1) or a.group(2) or "").strip()):
+            line = code.count("\n", 0, m.start()) + 1
+            shown = redact_paths(code[m.start():m.start() + 60].split("\n", 1)[0])
+            raise CompileError(f"{SOURCE_NAME}({line}): error: {shown} is not allowed: __has_include may "
+                               "only name a header that #include allows (CUDA's headers and "
+                               + ", ".join(f"<{h}>" for h in STD_HEADERS) + ")")
+
+
 def nvrtc_options(arch: str) -> list[str]:
     # (not --no-source-include: CUDA's own headers include their siblings with quotes, e.g. mma.hpp)
     opts = ["-std=c++17", f"--gpu-architecture={arch}", "--ptxas-options=-v"]
@@ -194,6 +225,7 @@ def compile_cuda(source: str, arch: str | None = None, config: EnvConfig | None 
                            "nvidia-cuda-nvrtc") from e
     t0 = time.perf_counter()
     check_includes(source)
+    check_has_include(source)
     headers, header_names, prelude_opts = nvrtc_headers(source)
     prog = nvrtc.createProgram(source, SOURCE_NAME, headers, header_names)
     try:

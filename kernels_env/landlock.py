@@ -84,3 +84,66 @@ def restrict(read: list[str] | tuple[str, ...], write: list[str] | tuple[str, ..
 # Directories a compiler needs to run (binaries, shared libraries, its own headers); none holds the
 # scorer's secrets. Not /etc, /home, /root, /proc, /tmp, /work, the repository or the venv.
 SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache", "/etc/alternatives")
+
+
+# ---- a private file system view (user + mount namespace) ------------------------------------------
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+MS_RDONLY, MS_NOSUID, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
+
+
+def private_root(read: list[str] | tuple[str, ...], write: list[str] | tuple[str, ...], root: str) -> bool:
+    """Call in a single-threaded child before exec (a preexec_fn): enter a new user and mount namespace
+    whose `/` is a tmpfs (mounted on the existing empty directory `root`) holding only `read` (bound
+    read-only) and `write` (bound read-write) at their own paths. Every other host path does not
+    exist there: `__has_include("/etc/passwd")` is false, as for a path that is not on the host.
+    False (nothing changed, or the caller should give up on the child) where user namespaces are
+    unavailable."""
+    libc = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+        return False
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    mount = libc.mount
+    mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+    if mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    if mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID, b"size=1m,mode=755") != 0:
+        return False
+    binds: list[tuple[str, bool]] = []
+    for paths, ro in ((write, False), (read, True)):
+        for p in paths:
+            if not p or not os.path.isabs(p) or not os.path.lexists(p):
+                continue
+            if os.path.islink(p):  # recreate the link; bind what it points to
+                link = root + p
+                try:
+                    os.makedirs(os.path.dirname(link), exist_ok=True)
+                    if not os.path.lexists(link):
+                        os.symlink(os.readlink(p), link)
+                except OSError:
+                    return False
+                p = os.path.realpath(p)
+            binds.append((os.path.normpath(p), ro))
+    done: list[str] = []
+    for p, ro in sorted(binds, key=lambda b: (b[0].count("/"), b[0])):
+        if any(p == d or p.startswith(d.rstrip("/") + "/") for d in done):
+            continue  # under a directory already bound
+        target = root + p
+        try:
+            if os.path.isdir(p):
+                os.makedirs(target, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                open(target, "a").close()
+        except OSError:
+            return False
+        if mount(p.encode(), target.encode(), None, MS_BIND | (MS_REC if ro else 0), None) != 0:
+            return False
+        if ro:
+            mount(None, target.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, None)
+        done.append(p)
+    os.chroot(root)
+    os.chdir("/")
+    return True

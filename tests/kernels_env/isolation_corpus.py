@@ -103,4 +103,19 @@ ISOLATION_CASES: tuple[HCase, ...] = (
           S({"runtime_error", "timeout", "correct"}), backends=CPU,
           note="zeroes the stack above it (in-process this smashed the judge's own frames); the "
                "answer is right, so correct is legitimate: what matters is that the judge survives"),
+    # ---- C at the compiler: what a pattern check cannot see ---------------------------------------
+    HCase("iso_has_include_pasted", "C", "corpus_affine", _sub(
+        "#define CAT(a, b) a##b\n#define PROBE CAT(__has_, include)\n"
+        f'#if PROBE("{HOST_FILE}")\n#define PRESENT 1\n#else\n#define PRESENT 0\n#endif\n'
+        'extern "C" __global__ void affine(const float* x, float* y, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) y[i] = PRESENT ? 2.0f * x[i] + 1.0f : -7.0f;\n}\n"),
+        NOT_CORRECT, backends=CPU, must_not_leak=True,
+        note="__has_include spelled by token pasting: right only if the compiler saw the host file"),
+    HCase("iso_has_include_plain", "C", "corpus_affine", _sub(
+        f'#if __has_include("{HOST_FILE}")\n#define PRESENT 1\n#else\n#define PRESENT 0\n#endif\n'
+        'extern "C" __global__ void affine(const float* x, float* y, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) y[i] = PRESENT ? 2.0f * x[i] + 1.0f : -7.0f;\n}\n"),
+        S({"compile_error"}), must_not_leak=True, note="refused before any compiler runs"),
 )

@@ -57,7 +57,8 @@ def test_compile_workers_cannot_see_host_paths():
     assert out["confined"], out
     assert out["fp16"] == "ok", out
     assert out["host_include"] != "ok" and "root:" not in out["host_include"], out
-    assert out["has_include_host"] == "absent", out
+    assert "__has_include" in out["has_include_host"], out  # refused by check_has_include (a pattern)
+    assert out["has_include_pasted"] == "absent", out  # the pattern is blind; the file system is not
     assert os.path.exists("/etc/passwd")
 
 
@@ -86,4 +87,6 @@ def _probe_in_confined_process() -> dict:
         comp.check_includes = saved
     r = run('#if __has_include("/etc/passwd")\n#error PRESENT\n#endif\n' + k)
     out["has_include_host"] = "absent" if r == "ok" else r
+    r = run("#define CAT(a, b) a##b\n#if CAT(__has_, include)(\"/etc/passwd\")\n#error PRESENT\n#endif\n" + k)
+    out["has_include_pasted"] = "absent" if r == "ok" else r
     return out

@@ -126,13 +126,20 @@ def _compiler_paths(exe: str) -> tuple[list[str], list[str]]:
 
 def _limit_compiler(timeout_s: float, exe: str | None = None):
     """preexec_fn bounding the host compiler's address space and CPU time (template bombs) and, where
-    Landlock is available, the files it can open (includes of host paths fail inside the kernel;
-    `__has_include` of a path outside the allowed directories is false). Set LEAP_CPU_LANDLOCK=0 to
-    turn the file confinement off."""
+    Landlock is available, the files it can open (includes of host paths fail inside the kernel).
+    Where user namespaces work it also runs in a private root holding only those paths, so
+    `__has_include` of any other host path is false (Landlock alone answers EACCES, which GCC turns
+    into an error: one bit). LEAP_CPU_LANDLOCK=0 / LEAP_CPU_PRIVATE_ROOT=0 turn these off."""
     paths = _compiler_paths(exe) if exe and os.environ.get("LEAP_CPU_LANDLOCK", "1") != "0" else None
+    root = None
+    if paths is not None and os.environ.get("LEAP_CPU_PRIVATE_ROOT", "1") != "0":
+        root = str(cache_dir() / ".root")
+        os.makedirs(root, exist_ok=True)
 
     def limit() -> None:
         import resource
+        if root is not None:  # a file system holding only the allowed paths (where namespaces work)
+            landlock.private_root(*paths, root=root)
         resource.setrlimit(resource.RLIMIT_AS, (COMPILER_AS_BYTES, COMPILER_AS_BYTES))
         cpu = int(timeout_s) + 5
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
@@ -263,7 +270,8 @@ def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: fl
                            "(set EnvConfig.cpu_compiler)")
     fl = flags(opt_level, extra_flags)
     # (CHECKS names the checks a cached object has passed: objects built before them are not reused)
-    key = hashlib.sha256("\0".join([exe, *fl, _headers_digest(), CHECKS, cpp]).encode()).hexdigest()[:40]
+    confine = os.environ.get("LEAP_CPU_LANDLOCK", "1") + os.environ.get("LEAP_CPU_PRIVATE_ROOT", "1")
+    key = hashlib.sha256("\0".join([exe, *fl, _headers_digest(), CHECKS, confine, cpp]).encode()).hexdigest()[:40]
     d = cache_dir()
     out = d / f"k_{key}.so"
     if out.exists():
