@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Run the hostile corpus (tests/kernels_env/hostile_corpus.py) and print one row per case:
+"""Run the hostile corpus (tests/kernels_env/hostile_corpus.py and isolation_corpus.py) and print one row per case:
 case, class, expected statuses, got, seconds, peak RSS of the evaluating process.
 
     python scripts/hostile_table.py --backend cpu
@@ -30,8 +30,9 @@ def _child(conn, backend: str, case_id: str) -> None:
     from kernels_env.pipeline import score
     from tests.kernels_env.broken_corpus import TASKS, register_corpus_tasks
     from tests.kernels_env.hostile_corpus import CASES_BY_ID, leaked
+    from tests.kernels_env.isolation_corpus import ISOLATION_CASES
     register_corpus_tasks()
-    case = CASES_BY_ID[case_id]
+    case = {**CASES_BY_ID, **{c.id: c for c in ISOLATION_CASES}}[case_id]
     t0 = time.monotonic()
     r = score(TASKS[case.task], case.text, case.config(backend))
     secs = time.monotonic() - t0
@@ -71,9 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="", help="also write the rows to this file")
     args = ap.parse_args(argv)
     from tests.kernels_env.hostile_corpus import CASES
+    from tests.kernels_env.isolation_corpus import ISOLATION_CASES
     rows = []
     print(f"{'case':46s} {'cls':3s} {'expected':40s} {'got':14s} {'seconds':>8s} {'peak RSS MB':>11s}")
-    for c in CASES:
+    for c in (*CASES, *ISOLATION_CASES):
         if args.only and args.only not in c.id:
             continue
         if args.backend not in c.backends:
