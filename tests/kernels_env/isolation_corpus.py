@@ -118,4 +118,9 @@ ISOLATION_CASES: tuple[HCase, ...] = (
         "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
         "    if (i < n) y[i] = PRESENT ? 2.0f * x[i] + 1.0f : -7.0f;\n}\n"),
         S({"compile_error"}), must_not_leak=True, note="refused before any compiler runs"),
+    HCase("iso_truncate_shared_buffers", "I", "corpus_affine",
+          _stops("for (long fd = 0; fd < 256; ++fd) { raw3(77, fd, 0, 0); raw6(285, fd, 3, 0, 1 << 20, 0); }"),
+          S({"correct", "runtime_error", "wrong_output"}), backends=CPU,
+          note="ftruncate / fallocate(PUNCH_HOLE) every descriptor: a shrunk shared buffer would crash the "
+               "judge (SIGBUS) when it reads the outputs back"),
 )

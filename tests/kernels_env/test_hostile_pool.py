@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kernels_env.pool import EvalPool, Job
 from kernels_env.status import Status
 from tests.kernels_env.broken_corpus import AFFINE_SOLUTION, corpus_config, corpus_evaluator
@@ -45,7 +47,7 @@ def test_compile_workers_cannot_see_host_paths():
     as absent (no existence bit)."""
     import os
     import platform
-    import pytest
+
     from kernels_env import landlock
     from kernels_env.pool import _confine_compile_worker, compile_worker_read_paths  # noqa: F401
     if landlock.abi_version() <= 0 or platform.system() != "Linux":
@@ -90,3 +92,29 @@ def _probe_in_confined_process() -> dict:
     r = run("#define CAT(a, b) a##b\n#if CAT(__has_, include)(\"/etc/passwd\")\n#error PRESENT\n#endif\n" + k)
     out["has_include_pasted"] = "absent" if r == "ok" else r
     return out
+
+
+PASTED_PROBE = ('#define CAT(a, b) a##b\n#if CAT(__has_, include)("/etc/passwd")\n'
+                '#error the compiler sees the host file system\n#endif\n')
+
+
+@pytest.mark.parametrize("backend", [pytest.param("cpu", id="cpu"),
+                                     pytest.param("cupy", id="cupy", marks=pytest.mark.gpu)])
+def test_trainer_path_compilers_do_not_see_host_files(backend):
+    """The trainer's path (EvalPool, compile workers, no evaluator) on a suite task: its solution with a
+    host-file probe the include checks cannot see stays correct (the probe is false on NVRTC in the
+    confined compile worker and on the cpu backend's host compiler in its private root)."""
+    from kernels_env import landlock
+    from kernels_env.config import EnvConfig, StageLimits
+    from kernels_env.tasks import list_tasks
+    if landlock.abi_version() <= 0:
+        pytest.skip("Landlock is not available on this kernel")
+    t = list_tasks(level=1)[0]
+    probed = t.solution.replace("```cuda\n", "```cuda\n" + PASTED_PROBE, 1)
+    assert probed != t.solution
+    cfg = EnvConfig(backend=backend, sizes="small", timing=False, correctness_trials=2,
+                    limits=StageLimits(parse=2, compile=30, correctness=10, timing=10))
+    with EvalPool(backend=backend, config=cfg, compile_workers=1, cpu_workers=1, cache=False) as pool:
+        plain, r = pool.map([Job(t.name, t.solution), Job(t.name, probed)])
+    assert plain.status is Status.CORRECT, plain.message
+    assert r.status is Status.CORRECT, r.message

@@ -114,9 +114,12 @@ def shared_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     nbytes = count * dt.itemsize
     padded = (nbytes + ALIGN - 1) // ALIGN * ALIGN
     data_pages = max(1, (padded + PAGE - 1) // PAGE)
-    fd = os.memfd_create("leap_buf", os.MFD_CLOEXEC)
+    fd = os.memfd_create("leap_buf", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, data_pages * PAGE)
+        # sealed: the runner cannot shrink the file under this process's mapping (SIGBUS here)
+        import fcntl
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         m = _Mapping(fd, data_pages * PAGE, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     except BaseException:
         os.close(fd)
