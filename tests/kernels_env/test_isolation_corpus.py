@@ -49,3 +49,16 @@ def test_runner_is_confined(device):
     assert program.runner.proc.pid != os.getpid()
     if platform.machine() == "x86_64":
         assert program.runner.confined
+
+
+def test_shared_buffers_views_and_empty():
+    """Pointer arguments resolve to (buffer, offset) for views and for an empty array; an array that is
+    not a device buffer is refused (runtime_error), never passed as a raw address."""
+    import numpy as np
+    from kernels_env.backends.cpu.memory import shared_empty, shared_lookup
+    a = shared_empty((100,), "float32")
+    key, off, *_ = shared_lookup(a[10:].ctypes.data)
+    assert off == 40
+    e = shared_empty((0,), "float32")
+    assert shared_lookup(e.ctypes.data) is not None
+    assert shared_lookup(np.zeros(4, np.float32).ctypes.data) is None

@@ -149,7 +149,7 @@ def shared_lookup(addr: int) -> tuple[int, int, int, int, int, int] | None:
     with _shared_lock:
         items = list(_shared.items())
     for key, (base, length, fd, data_pages, offset, nbytes, ref) in items:
-        if ref() is not None and base <= addr < base + length:
+        if ref() is not None and base <= addr <= base + length:  # (== : an empty array at the end)
             return key, addr - (base + offset), fd, data_pages, offset, nbytes
     return None
 
