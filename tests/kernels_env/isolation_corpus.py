@@ -86,6 +86,17 @@ ISOLATION_CASES: tuple[HCase, ...] = (
           _gated("return raw6(311, raw6(110, 0, 0, 0, 0, 0), 0, 0, 0, 0) >= 0;"),  # process_vm_writev
           NOT_CORRECT, backends=CPU, note="could the kernel patch the judge's memory (harness, pristine "
                                           "inputs, expected outputs)?"),
+    HCase("iso_rlimit_of_judge", "I", "corpus_affine",  # prlimit64(getppid(), RLIMIT_CORE, 0, &old)
+          _gated("unsigned long old[2]; return raw6(302, raw6(110, 0, 0, 0, 0, 0), 4, 0, (long)old, 0) == 0;"),
+          NOT_CORRECT, backends=CPU, note="could the kernel shrink the judge's rlimits (read-only probe)?"),
+    HCase("iso_renice_judge", "I", "corpus_affine",  # setpriority(PRIO_PROCESS, ppid, its own nice)
+          _gated("long pp = raw6(110, 0, 0, 0, 0, 0); long r = raw6(140, 0, pp, 0, 0, 0); "
+                 "return r >= 0 && raw6(141, 0, pp, 20 - r, 0, 0) == 0;"),
+          NOT_CORRECT, backends=CPU, note="could the kernel slow the judge down (no-op renice probe)?"),
+    HCase("iso_sigqueue_judge", "I", "corpus_affine",  # rt_sigqueueinfo(ppid, 0, {si_code = SI_QUEUE})
+          _gated("int info[32] = {0}; info[2] = -1; "
+                 "return raw6(129, raw6(110, 0, 0, 0, 0, 0), 0, (long)info, 0, 0) == 0;"),
+          NOT_CORRECT, backends=CPU, note="could the kernel signal the judge through rt_sigqueueinfo?"),
     HCase("iso_socket", "I", "corpus_affine",
           _gated("return raw6(41, 2, 1, 0, 0, 0) >= 0;"),  # socket(AF_INET, SOCK_STREAM)
           NOT_CORRECT, backends=CPU, note="could the kernel open a network socket?"),

@@ -35,14 +35,19 @@ libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 MAP_FAILED = ctypes.c_void_p(-1).value
 
-# x86_64 syscall numbers answered with EPERM once the kernel code may run
+# x86_64 syscall numbers answered with EPERM once the kernel code may run: files and paths, processes,
+# sockets, tracing, io_uring/bpf/perf, mounts and namespaces, keys
 DENIED_X86_64 = (
     2, 4, 6, 21, 41, 42, 43, 49, 50, 53, 56, 57, 58, 59, 76, 78, 80, 82, 83, 84, 85, 86, 87, 88, 89, 90,
     92, 94, 101, 133, 134, 135, 137, 161, 165, 166, 169, 175, 176, 179, 200, 217, 248, 249, 250, 254,
     257, 258, 259, 260, 261, 262, 263, 264, 265, 266, 267, 268, 269, 272, 288, 298, 300, 301, 303, 304,
     308, 310, 311, 313, 316, 321, 322, 332, 424, 425, 426, 427, 428, 429, 430, 432, 433, 434, 435, 437,
     438, 439, 442,
-    77, 285)  # ftruncate, fallocate: a shared buffer must keep its size (the judge maps it too)
+    77, 285,  # ftruncate, fallocate: a shared buffer must keep its size (the judge maps it too)
+    # calls that act on ANOTHER process of this uid (the judge): rlimits, priority, scheduling,
+    # signals with a payload, robust lists, page migration, kcmp; and SysV / POSIX IPC, the kernel log
+    302, 140, 141, 142, 144, 203, 251, 314, 256, 279, 274, 312, 129, 297,
+    29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 241, 242, 243, 244, 245, 103)
 SIGNAL_SELF_ONLY = (62, 234)  # kill(pid, ..), tgkill(tgid, ..): only this process
 
 
