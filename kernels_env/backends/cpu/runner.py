@@ -35,25 +35,21 @@ libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 MAP_FAILED = ctypes.c_void_p(-1).value
 
-# x86_64 syscall numbers answered with EPERM once the kernel code may run: files and paths, processes,
-# sockets, tracing, io_uring/bpf/perf, mounts and namespaces, keys
-DENIED_X86_64 = (
-    2, 4, 6, 21, 41, 42, 43, 49, 50, 53, 56, 57, 58, 59, 76, 78, 80, 82, 83, 84, 85, 86, 87, 88, 89, 90,
-    92, 94, 101, 133, 134, 135, 137, 161, 165, 166, 169, 175, 176, 179, 200, 217, 248, 249, 250, 254,
-    257, 258, 259, 260, 261, 262, 263, 264, 265, 266, 267, 268, 269, 272, 288, 298, 300, 301, 303, 304,
-    308, 310, 311, 313, 316, 321, 322, 332, 424, 425, 426, 427, 428, 429, 430, 432, 433, 434, 435, 437,
-    438, 439, 442,
-    77, 285,  # ftruncate, fallocate: a shared buffer must keep its size (the judge maps it too)
-    # calls that act on ANOTHER process of this uid (the judge): rlimits, priority, scheduling,
-    # signals with a payload, robust lists, page migration, kcmp; and SysV / POSIX IPC, the kernel log
-    302, 140, 141, 142, 144, 203, 251, 314, 256, 279, 274, 312, 129, 297,
-    29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 241, 242, 243, 244, 245, 103)
-SIGNAL_SELF_ONLY = (62, 234)  # kill(pid, ..), tgkill(tgid, ..): only this process
+# x86_64 system calls the runner may make once the kernel code may run (an allow-list: everything
+# else answers EPERM): memory, its own signals and timers, the socket to the judge, clocks, sleeping,
+# identity queries, exit. Nothing that names a path, makes a process, thread or socket, or acts on
+# another process.
+ALLOWED_X86_64 = (
+    0, 1, 3, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19, 20, 24, 25, 26, 27, 28, 35, 36, 37, 38, 39,
+    44, 45, 46, 47, 48, 51, 52, 55, 60, 63, 72, 79, 96, 97, 98, 99, 100, 102, 104, 107, 108, 110, 111,
+    131, 158, 186, 201, 202, 204, 218, 219, 222, 223, 224, 225, 226, 228, 229, 230, 231, 273, 318, 334)
+SELF_ONLY = (62, 234, 302)  # kill(pid, ..), tgkill(tgid, ..), prlimit64(pid, ..): this process (or 0) only
 
 
 def seccomp_filter() -> bytes:
-    """A classic-BPF seccomp program: other architectures and x32 calls get EPERM; DENIED_X86_64
-    get EPERM; kill/tgkill only with this process's pid; everything else is allowed."""
+    """A classic-BPF seccomp program: other architectures and x32 calls get EPERM; ALLOWED_X86_64 are
+    allowed; SELF_ONLY are allowed when their first argument is this process's pid (prlimit64 also 0);
+    everything else gets EPERM."""
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, eperm = 0x7FFF0000, 0x00050000 | 1
     ins = []
@@ -67,13 +63,17 @@ def seccomp_filter() -> bytes:
     op(ld, 0)                      # seccomp_data.nr
     op(jge, 0x40000000, 0, 1)      # x32 ABI
     op(ret, eperm)
-    for nr in DENIED_X86_64:
+    for nr in ALLOWED_X86_64:
         op(jeq, nr, 0, 1)
-        op(ret, eperm)
-    op(jeq, SIGNAL_SELF_ONLY[0], 2, 0)
-    op(jeq, SIGNAL_SELF_ONLY[1], 1, 0)
-    op(ret, allow)
-    op(ld, 16)                     # args[0], low 32 bits
+        op(ret, allow)
+    op(jeq, SELF_ONLY[0], 3, 0)    # kill, tgkill -> CHECK_PID
+    op(jeq, SELF_ONLY[1], 2, 0)
+    op(jeq, SELF_ONLY[2], 3, 0)    # prlimit64 -> CHECK_ZERO
+    op(ret, eperm)
+    op(ld, 16)                     # CHECK_PID: args[0], low 32 bits
+    op(jeq, os.getpid(), 3, 4)     # -> allow / -> eperm
+    op(ld, 16)                     # CHECK_ZERO
+    op(jeq, 0, 1, 0)               # pid 0: this process
     op(jeq, os.getpid(), 0, 1)
     op(ret, allow)
     op(ret, eperm)
