@@ -1,4 +1,10 @@
-"""Guarded device buffers for the cpu backend: NumPy arrays between inaccessible pages.
+"""Device buffers for the cpu backend.
+
+CpuDevice allocates with `shared_empty` (end of file): a memfd the judge views as a NumPy array and
+the runner process (runner.py) maps between PROT_NONE guard pages, with the layout described below.
+`guarded_empty` / `describe_address` are the same layout within one process (not used by CpuDevice).
+
+Guarded device buffers: NumPy arrays between inaccessible pages.
 
 Each buffer gets its own anonymous mapping: [guard page][data pages][TRAIL_PAGES guard pages]. The END of the
 array is placed at the end of the data pages (rounded up to 16 bytes, the widest CUDA vector
