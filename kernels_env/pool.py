@@ -470,6 +470,9 @@ class EvalPool:
                 self._stats["env_errors"] += 1
         if not result.key:
             result.key = key
+        from kernels_env.compile import redact_paths  # worker tracebacks, timeouts: no host paths
+        result.message = redact_paths(result.message or "")
+        result.details = redact_paths(result.details or "")
         if self.cache is not None:
             self.cache.put(key, result)
         return result

@@ -8,7 +8,8 @@ submission status. Cases that need a particular backend say so in `backends`.
 Classes:
   A  env_error the policy can cause        B  inputs that crash or stall the caller
   C  host files reaching the model         D  memory errors that pass
-  F  hangs in any stage
+  F  hangs in any stage                      H  host code run by the cpu backend
+(E, weak tasks, is tests/kernels_env/test_validate.py.)
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ FAILS_TO_BUILD = {"format_error", "compile_error"}
 
 # a file every Linux host has, whose first line a compiler would quote in an error
 HOST_FILE = "/etc/passwd"
+PWNED = "/tmp/leap_hostile_pwned"  # host code that ran would create this file
 HOST_CONTENT_MARKERS = ("root:x:0:0", ":/bin/bash", ":/usr/sbin/nologin", "daemon:x:")
 
 
@@ -92,15 +94,17 @@ CASES: tuple[HCase, ...] = (
     HCase("huge_hex_literal", "A", "corpus_affine",
           _sub(AFFINE_CUDA, "affine<<<0x" + "f" * 3000 + ", 256>>>(x, y, N);"), S({"format_error"})),
     HCase("macro_renames_runtime_launch", "A", "corpus_affine",
-          _sub("#define __cpu_launch my_launch\n" + AFFINE_CUDA), FAILS_TO_BUILD),
+          _sub("#define __cpu_launch my_launch\n" + AFFINE_CUDA), FAILS_TO_BUILD, backends=("cpu",),
+          note="names of the cpu runtime mean nothing to NVRTC (correct on cupy)"),
     HCase("macro_collides_runtime_words", "A", "corpus_affine",
           _sub("#define invoke oops\n#define Fiber int\n#define run 0\n#define order 1\n#define msg 2\n"
                "#define timeout_s 3\n#define grid 4\n#define sigsetjmp(a, b) 0\n" + AFFINE_CUDA),
           S({"correct"}) | FAILS_TO_BUILD, note="macros end with the user's code (#undef)"),
     HCase("macro_renames_kernel", "A", "corpus_affine",
-          _sub("#define affine affine2\n" + AFFINE_CUDA), FAILS_TO_BUILD | S({"correct"})),
+          _sub("#define affine affine2\n" + AFFINE_CUDA), FAILS_TO_BUILD | S({"correct", "runtime_error"})),
     HCase("runtime_namespace_injection", "A", "corpus_affine",
-          _sub("namespace __cpu { int hacked = 1; }\n" + AFFINE_CUDA), FAILS_TO_BUILD),
+          _sub("namespace __cpu { __device__ int hacked = 1; }\n" + AFFINE_CUDA), FAILS_TO_BUILD,
+          backends=("cpu",)),
     HCase("deep_launch_expression", "A", "corpus_affine",
           _sub(AFFINE_CUDA, "affine<<<" + "(" * 3000 + "1" + ")" * 3000 + ", 256>>>(x, y, N);"),
           S({"format_error"})),
@@ -193,6 +197,22 @@ CASES: tuple[HCase, ...] = (
             "    if (threadIdx.x == 0 && blockIdx.x == 0) {",
             "    if (atomicAdd(&fin_calls, 1) >= 6) { volatile int* f = &fin_calls; while (*f > 0) {} }\n"
             "    if (threadIdx.x == 0 && blockIdx.x == 0) {"), SUM_LAUNCH), S({"timeout"}), timing=True),
+    # ---- H: host code in the cpu backend (NVRTC never sees `#ifdef __x86_64__` code) ------------
+    HCase("host_code_calls_system", "H", "corpus_affine", _sub(
+        '#ifdef __x86_64__\nextern "C" int system(const char*);\n'
+        f'static int pwn = system("touch {PWNED}");\n#endif\n' + AFFINE_CUDA), FAILS_TO_BUILD,
+        backends=("cpu",), note="cupy: NVRTC never compiles the host branch; nothing runs on the host"),
+    HCase("host_code_reads_file", "H", "corpus_affine", _sub(
+        '#ifdef __x86_64__\nstatic float secret() { FILE* f = fopen("/etc/passwd", "r");'
+        " return f ? (float)fgetc(f) : 0.0f; }\n#else\nstatic __device__ float secret() { return 0.0f; }\n"
+        "#endif\n" + AFFINE_CUDA.replace("+ 1.0f;", "+ 1.0f + 0.0f * secret();")), FAILS_TO_BUILD,
+        backends=("cpu",)),
+    HCase("host_static_initialiser_spins", "H", "corpus_affine", _sub(
+        "#ifdef __x86_64__\nstatic int spin = [] { volatile int k = 0; while (k == 0) {} return 0; }();\n"
+        "#endif\n" + AFFINE_CUDA), FAILS_TO_BUILD, backends=("cpu",)),
+    HCase("host_constructor_attribute", "H", "corpus_affine", _sub(
+        "#ifdef __x86_64__\n__attribute__((constructor)) static void at_load() { volatile int k = 0; "
+        "while (k == 0) {} }\n#endif\n" + AFFINE_CUDA), FAILS_TO_BUILD, backends=("cpu",)),
     # ---- C: host files reaching the model --------------------------------------------------------
     HCase("include_abs_path", "C", "corpus_affine", _leak_include(f'#include "{HOST_FILE}"'),
           FAILS_TO_BUILD, must_not_leak=True),

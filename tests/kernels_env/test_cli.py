@@ -97,3 +97,22 @@ def test_python_dash_m_entry_point():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)) == len(list_tasks(level=1))
+
+
+def test_score_invalid_utf8_is_a_clear_error(capsys, tmp_path):
+    """Bytes that are not UTF-8 give a one-line error (exit 2), never a traceback."""
+    p = tmp_path / "bad.md"
+    p.write_bytes(b"```cuda\n\xff\xfe int x;\n```\n```launch\nk<<<1,1>>>();\n```\n")
+    assert main(["score", "--task", "relu", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "not valid UTF-8" in err and "Traceback" not in err
+
+
+def test_score_invalid_utf8_subprocess(tmp_path):
+    import subprocess
+    import sys
+    p = tmp_path / "bad.md"
+    p.write_bytes(b"\xc3\x28 hello")
+    proc = subprocess.run([sys.executable, "-m", "kernels_env", "score", "--task", "relu", str(p)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "UTF-8" in proc.stderr

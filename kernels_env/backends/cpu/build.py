@@ -124,8 +124,111 @@ def _limit_compiler(timeout_s: float):
     return limit
 
 
+# ---- what the user's code may link against -------------------------------------------------------
+# NVRTC sees the device side only: code under `#ifdef __x86_64__` (true for the host compiler, false
+# for NVRTC) reaches the host compiler unchecked. So the user's part of the translation unit (the
+# prelude and the user's code, without the runtime) is compiled on its own and its undefined symbols
+# must be ones the prelude itself needs, libm's, or a few harmless libc functions; and it may not
+# add static initialisers (code that would run when the shared object is loaded).
+_LIBC_OK = frozenset({
+    "memcpy", "memset", "memmove", "memcmp", "strlen", "printf", "snprintf", "puts", "putchar", "vprintf",
+    "__printf_chk", "__memcpy_chk", "__memset_chk", "__assert_fail", "__stack_chk_fail", "abort",
+    "__cxa_guard_acquire", "__cxa_guard_release", "__cxa_guard_abort", "__dso_handle",
+    "_GLOBAL_OFFSET_TABLE_", "__gxx_personality_v0", "_Unwind_Resume", "__tls_get_addr",
+})
+
+
+CHECKS = "headers+symbols2"
+
+
+class SymbolError(BuildError):
+    """The user's code uses a host function (or a load-time initialiser) device code cannot have."""
+
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name)
+
+
+def _undefined_and_init(obj: str) -> tuple[set[str], bool]:
+    nm, readelf = _tool("nm"), _tool("readelf")
+    out = subprocess.run([nm, "-u", "--format=posix", obj], capture_output=True, text=True, timeout=60).stdout
+    syms = {ln.split()[0].split("@")[0] for ln in out.splitlines() if ln.strip()}
+    sections = subprocess.run([readelf, "-S", "-W", obj], capture_output=True, text=True, timeout=60).stdout
+    init = any(k in sections for k in (".init_array", ".ctors", ".preinit_array"))
+    return syms, init
+
+
+@functools.lru_cache(maxsize=4)
+def _libm_symbols() -> frozenset:
+    import ctypes.util
+    names: set[str] = set()
+    for lib in ("m",):
+        path = ctypes.util.find_library(lib)
+        for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"):
+            cand = os.path.join(d, path or "")
+            if path and os.path.exists(cand):
+                out = subprocess.run([_tool("nm"), "-D", "--defined-only", "--format=posix", cand],
+                                     capture_output=True, text=True, timeout=60).stdout
+                names |= {ln.split()[0].split("@")[0] for ln in out.splitlines() if ln.strip()}
+                break
+    return frozenset(names)
+
+
+def _user_object(exe: str, fl: list[str], source: str, d: Path, tag: str) -> str:
+    fd, src = tempfile.mkstemp(prefix=f"u_{tag}_", suffix=".cpp", dir=d)
+    obj = src[:-4] + ".o"
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    # -O0 (fast); -fkeep-inline-functions: every inline function of the prelude is emitted in the
+    # baseline too, so what the prelude itself calls (malloc in device_malloc, snprintf) is allowed
+    cflags = [("-O0" if re.fullmatch(r"-O[0-3sg]?", f) else f) for f in fl if f != "-shared"]
+    cflags.append("-fkeep-inline-functions")
+    try:
+        proc = subprocess.run([exe, *cflags, "-c", "-I", str(HERE), "-o", obj, src], capture_output=True,
+                              text=True, timeout=120, preexec_fn=_limit_compiler(120))
+        if proc.returncode != 0:
+            raise BuildError(clean_log(proc.stderr, src))
+        return obj
+    finally:
+        os.unlink(src)
+
+
+@functools.lru_cache(maxsize=4)
+def _baseline(exe: str, fl: tuple[str, ...]) -> tuple[frozenset, bool]:
+    d = cache_dir()
+    obj = _user_object(exe, list(fl), '#include "cuda_prelude.h"\nstatic void k(float* y) { y[0] = 1.0f; }\n'
+                       "void* __k = (void*)&k;\n", d, "base")
+    try:
+        syms, init = _undefined_and_init(obj)
+    finally:
+        os.unlink(obj)
+    return frozenset(syms), init
+
+
+def check_user_symbols(user_cpp: str, exe: str, fl: list[str]) -> None:
+    """Raise SymbolError when the user's part links to a host function outside the allow-list or
+    adds a load-time initialiser. No-op where binutils (nm, readelf) are missing."""
+    if not (_tool("nm") and _tool("readelf")):
+        return
+    base, base_init = _baseline(exe, tuple(fl))
+    d = cache_dir()
+    obj = _user_object(exe, fl, user_cpp, d, hashlib.sha256(user_cpp.encode()).hexdigest()[:16])
+    try:
+        syms, init = _undefined_and_init(obj)
+    finally:
+        os.unlink(obj)
+    extra = sorted(s for s in syms - base - _libm_symbols() - _LIBC_OK if not s.startswith("_ZN5__cpu"))
+    if extra:
+        raise SymbolError("kernel.cu: error: the code calls host functions that device code cannot call: "
+                          + ", ".join(extra[:8]) + (" ..." if len(extra) > 8 else ""))
+    if init and not base_init:
+        raise SymbolError("kernel.cu: error: the code has static initialisers (code run when the module "
+                          "loads: global objects with constructors, __attribute__((constructor))); "
+                          "device code cannot have them")
+
+
 def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: float = 60.0,
-          extra_flags: tuple[str, ...] = ()) -> Path:
+          extra_flags: tuple[str, ...] = (), user_cpp: str | None = None) -> Path:
     """Return the path of a shared object built from `cpp` (from the cache when present).
 
     Raises BuildError for code the compiler rejects; RuntimeError when the compiler is missing.
@@ -135,11 +238,14 @@ def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: fl
         raise RuntimeError(f"cpu backend: C++ compiler {compiler!r} not found on PATH "
                            "(set EnvConfig.cpu_compiler)")
     fl = flags(opt_level, extra_flags)
-    key = hashlib.sha256("\0".join([exe, *fl, _headers_digest(), cpp]).encode()).hexdigest()[:40]
+    # (CHECKS names the checks a cached object has passed: objects built before them are not reused)
+    key = hashlib.sha256("\0".join([exe, *fl, _headers_digest(), CHECKS, cpp]).encode()).hexdigest()[:40]
     d = cache_dir()
     out = d / f"k_{key}.so"
     if out.exists():
         return out
+    if user_cpp is not None:  # before the real build: nothing of it is cached when refused
+        check_user_symbols(user_cpp, exe, fl)
     fd, src = tempfile.mkstemp(prefix=f"k_{key}_", suffix=".cpp", dir=d)
     tmp_out = f"{src[:-4]}.so.tmp"
     try:

@@ -81,7 +81,10 @@ class CpuDevice:
         except UnsupportedFeature as e:
             raise _compile_error(f"cpu backend: {e}") from None
         try:
-            path = _build.build(tr.cpp, cfg.cpu_compiler, cfg.cpu_opt_level, timeout_s=cfg.limits.compile)
+            path = _build.build(tr.cpp, cfg.cpu_compiler, cfg.cpu_opt_level, timeout_s=cfg.limits.compile,
+                                user_cpp=tr.user_cpp)
+        except _build.SymbolError as e:
+            raise _compile_error(f"cpu backend: {e.log}") from None
         except _build.BuildError as e:
             raise _compile_error(
                 "cpu backend: the host C++ compiler could not build this code, which NVRTC accepted "

@@ -72,6 +72,7 @@ class Translation:
     """C++ source ready for the host compiler, and whether any kernel needs fibers."""
     cpp: str
     uses_sync: bool
+    user_cpp: str = ""  # the prelude and the user's code only (checked for host symbols)
 
 
 def blank_comments_and_strings(src: str) -> str:
@@ -201,4 +202,5 @@ def translate(source: str, kernel_names: Iterable[str]) -> Translation:
     undefs = "".join(f"#undef {n}\n" for n in sorted(defined_macros(source) | _shared_macros(body) | {"malloc", "free"}))
     cpp = (f'#include "cuda_prelude.h"\n#line 1 "{SOURCE_NAME}"\n{body}\n{undefs}'
            f'#line 1 "cpu_runtime.h"\n#include "cpu_runtime.h"\n{entries}\n')
-    return Translation(cpp=cpp, uses_sync=uses_sync(source))
+    user_cpp = f'#include "cuda_prelude.h"\n#line 1 "{SOURCE_NAME}"\n{body}\n'
+    return Translation(cpp=cpp, uses_sync=uses_sync(source), user_cpp=user_cpp)
