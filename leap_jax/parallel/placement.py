@@ -7,6 +7,7 @@ rows over ("data", "fsdp"); the jitted update then compiles SPMD from its inputs
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,3 +40,13 @@ class MeshPlacement:
 
     def put_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         return shard_batch(batch, self.mesh)
+
+    def wrap_update(self, update: Any) -> Any:
+        """`update(params, opt_state, batch)` whose returned params and optimizer state are put back
+        on the rules' layout: GSPMD may pick another one for outputs (e.g. a norm's new value
+        sharded like the gradient that produced it). Leaves already in place are not copied."""
+        @functools.wraps(update)
+        def wrapped(params: Any, opt_state: Any, batch: Any) -> Any:
+            new_params, new_opt_state, metrics = update(params, opt_state, batch)
+            return self.place(new_params), self.place(new_opt_state), metrics
+        return wrapped

@@ -254,6 +254,8 @@ class Trainer:
             value_clip=cfg.loss.value_clip, donate=jax.default_backend() != "cpu",
             accumulate=cfg.optimizer.accumulate, attn_impl=cfg.optimizer.attention,
             batch_put=None if self.placement is None else self.placement.put_batch)
+        if self.placement is not None:
+            self.update_fn = self.placement.wrap_update(self.update_fn)
         self.checkpointer = Checkpointer(self.run_dir, keep_last=cfg.checkpoint.keep_last)
         self._stop_signal: int | None = None
         if resume:
