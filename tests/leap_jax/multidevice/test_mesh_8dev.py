@@ -122,9 +122,9 @@ def _reference_update(accumulate: str) -> tuple:
     return _REF[accumulate]
 
 
-@pytest.mark.parametrize("shape,accumulate", [((8, 1, 1), "scan"), ((1, 8, 1), "scan"),
-                                              ((2, 2, 2), "scan"), ((2, 2, 2), "loop")],
-                         ids=["8x1x1-scan", "1x8x1-scan", "2x2x2-scan", "2x2x2-loop"])
+# pure data parallelism (8x1x1) is covered by the forward / gradient test; 1x8x1 is the 8-GPU plan
+@pytest.mark.parametrize("shape,accumulate", [((1, 8, 1), "scan"), ((2, 2, 2), "scan"), ((2, 2, 2), "loop")],
+                         ids=["1x8x1-scan", "2x2x2-scan", "2x2x2-loop"])
 def test_update_step_matches_single_device(shape, accumulate):
     cfg = _config()
     params, batch = _params(cfg), _batch(cfg)
