@@ -291,6 +291,15 @@ class SFTCfg:
 
 
 @dataclass
+class MeshCfg:
+    """Device mesh of the update (leap_jax.parallel): sizes of the ("data", "fsdp", "tensor") axes,
+    -1 = all remaining devices (one axis at most). 1/1/1 is the single-device path, unchanged."""
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+
+
+@dataclass
 class Config:
     mode: str = "rl"  # rl (the RL trainer) | sft (supervised warm-up)
     model: ModelCfg = field(default_factory=ModelCfg)
@@ -308,6 +317,7 @@ class Config:
     logging: LoggingCfg = field(default_factory=LoggingCfg)
     eval: EvalCfg = field(default_factory=EvalCfg)
     sft: SFTCfg = field(default_factory=SFTCfg)
+    mesh: MeshCfg = field(default_factory=MeshCfg)
 
 
 # ---- building from dicts with type checks ------------------------------------------------------
@@ -641,6 +651,12 @@ def validate(cfg: Config) -> None:
     elif cfg.eval.train_tasks or cfg.eval.at_start:
         raise ConfigError(f"eval.train_tasks={cfg.eval.train_tasks}, eval.at_start={cfg.eval.at_start} need "
                           "eval.interval (the periodic evaluation they extend); set eval.interval=N")
+    for ax in ("data", "fsdp", "tensor"):
+        v = getattr(cfg.mesh, ax)
+        if v == 0 or v < -1:
+            raise ConfigError(f"mesh.{ax}={v}: expected a positive device count or -1 (the rest)")
+    if [cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor].count(-1) > 1:
+        raise ConfigError("mesh: at most one of data / fsdp / tensor may be -1")
     _positive(cfg.checkpoint.interval, "checkpoint.interval")
     _positive(cfg.checkpoint.keep_last, "checkpoint.keep_last")
     _positive(cfg.eval.turns, "eval.turns")

@@ -20,6 +20,7 @@ import numpy as np
 
 from kernels_env.config import EnvConfig, StageLimits
 from leap_jax.models.config import ModelConfig
+from leap_jax.parallel.placement import MeshPlacement
 from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups
 from leap_jax.rollout.policy import MixedPolicy, SamplerPolicy, ScriptedPolicy
 from leap_jax.train import algorithms
@@ -220,7 +221,13 @@ class Trainer:
             self.params["value"] = init_value_head(self.model_config)
         self.total_updates = cfg.train.steps * cfg.loss.ppo_epochs
         self.tx, self.schedule = make_optimizer(cfg.optimizer, self.total_updates)
+        # a mesh of more than one device: params / AdamW state sharded by leap_jax.parallel.rules
+        self.placement = MeshPlacement.from_cfg(cfg.mesh)
+        if self.placement is not None:
+            self.params = self.placement.place(self.params)
         self.opt_state = self.tx.init(self.params)
+        if self.placement is not None:
+            self.opt_state = self.placement.place(self.opt_state)
         self.step = 0
         self.updates_done = 0
         self.train_time = 0.0  # net training seconds so far (time/step minus compilation), all calls
@@ -245,7 +252,10 @@ class Trainer:
             eps_low=cfg.loss.eps_low, eps_high=cfg.loss.eps_high, aggregation=cfg.loss.aggregation,
             max_len=float(s.max_new_tokens * r.max_turns), ppo=self.ppo, value_coef=cfg.loss.value_coef,
             value_clip=cfg.loss.value_clip, donate=jax.default_backend() != "cpu",
-            accumulate=cfg.optimizer.accumulate, attn_impl=cfg.optimizer.attention)
+            accumulate=cfg.optimizer.accumulate, attn_impl=cfg.optimizer.attention,
+            batch_put=None if self.placement is None else self.placement.put_batch)
+        if self.placement is not None:
+            self.update_fn = self.placement.wrap_update(self.update_fn)
         self.checkpointer = Checkpointer(self.run_dir, keep_last=cfg.checkpoint.keep_last)
         self._stop_signal: int | None = None
         if resume:

@@ -276,7 +276,8 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
                 micro_batch_size: int, eps_low: float = 0.2, eps_high: float = 0.28,
                 aggregation: str = "token-mean", max_len: float | None = None, ppo: bool = False,
                 value_coef: float = 0.5, value_clip: float | None = 0.2,
-                donate: bool = False, accumulate: str = "scan", attn_impl: str = "einsum") -> Callable:
+                donate: bool = False, accumulate: str = "scan", attn_impl: str = "einsum",
+                batch_put: Callable | None = None) -> Callable:
     """The update step; see the module docstring. `max_len` is the constant of
     seq-mean-token-sum-norm (e.g. max_new_tokens * T).
 
@@ -287,7 +288,9 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
     give the same result (same summation order). A batch's `pg_denom` (build_batch) replaces the
     policy denominator computed from its mask (needed when rows were dropped or packed).
     attn_impl: the forward's attention (`layers.attention`): "einsum" (fp32 scores, query chunks)
-    or "cudnn" (the fused GPU kernel) / "dpa" (its XLA form)."""
+    or "cudnn" (the fused GPU kernel) / "dpa" (its XLA form).
+    batch_put: places a batch ("scan") or each micro-batch ("loop") on devices before the jitted
+    call, e.g. `leap_jax.parallel.rules.shard_batch` on a mesh (None: as given)."""
     mb = int(micro_batch_size)
     if accumulate not in ("scan", "loop"):
         raise ValueError(f"accumulate={accumulate!r}; expected 'scan' or 'loop'")
@@ -361,7 +364,11 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         return apply(params, opt_state, grads, aux, denom_pg, denom_v)
 
     if accumulate == "scan":
-        return jax.jit(update, donate_argnums=(0, 1) if donate else ())
+        jitted = jax.jit(update, donate_argnums=(0, 1) if donate else ())
+        if batch_put is None:
+            return jitted
+        put = batch_put
+        return lambda params, opt_state, batch: jitted(params, opt_state, put(batch))
 
     # ---- accumulate == "loop": programs of one micro-batch shape, called per micro-batch ----
     def acc_step(params, g_acc, aux_acc, m, denom_pg, denom_v):
@@ -384,6 +391,8 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         else:  # the denominators from the whole batch's mask: a small program per (B, L)
             denom_pg, denom_v = denom_jit({"mask": batch["mask"]})
         micro = [{k: batch[k][i:i + mb] for k in keys} for i in range(0, B, mb)]
+        if batch_put is not None:
+            micro = [batch_put(m) for m in micro]
         sig = tuple((k, micro[0][k].shape, str(micro[0][k].dtype)) for k in keys)
         if sig not in aux_identity:  # metric accumulators' identities (0, -inf for _max, +inf for _min)
             shapes = jax.eval_shape(grad_fn, params, micro[0], denom_pg, denom_v)[1]
