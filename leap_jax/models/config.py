@@ -70,7 +70,7 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}; expected one of {_DTYPES}")
         object.__setattr__(self, "eos_token_ids", tuple(int(t) for t in self.eos_token_ids))
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
     @property
@@ -89,7 +89,7 @@ class ModelConfig:
         return v * d + n * per_layer + d + (0 if self.tie_word_embeddings else d * v)
 
     @classmethod
-    def from_hf_dict(cls, d: dict[str, Any], **overrides: Any) -> "ModelConfig":
+    def from_hf_dict(cls, d: dict[str, Any], **overrides: Any) -> ModelConfig:
         """Build from a HF config.json dict; raises ValueError naming an unsupported architecture."""
         archs = d.get("architectures") or []
         arch = archs[0] if archs else {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM",

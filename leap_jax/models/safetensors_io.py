@@ -17,7 +17,8 @@ import json
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import ml_dtypes
 import numpy as np
@@ -97,7 +98,7 @@ class SafetensorsReader:
         self.tensors = tensors
         self._handles: dict[str, Any] = {}
 
-    def __enter__(self) -> "SafetensorsReader":
+    def __enter__(self) -> SafetensorsReader:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -9,7 +9,7 @@ Masked entries always get 0, and a group with no information gives exact zeros, 
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp

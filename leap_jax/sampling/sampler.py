@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,8 @@ from leap_jax.models.decoder import (KVCache, Params, forward, fuse_projections,
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
 from leap_jax.sampling.params import SamplingParams
+
+DEFAULT_SAMPLING = SamplingParams()  # frozen: one shared default is safe
 
 PADDINGS = ("left", "right")
 LAYER_LOOPS = ("scan", "unrolled")
@@ -226,7 +229,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
                 nxt = step(s)
                 ok = cond(s) & (s[0] < hi_step)
                 s = tuple(n if k == 1 else jnp.where(ok, n, o)
-                          for k, (n, o) in enumerate(zip(nxt, s)))
+                          for k, (n, o) in enumerate(zip(nxt, s, strict=False)))
             return s
         return body
 
@@ -414,7 +417,7 @@ class Sampler:
         return res
 
     def generate(self, params: Params, prompts: Sequence[Sequence[int]],
-                 sampling: SamplingParams = SamplingParams(),
+                 sampling: SamplingParams = DEFAULT_SAMPLING,
                  rng: jax.Array | int = 0) -> SampleOutput:
         """Generate for prompts of mixed lengths (bucketed, split into chunks of max_batch)."""
         arrs = self._check_prompts(prompts)

@@ -12,7 +12,8 @@ import json
 import signal
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp

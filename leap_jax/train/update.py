@@ -15,7 +15,8 @@ Train params are `{"model": decoder params[, "value": {"w": [D], "b": []}]}`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp

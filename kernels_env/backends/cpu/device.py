@@ -12,7 +12,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -115,7 +116,7 @@ class CpuDevice:
                                      f"{len(sig.params)}")
         keep: list[Any] = []
         ptrs = (ctypes.c_void_p * max(1, len(args)))()
-        for i, (a, p) in enumerate(zip(args, sig.params)):
+        for i, (a, p) in enumerate(zip(args, sig.params, strict=False)):
             if p.pointer and a is None:  # a null pointer (`nullptr` in the launch block)
                 cell = np.array([0], dtype=np.uintp)
             elif p.pointer:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from collections.abc import Iterable
 
 from kernels_env.source_text import strip_comments
 from kernels_env.std_prelude import STD_HEADERS, defined_macros

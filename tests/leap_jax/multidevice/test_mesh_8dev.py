@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 
 pytestmark = pytest.mark.skipif(jax.device_count() != 8, reason="needs 8 devices: run this folder on its "
                                 "own with XLA_FLAGS=--xla_force_host_platform_device_count=8")
@@ -41,7 +41,7 @@ def _params(cfg: ModelConfig) -> dict:
     # non-zero biases and norms so their gradients and shardings are exercised
     leaves, tree = jax.tree_util.tree_flatten(p)
     keys = jax.random.split(jax.random.key(1), len(leaves))
-    leaves = [x + 0.05 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
+    leaves = [x + 0.05 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys, strict=False)]
     return {"model": jax.tree_util.tree_unflatten(tree, leaves)}
 
 
@@ -170,7 +170,7 @@ def test_greedy_sampler_matches_single_device():
     mesh = make_mesh((2, 4, 1))
     out = Sampler(cfg, **kw).generate(shard_params(params, mesh), prompts, sp)
     assert out.tokens == ref.tokens
-    for a, b in zip(out.logprobs, ref.logprobs):
+    for a, b in zip(out.logprobs, ref.logprobs, strict=False):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
