@@ -74,20 +74,8 @@ def pack_rows(seqs: Sequence[tuple[np.ndarray, np.ndarray]], seq_len: int, pad_i
     Each sequence gets its own segment id (1, 2, ... per row; 0 is padding) and positions 0..n-2.
     Raises ValueError for a sequence longer than a row.
     """
-    rows: list[list[int]] = []  # per row: indices of sequences
-    free: list[int] = []
-    for k, (ids, _) in enumerate(seqs):
-        n = len(ids) - 1
-        if n > seq_len:
-            raise ValueError(f"sequence #{k} has {n} next-token pairs, more than seq_len={seq_len}")
-        for r, room in enumerate(free):
-            if room >= n:
-                rows[r].append(k)
-                free[r] -= n
-                break
-        else:
-            rows.append([k])
-            free.append(seq_len - n)
+    from leap_jax.train.update import pack_rows as first_fit
+    rows = first_fit([len(ids) - 1 for ids, _ in seqs], seq_len, decreasing=False)  # next-token pairs
     b = len(rows)
     out = {"tokens": np.full((b, seq_len), pad_id, np.int32), "positions": np.zeros((b, seq_len), np.int32),
            "segment_ids": np.zeros((b, seq_len), np.int32), "targets": np.full((b, seq_len), pad_id, np.int32),

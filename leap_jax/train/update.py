@@ -55,17 +55,19 @@ def _pg_denominator(masks: Sequence[np.ndarray], aggregation: str) -> float:
     return float(sum(1 for m in masks if m.any()))
 
 
-def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-    """First-fit decreasing: indices of `lengths` grouped into bins of at most `capacity` slots.
+def pack_rows(lengths: Sequence[int], capacity: int, *, decreasing: bool = True) -> list[list[int]]:
+    """First-fit: indices of `lengths` grouped into bins of at most `capacity` slots, longest first
+    (first-fit decreasing) or in the given order (`decreasing=False`, the SFT stream's packing).
 
     Deterministic (ties keep input order); every length must be <= capacity."""
-    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+    order = (sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i)) if decreasing
+             else range(len(lengths)))
     bins: list[list[int]] = []
     free: list[int] = []
     for i in order:
         n = int(lengths[i])
         if n > capacity:
-            raise ValueError(f"pack_rows: a sequence of {n} slots exceeds the row capacity {capacity}")
+            raise ValueError(f"pack_rows: sequence #{i} of {n} slots exceeds the row capacity {capacity}")
         for b, f in enumerate(free):
             if f >= n:
                 bins[b].append(i)

@@ -95,7 +95,7 @@ def test_pack_rows_keeps_every_sequence_intact(tok):
     pad = p["segment_ids"] == 0
     assert not p["mask"][pad].any()
     assert int(p["mask"].sum()) == sum(int(m[1:].sum()) for _, m in seqs)
-    with pytest.raises(ValueError, match="seq_len=4"):
+    with pytest.raises(ValueError, match="exceeds the row capacity 4"):
         sft.pack_rows(seqs, 4)
 
 
