@@ -27,19 +27,19 @@ if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 
-from leap_jax.models import decoder  # noqa: E402
-from leap_jax.models.config import ModelConfig  # noqa: E402
-from leap_jax.parallel.mesh import make_mesh  # noqa: E402
-from leap_jax.parallel.rules import batch_sharding, param_shardings  # noqa: E402
-from leap_jax.train.update import BATCH_KEYS, make_update  # noqa: E402
+from leap_jax.models import decoder
+from leap_jax.models.config import ModelConfig
+from leap_jax.parallel.mesh import make_mesh
+from leap_jax.parallel.rules import batch_sharding, param_shardings
+from leap_jax.train.update import BATCH_KEYS, make_update
 
 GIB = float(1 << 30)
-_QWEN = dict(rope_theta=1e6, qkv_bias=True, dtype="bfloat16", param_dtype="float32", remat=True)
+_QWEN: dict = {"rope_theta": 1e6, "qkv_bias": True, "dtype": "bfloat16", "param_dtype": "float32", "remat": True}
 SHAPES = {
     # the experiment's SFT policy (configs/bootstrap_sft.yaml, vocab of its trained BPE)
     "26M": ModelConfig(vocab_size=2334, hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8,

@@ -6,7 +6,8 @@ mode makes `jnp.take` on a sharded embedding an error.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np

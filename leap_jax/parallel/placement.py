@@ -23,7 +23,7 @@ class MeshPlacement:
     fallbacks: list[str] = field(default_factory=list)  # dims the rules had to replicate
 
     @classmethod
-    def from_cfg(cls, spec: Any) -> "MeshPlacement | None":
+    def from_cfg(cls, spec: Any) -> MeshPlacement | None:
         if single_device(spec):
             return None
         mesh = make_mesh(spec)

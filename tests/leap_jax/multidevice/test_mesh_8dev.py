@@ -11,19 +11,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 
 pytestmark = pytest.mark.skipif(jax.device_count() != 8, reason="needs 8 devices: run this folder on its "
                                 "own with XLA_FLAGS=--xla_force_host_platform_device_count=8")
 
-from leap_jax.models import decoder  # noqa: E402
-from leap_jax.models.config import ModelConfig  # noqa: E402
-from leap_jax.models.logprobs import token_logprobs  # noqa: E402
-from leap_jax.parallel.mesh import make_mesh  # noqa: E402
-from leap_jax.parallel.placement import MeshPlacement  # noqa: E402
-from leap_jax.parallel.rules import param_shardings, shard_batch, shard_params  # noqa: E402
-from leap_jax.train.config import MeshCfg, OptimizerCfg  # noqa: E402
-from leap_jax.train.update import make_optimizer, make_update  # noqa: E402
+from leap_jax.models import decoder
+from leap_jax.models.config import ModelConfig
+from leap_jax.models.logprobs import token_logprobs
+from leap_jax.parallel.mesh import make_mesh
+from leap_jax.parallel.placement import MeshPlacement
+from leap_jax.parallel.rules import param_shardings, shard_batch, shard_params
+from leap_jax.train.config import MeshCfg, OptimizerCfg
+from leap_jax.train.update import make_optimizer, make_update
 
 MESHES = [(8, 1, 1), (1, 8, 1), (2, 2, 2)]
 LR = 1e-4
@@ -130,7 +130,7 @@ def test_update_step_matches_single_device(shape, accumulate):
     cfg = _config()
     params, batch = _params(cfg), _batch(cfg)
     tx, schedule = make_optimizer(_OPT, 10)
-    kw = dict(micro_batch_size=8, accumulate=accumulate)
+    kw = {"micro_batch_size": 8, "accumulate": accumulate}
     ref_params, _, ref_m = _reference_update(accumulate)
 
     placement = MeshPlacement.from_cfg(MeshCfg(*shape))
@@ -166,7 +166,7 @@ def test_greedy_sampler_matches_single_device():
     rng = np.random.default_rng(3)
     prompts = [rng.integers(1, cfg.vocab_size, int(n)).tolist() for n in rng.integers(3, 15, 8)]
     sp = SamplingParams(temperature=0.0, max_new_tokens=12)
-    kw = dict(max_batch=8, prompt_buckets=(16,), max_new_tokens=12, batch_buckets=(8,))
+    kw = {"max_batch": 8, "prompt_buckets": (16,), "max_new_tokens": 12, "batch_buckets": (8,)}
     ref = Sampler(cfg, **kw).generate(params, prompts, sp)
     mesh = make_mesh((2, 4, 1))
     out = Sampler(cfg, **kw).generate(shard_params(params, mesh), prompts, sp)
