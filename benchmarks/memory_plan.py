@@ -8,7 +8,8 @@ abstract inputs (`jax.ShapeDtypeStruct`s carrying the partition rules' shardings
 device, then of 8 devices with every device on `fsdp` (the 8xH200 plan in configs/qwen2.5-7b-8gpu.yaml),
 and compiled; `compiled.memory_analysis()` gives the bytes one device needs: arguments (fp32 params +
 AdamW moments + its share of the batch), temporaries (gradient accumulators, activations), outputs
-not aliased to a donated input. This script forces 8 fake CPU devices when jax is not yet imported.
+not aliased to a donated input. XLA's FLOP count per device, times N over the one-device count, shows
+how evenly the work splits (1.00 = ideal). This script forces 8 fake CPU devices when jax is not yet imported.
 
 On CPU these are estimates from compilation only, most of all for the large shapes: XLA:CPU's buffer
 assignment, fusion and bf16 handling differ from XLA:GPU's, and a GPU run adds the allocator's
@@ -26,19 +27,19 @@ if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 
-from leap_jax.models import decoder  # noqa: E402
-from leap_jax.models.config import ModelConfig  # noqa: E402
-from leap_jax.parallel.mesh import make_mesh  # noqa: E402
-from leap_jax.parallel.rules import batch_sharding, param_shardings  # noqa: E402
-from leap_jax.train.update import BATCH_KEYS, make_update  # noqa: E402
+from leap_jax.models import decoder
+from leap_jax.models.config import ModelConfig
+from leap_jax.parallel.mesh import make_mesh
+from leap_jax.parallel.rules import batch_sharding, param_shardings
+from leap_jax.train.update import BATCH_KEYS, make_update
 
 GIB = float(1 << 30)
-_QWEN = dict(rope_theta=1e6, qkv_bias=True, dtype="bfloat16", param_dtype="float32", remat=True)
+_QWEN: dict = {"rope_theta": 1e6, "qkv_bias": True, "dtype": "bfloat16", "param_dtype": "float32", "remat": True}
 SHAPES = {
     # the experiment's SFT policy (configs/bootstrap_sft.yaml, vocab of its trained BPE)
     "26M": ModelConfig(vocab_size=2334, hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8,
@@ -76,11 +77,14 @@ def plan(cfg: ModelConfig, devices: int, rows: int, length: int, micro_batch: in
     m = compiled.memory_analysis()
     if m is None:
         raise SystemExit(f"backend {jax.default_backend()!r} gives no compiled memory analysis")
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    flops = float((cost or {}).get("flops", float("nan")))
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
     args, temp = m.argument_size_in_bytes / GIB, m.temp_size_in_bytes / GIB
     out_new = max(m.output_size_in_bytes - m.alias_size_in_bytes, 0) / GIB
     return {"params_b": n_params / 1e9, "args": args, "temp": temp, "out": out_new,
-            "total": args + temp + out_new, "compile_s": seconds}
+            "total": args + temp + out_new, "compile_s": seconds, "tflops": flops / 1e12}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,13 +99,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--devices {args.devices}: only {jax.device_count()} visible")
     print(f"backend {jax.default_backend()} ({jax.device_count()} devices); batch [{args.rows}, {args.length}], "
           f"micro batch {args.micro_batch}; fp32 params + AdamW, bf16 compute, remat; mesh (1, N, 1)")
-    print("| model | params | devices | args GiB/dev | temp GiB/dev | new out GiB/dev | total GiB/dev | compile s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | params | devices | args GiB/dev | temp GiB/dev | new out GiB/dev | total GiB/dev "
+          "| TFLOP/dev (x N / 1-dev) | compile s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.shapes:
+        one = None
         for n in args.devices:
             r = plan(SHAPES[name], n, args.rows, args.length, args.micro_batch)
+            one = r["tflops"] if n == 1 else one
+            ratio = f" ({r['tflops'] * n / one:.2f})" if one and n > 1 else ""
             print(f"| {name} | {r['params_b']:.3f}B | {n} | {r['args']:.2f} | {r['temp']:.2f} | {r['out']:.2f} | "
-                  f"{r['total']:.2f} | {r['compile_s']:.1f} |", flush=True)
+                  f"{r['total']:.2f} | {r['tflops']:.2f}{ratio} | {r['compile_s']:.1f} |", flush=True)
     if jax.default_backend() == "cpu":
         print("CPU: estimates from XLA:CPU compilation only (no GPU buffer assignment, allocator or "
               "workspaces); the 1.5B and 7B rows were never run.")

@@ -23,7 +23,8 @@ def test_resolve_shape_fills_minus_one_and_names_bad_sizes():
 
 
 class _FakeMesh:
-    shape = {"data": 2, "fsdp": 2, "tensor": 2}
+    def __init__(self) -> None:
+        self.shape = {"data": 2, "fsdp": 2, "tensor": 2}
 
 
 def test_rules_by_path_and_fallback():
