@@ -87,7 +87,7 @@ def generate_variants(task_name: str, n: int, seed: int, max_chain: int = 2) -> 
     cuda, launch = split_blocks(task.solution)
     base = join_blocks(cuda, launch)
     rng = random.Random(f"{seed}:{task_name}")
-    out = [{"id": _vid(task_name, base), "task": task_name, "mutations": [], "intent": "correct",
+    out: list[dict[str, Any]] = [{"id": _vid(task_name, base), "task": task_name, "mutations": [], "intent": "correct",
             "parent": None, "text": base}]
     seen = {base}
     intents = {m.name: m.intent for m in MUTATIONS}

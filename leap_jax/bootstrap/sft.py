@@ -182,10 +182,11 @@ def corpus_config(cfg: Config, train_tasks: Sequence[str]) -> Any:
     return c if c.tasks else dataclasses.replace(c, tasks=list(train_tasks))
 
 
-def build_sft_tokenizer(cfg: Config, examples: Sequence[dict[str, Any]], tasks: Sequence[str],
+def build_sft_tokenizer(cfg: Config, examples: Sequence[dict[str, Any]], tasks: Sequence[Any],
                         out_path: Path) -> Any:
     """kind=bpe: a BPE of tokenizer.vocab_size trained on the corpus and the training tasks' prompts
-    (saved to out_path); kind=file|hf: the configured tokenizer, copied to out_path."""
+    (saved to out_path); kind=file|hf: the configured tokenizer, copied to out_path. `tasks`: Tasks
+    or task names."""
     from leap_jax.bootstrap.tokenizer_train import corpus_texts, train_tokenizer
     t = cfg.tokenizer
     if t.kind == "bpe":
@@ -381,7 +382,8 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
                 steps_done = step + 1
                 last = steps_done == f.steps
                 over = f.max_train_seconds is not None and train_seconds() > f.max_train_seconds
-                do_eval = bool(f.eval_interval) and steps_done % f.eval_interval == 0 and not last and not over
+                do_eval = (f.eval_interval is not None and f.eval_interval != 0
+                           and steps_done % f.eval_interval == 0 and not last and not over)
                 if not (steps_done % f.log_interval == 0 or last or over or step == 0 or do_eval):
                     continue
                 m = {k: float(v) for k, v in jax.device_get(m).items()}
@@ -493,6 +495,9 @@ def resolve_sft_init(cfg: Config, log: Callable[[str], None] = print) -> Config:
     from leap_jax.train.config import load_config
     if cfg.model.source != "sft":
         return cfg
+    if not cfg.model.sft_config:
+        raise ConfigError("model.source=sft needs model.sft_config: an SFT config file "
+                          "(e.g. configs/bootstrap_sft_tiny.yaml)")
     path = _find_config(cfg.model.sft_config)
     scfg = load_config(path)
     if scfg.mode != "sft":

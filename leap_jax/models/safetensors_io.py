@@ -184,7 +184,7 @@ def write_safetensors(path: str, tensors: Iterable[PlannedTensor],
             arr = np.ascontiguousarray(arr)
             if arr.dtype.byteorder == ">":
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
-            f.write(memoryview(arr.reshape(-1).view(np.uint8)))
+            f.write(arr.reshape(-1).view(np.uint8).data)  # a memoryview of the bytes
             del arr
     os.replace(tmp, path)
     return offset

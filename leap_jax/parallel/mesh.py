@@ -29,7 +29,7 @@ def _spec_sizes(spec: Any) -> tuple[int, int, int]:
 def resolve_shape(spec: Any, n_devices: int) -> tuple[int, int, int]:
     """(data, fsdp, tensor) with a -1 filled in; raises ValueError naming the bad sizes."""
     sizes = _spec_sizes(spec)
-    named = dict(zip(AXES, sizes))
+    named = dict(zip(AXES, sizes, strict=True))
     bad = {k: v for k, v in named.items() if v == 0 or v < -1}
     if bad:
         raise ValueError(f"mesh sizes {bad}: expected positive ints or -1 (the rest of the devices)")

@@ -252,10 +252,10 @@ def update_history(history: DCPHistory, task_ids: Array, decision: Array, correc
     recovered = entered & jnp.any(correct[..., 1:] & attempted[..., 1:], axis=-1)
     n_entered = jnp.sum(entered, axis=1).astype(jnp.float32)
     n_recovered = jnp.sum(recovered, axis=1).astype(jnp.float32)
-    decay = jnp.asarray(decay, jnp.float32)
+    decay_t = jnp.asarray(decay, jnp.float32)
     return DCPHistory(
-        debugged=history.debugged * decay + jnp.zeros_like(history.debugged).at[task_ids].add(n_entered),
-        recovered=history.recovered * decay + jnp.zeros_like(history.recovered).at[task_ids].add(n_recovered),
+        debugged=history.debugged * decay_t + jnp.zeros_like(history.debugged).at[task_ids].add(n_entered),
+        recovered=history.recovered * decay_t + jnp.zeros_like(history.recovered).at[task_ids].add(n_recovered),
     )
 
 

@@ -136,13 +136,15 @@ def prefill(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Arr
         seg = (slot < lengths[:, None]).astype(jnp.int32)
         pos = jnp.broadcast_to(slot, (b, p))
     cache = cache._replace(seg=jnp.zeros_like(cache.seg))
-    hidden, cache = forward(params, config, tokens, pos, segment_ids=seg, cache=cache,
-                            cache_index=0, return_hidden=True, unroll=unroll)
+    hidden, filled = forward(params, config, tokens, pos, segment_ids=seg, cache=cache,
+                             cache_index=0, return_hidden=True, unroll=unroll)
+    if filled is None:
+        raise RuntimeError("prefill: forward with a cache returned no cache")
     if padding == "left":
         last = hidden[:, -1]
     else:
         last = jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)[:, 0]
-    return logits_from_hidden(params, config, last), cache
+    return logits_from_hidden(params, config, last), filled
 
 
 def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Array,
@@ -429,7 +431,7 @@ class Sampler:
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[np.ndarray] = [np.zeros((0,), np.float32) for _ in range(n)]
         finished = [False] * n
-        timings = collections.Counter()
+        timings: collections.Counter[str] = collections.Counter()
         for ci, start in enumerate(range(0, n, self.max_batch)):
             idx = order[start:start + self.max_batch]
             b = pick_bucket(len(idx), self.batch_buckets, "batch size")

@@ -15,6 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from collections.abc import Sequence
 
 import yaml
 
@@ -346,7 +347,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}={value!r}: expected a list")
         (item_tp, *_) = typing.get_args(tp) or (Any,)
         return [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a dataclass type, not an instance
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
@@ -494,7 +495,7 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
     """Read YAML (or start from defaults when path is None), apply overrides, validate."""
     data: dict[str, Any] = {} if path is None else _read_yaml(Path(path))
     return from_dict(apply_overrides(data, list(overrides)))

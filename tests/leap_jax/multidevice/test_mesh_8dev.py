@@ -13,9 +13,6 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-pytestmark = pytest.mark.skipif(jax.device_count() != 8, reason="needs 8 devices: run this folder on its "
-                                "own with XLA_FLAGS=--xla_force_host_platform_device_count=8")
-
 from leap_jax.models import decoder
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.logprobs import token_logprobs
@@ -24,6 +21,9 @@ from leap_jax.parallel.placement import MeshPlacement
 from leap_jax.parallel.rules import param_shardings, shard_batch, shard_params
 from leap_jax.train.config import MeshCfg, OptimizerCfg
 from leap_jax.train.update import make_optimizer, make_update
+
+pytestmark = pytest.mark.skipif(jax.device_count() != 8, reason="needs 8 devices: run this folder on its "
+                                "own with XLA_FLAGS=--xla_force_host_platform_device_count=8")
 
 MESHES = [(8, 1, 1), (1, 8, 1), (2, 2, 2)]
 LR = 1e-4
