@@ -24,7 +24,8 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -93,7 +94,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
         state["expected"] = harness._reference_outputs(task, xp, state["pristine"])
 
     def compare() -> None:
-        for b, exp in zip(task.outputs, state["expected"]):
+        for b, exp in zip(task.outputs, state["expected"], strict=False):
             atol, rtol = task.tol(b.dtype)
             harness.compare_output(xp, b.name, state["arrays"][b.name], exp, b.dtype, atol, rtol, 0, "")
 

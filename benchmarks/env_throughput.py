@@ -99,11 +99,12 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
         steady_wall = sum(round_wall[1:])
         statuses: dict[str, int] = {}
         not_correct = []
-        for job, res in zip(jobs, results):
+        for job, res in zip(jobs, results, strict=False):
             statuses[res.status.value] = statuses.get(res.status.value, 0) + 1
             if not res.correct:
                 not_correct.append(f"{job.task}: {res.status.value}: {res.message[:160]}")
-        stage = lambda name: [r.stage_seconds[name] * 1e3 for r in results if name in r.stage_seconds]
+        def stage(name):
+            return [r.stage_seconds[name] * 1e3 for r in results if name in r.stage_seconds]
         hit_job = jobs[0]
         hit_ms = []
         for _ in range(hits):
@@ -175,7 +176,8 @@ def measure_overhead(tasks: list[Any], config: Any, backend: str, trials: int) -
 def render_table(report: dict[str, Any]) -> str:
     """The report as an aligned text table."""
     on_gpu = report.get("backend") == "cupy"
-    ok = lambda good: ("yes" if good else "NO") if on_gpu else "-"
+    def ok(good):
+        return ("yes" if good else "NO") if on_gpu else "-"
     eps = report.get("evals_per_s", float("nan"))
     steady = report.get("steady_evals_per_s", float("nan"))
     c50 = report.get("compile_ms_p50", float("nan"))
@@ -210,7 +212,8 @@ def render_table(report: dict[str, Any]) -> str:
          "", ""),
     ]
     w = [max(len(r[i]) for r in rows + [("metric", "value", "goal", "ok")]) for i in range(4)]
-    line = lambda r: "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip()
+    def line(r):
+        return "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip()
     out = [line(("metric", "value", "goal", "ok")), line(tuple("-" * x for x in w))] + [line(r) for r in rows]
     for key in ("not_correct", "compile_failures", "overhead_failures"):
         if report.get(key):

@@ -111,7 +111,7 @@ def main() -> int:
     keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
     params = jax.tree_util.tree_unflatten(treedef, [
         (x.astype(jnp.float32) + 0.02 * jax.random.normal(k, x.shape)).astype(x.dtype)
-        for x, k in zip(leaves, keys)])
+        for x, k in zip(leaves, keys, strict=False)])
     jax.block_until_ready(params)
     nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
     root = args.dir or tempfile.mkdtemp(prefix="hf_io_")
@@ -134,7 +134,7 @@ def main() -> int:
         tracemalloc.stop()
         shards = sum(f.endswith(".safetensors") for f in files)
         same = cfg2 == config and all(bool(jnp.array_equal(a, b)) for a, b in zip(
-            jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(loaded)))
+            jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(loaded), strict=False))
         ok &= same
         rows += [("shards", str(shards)),
                  ("save", f"{t_save:.2f} s  {nbytes / 1e9 / t_save:.3f} GB/s"),

@@ -157,7 +157,7 @@ def mean_kv_window(prompt: int, new: int, segments: int) -> float:
     segments = max(1, min(segments, new))
     bounds = [-(-new * j // segments) for j in range(segments + 1)]
     per_step = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
         window = slots if hi == new else min(slots, prompt + hi)
         per_step += [window] * len(range(max(lo, 1), hi))
     return sum(per_step) / max(len(per_step), 1)
@@ -191,7 +191,6 @@ def main() -> None:
     torch_res = None if a.no_torch else run_torch(shape, batches, prompt, new, a.reps)
 
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     from leap_jax.models import decoder

@@ -5,7 +5,8 @@ import argparse
 import difflib
 import json
 import sys
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from kernels_env.config import BACKENDS, SIZE_SETS, EnvConfig
 from kernels_env.result import Result
@@ -133,7 +134,7 @@ def suite_table(results: Sequence[Result]) -> str:
         msg = "" if r.correct else r.message.replace("\n", " ")[:70]
         rows.append((r.task, r.status.value, sp, secs, msg))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + ("  " + row[4] if row[4] else "")
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=False)) + ("  " + row[4] if row[4] else "")
              for row in rows]
     n_ok = sum(r.correct for r in results)
     lines.append(f"{n_ok}/{len(results)} correct")

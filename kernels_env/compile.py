@@ -78,7 +78,8 @@ def check_includes(source: str) -> None:
               and any(os.path.isfile(os.path.join(d, name)) for d in allowed))
         if not ok:
             shown = redact_paths(rest.strip() or "(nothing)")[:80]
-            raise CompileError(f"{SOURCE_NAME}({line}): error: #include {'' if directive == 'include' else f'(#{directive}) '}{shown} is not allowed: only headers "
+            form = "" if directive == "include" else f"(#{directive}) "
+            raise CompileError(f"{SOURCE_NAME}({line}): error: #include {form}{shown} is not allowed: only headers "
                                "that ship with CUDA may be included (e.g. <cuda_fp16.h>, <cuda_bf16.h>, "
                                "<mma.h>, <cooperative_groups.h>) and " + ", ".join(f"<{h}>" for h in STD_HEADERS))
 

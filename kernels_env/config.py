@@ -49,14 +49,14 @@ class EnvConfig:
         if isinstance(self.limits, dict):  # allow from_dict / YAML
             object.__setattr__(self, "limits", StageLimits(**self.limits))
 
-    def replace(self, **changes: Any) -> "EnvConfig":
+    def replace(self, **changes: Any) -> EnvConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EnvConfig":
+    def from_dict(cls, d: dict[str, Any]) -> EnvConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:

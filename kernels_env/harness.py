@@ -23,7 +23,8 @@ import statistics
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -197,7 +198,7 @@ def bind_plan(submission: Submission, task: Task, sizes: dict[str, int],
             raise PlanError(f"{where}: {len(launch.args)} arguments for {launch.kernel}, which takes "
                             f"{len(sig.params)} ({', '.join(p.ctype + ' ' + p.name for p in sig.params)})")
         args: list[tuple[str, Any]] = []
-        for j, (expr, param) in enumerate(zip(launch.args, sig.params)):
+        for j, (expr, param) in enumerate(zip(launch.args, sig.params, strict=False)):
             awhere = f"{where}, argument {j + 1}"
             if param.pointer and is_null_pointer(expr) and not (isinstance(expr, Name) and expr.name in arrays):
                 args.append(("null", None))  # the device passes a null pointer
@@ -219,9 +220,9 @@ def _check_config(grid: tuple[int, int, int], block: tuple[int, int, int], share
     bad = None
     if any(g < 1 for g in grid) or any(b < 1 for b in block):
         bad = "every grid and block dimension must be >= 1"
-    elif any(g > m for g, m in zip(grid, MAX_GRID)):
+    elif any(g > m for g, m in zip(grid, MAX_GRID, strict=False)):
         bad = f"grid exceeds the maximum {MAX_GRID}"
-    elif any(b > m for b, m in zip(block, MAX_BLOCK)):
+    elif any(b > m for b, m in zip(block, MAX_BLOCK, strict=False)):
         bad = f"block exceeds the maximum {MAX_BLOCK}"
     elif block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
         bad = f"{block[0] * block[1] * block[2]} threads per block exceed {MAX_THREADS_PER_BLOCK}"
@@ -466,8 +467,9 @@ class _Run:
         # per-job limit still bounds the whole stage.
         spent = [0.0]
         launched_at = [start]
-        remaining = lambda: max(0.0, cfg.limits.correctness - spent[0]
-                                - (time.monotonic() - launched_at[0]))
+        def remaining():
+            return max(0.0, cfg.limits.correctness - spent[0]
+                                        - (time.monotonic() - launched_at[0]))
         try:
             for trial in range(cfg.correctness_trials):
                 dist = describe_distributions(self.task, trial)
@@ -498,7 +500,7 @@ class _Run:
                         raise _Failed(self.result(Status.WRONG_OUTPUT, f"{stage}: {mismatch_message(m)}",
                                                   mismatch=m))
                 expected = _reference_outputs(self.task, self.xp, pristine)
-                for b, exp in zip(self.task.outputs, expected):
+                for b, exp in zip(self.task.outputs, expected, strict=False):
                     atol, rtol = self.task.tol(b.dtype)
                     m = compare_output(self.xp, b.name, arrays[b.name], exp, b.dtype, atol, rtol, trial, dist)
                     if m is not None:
@@ -526,9 +528,11 @@ class _Run:
         deadline = start + cfg.limits.timing
         try:
             arrays, pristine, _ = self.fresh_arrays(0, cfg.seed)
-            kernel_fn = lambda: _launch_all(dev, self.program, self.plan, arrays, None)
+            def kernel_fn():
+                return _launch_all(dev, self.program, self.plan, arrays, None)
             scalars = {s.name: s.value for s in self.task.scalars}
-            ref_fn = lambda: self.task.reference(self.xp, **pristine, **scalars)
+            def ref_fn():
+                return self.task.reference(self.xp, **pristine, **scalars)
             kernel_ms = self._timed(kernel_fn, deadline, "kernel")
             try:
                 ref_ms = self._reference_times(ref_fn, deadline) if dev.timing_comparable else None

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from kernels_env.program import (BinOp, Call, Dim3, Expr, KernelParam, KernelSignature, Launch,
                                  LaunchPlan, Name, Neg, Num, ScratchDecl)
@@ -551,12 +552,12 @@ def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task
             known = ", ".join(sorted(signatures)) or "none"
             raise FormatError(f"line {line}: no extern \"C\" __global__ kernel named {ln.kernel!r} in the "
                               f"cuda block (kernels found: {known})")
-        grid = tuple(ev_int(d, line, f"grid.{ax}") for d, ax in zip((ln.grid.x, ln.grid.y, ln.grid.z), "xyz"))
-        block = tuple(ev_int(d, line, f"block.{ax}") for d, ax in zip((ln.block.x, ln.block.y, ln.block.z), "xyz"))
-        for ax, g, lim in zip("xyz", grid, MAX_GRID_DIMS):
+        grid = tuple(ev_int(d, line, f"grid.{ax}") for d, ax in zip((ln.grid.x, ln.grid.y, ln.grid.z), "xyz", strict=False))
+        block = tuple(ev_int(d, line, f"block.{ax}") for d, ax in zip((ln.block.x, ln.block.y, ln.block.z), "xyz", strict=False))
+        for ax, g, lim in zip("xyz", grid, MAX_GRID_DIMS, strict=False):
             if not 1 <= g <= lim:
                 raise FormatError(f"line {line}: grid.{ax} = {g}; expected 1..{lim}")
-        for ax, b, lim in zip("xyz", block, MAX_BLOCK_DIMS):
+        for ax, b, lim in zip("xyz", block, MAX_BLOCK_DIMS, strict=False):
             if not 1 <= b <= lim:
                 raise FormatError(f"line {line}: block.{ax} = {b}; expected 1..{lim}")
         threads = block[0] * block[1] * block[2]
@@ -570,7 +571,7 @@ def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task
             raise FormatError(f"line {line}: kernel {ln.kernel!r} takes {_nargs(len(sig.params))} "
                               f"({format_signature(sig)}), the launch passes {len(ln.args)}")
         args: list[Arg] = []
-        for i, (a, p) in enumerate(zip(ln.args, sig.params), 1):
+        for i, (a, p) in enumerate(zip(ln.args, sig.params, strict=False), 1):
             pdesc = f"argument {i} of {ln.kernel!r} ({p.ctype} {p.name})".replace(" )", ")")
             if p.pointer and is_null_pointer(a):
                 if p.ctype.count("*") > 1:

@@ -12,7 +12,8 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from kernels_env.compile import CompileError, compile_cuda, resolve_arch
 from kernels_env.config import EnvConfig

@@ -24,7 +24,8 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from kernels_env.cache import ResultCache, cache_key
 from kernels_env.config import EnvConfig
@@ -471,7 +472,7 @@ class EvalPool:
         for p in left:
             self._resolve_futures(p, Result.env_error("EvalPool closed before the job finished", task=p.job.task))
 
-    def __enter__(self) -> "EvalPool":
+    def __enter__(self) -> EvalPool:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -25,19 +25,19 @@ class Name:
 @dataclass(frozen=True)
 class BinOp:
     op: str  # + - * / %   ("/" is C integer division truncating toward zero on ints)
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
 
 
 @dataclass(frozen=True)
 class Neg:
-    operand: "Expr"
+    operand: Expr
 
 
 @dataclass(frozen=True)
 class Call:
     func: str  # cdiv | min | max
-    args: tuple["Expr", ...]
+    args: tuple[Expr, ...]
 
 
 Expr = Num | Name | BinOp | Neg | Call

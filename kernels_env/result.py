@@ -85,7 +85,7 @@ class Result:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Result":
+    def from_dict(cls, d: dict[str, Any]) -> Result:
         d = dict(d)
         d["resources"] = {k: KernelResources(**v) for k, v in (d.get("resources") or {}).items()}
         if d.get("mismatch") is not None:
@@ -95,5 +95,5 @@ class Result:
         return cls(**d)
 
     @classmethod
-    def env_error(cls, message: str, task: str = "", details: str = "") -> "Result":
+    def env_error(cls, message: str, task: str = "", details: str = "") -> Result:
         return cls(status=Status.ENV_ERROR, message=message, task=task, details=details)

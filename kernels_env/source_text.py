@@ -100,7 +100,6 @@ def directives(src: str) -> list[tuple[int, str, str]]:
     n = len(src)
     i = _splice_end(src, 0)
     line_start = True
-    line = 1
 
     counted = [0, 1]  # (offset, line there): line numbers counted incrementally (linear time)
 

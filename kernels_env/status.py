@@ -30,7 +30,7 @@ class Status(str, Enum):
         return self is not Status.ENV_ERROR
 
     @classmethod
-    def parse(cls, value: "str | Status") -> "Status":
+    def parse(cls, value: str | Status) -> Status:
         if isinstance(value, Status):
             return value
         try:

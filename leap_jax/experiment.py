@@ -30,7 +30,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 ARMS = ("leap", "multiturn", "grpo", "trloo", "rank_no_dcp", "dcp_binary")
 MAX_SHARD_BYTES = 15 * 2 ** 20  # under the GPU machine's 16 MiB per returned file

@@ -14,7 +14,8 @@ import math
 import re
 import statistics
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from leap_jax.train.metrics import read_metrics
 
@@ -50,7 +51,7 @@ def step_records(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def eval_points(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
     """(training seconds, value) of every record that has `metric`, in order."""
-    return [(t, float(r[metric])) for t, r in zip(train_clock(rows), rows) if r.get(metric) is not None]
+    return [(t, float(r[metric])) for t, r in zip(train_clock(rows), rows, strict=False) if r.get(metric) is not None]
 
 
 def best_value(rows: Sequence[dict[str, Any]], metric: str) -> float | None:

@@ -13,7 +13,8 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import yaml
@@ -73,11 +74,11 @@ def summary_table(runs: list[tuple[str, Path, list[dict[str, Any]]]], last_k: in
         rows = step_records(all_rows)
         tail = rows[-last_k:]
 
-        def mean(k: str) -> float:
+        def mean(k: str, tail: list[dict[str, Any]] = tail) -> float:
             v = _series(tail, k)
             return float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
 
-        def total(k: str) -> float:
+        def total(k: str, rows: list[dict[str, Any]] = rows) -> float:
             return float(np.nansum(_series(rows, k)))
 
         cells = [label, str(len(rows)), f(train_clock(all_rows)[-1] if all_rows else float("nan"))]
@@ -162,9 +163,9 @@ def _eval_plot(runs: list[tuple[str, Path, list[dict[str, Any]]]], path: Path, p
             ax = axes[i, t - 1]
             for label, _, rows in runs:
                 clock = train_clock(rows)
-                pts = [(c, r[f"{prefix}/acc@{t}"]) for c, r in zip(clock, rows) if r.get(f"{prefix}/acc@{t}") is not None]
+                pts = [(c, r[f"{prefix}/acc@{t}"]) for c, r in zip(clock, rows, strict=False) if r.get(f"{prefix}/acc@{t}") is not None]
                 if pts:
-                    ax.plot(*zip(*pts), marker="o", ms=3, label=label)
+                    ax.plot(*zip(*pts, strict=False), marker="o", ms=3, label=label)
             ax.set_title(f"{title}: Acc@{t}")
             ax.set_xlabel("training time (s)")
             ax.set_ylim(-0.02, 1.02)

@@ -6,7 +6,8 @@ written once for every backend.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Sequence
 
 from kernels_env.config import EnvConfig
 from kernels_env.program import CompiledModule, KernelSignature

@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -168,7 +169,7 @@ class CupyDevice:
             if name in compiled.resources:
                 continue
             try:
-                def attr(which: int) -> int:
+                def attr(which: int, fn: Any = fn) -> int:
                     return int(driver.funcGetAttribute(which, fn.ptr))
                 compiled.resources[name] = KernelResources(
                     registers=attr(driver.CU_FUNC_ATTRIBUTE_NUM_REGS),
@@ -287,7 +288,7 @@ class CupyDevice:
                 if j >= 0:
                     ends[j].record(stream)
             self._wait(stream, deadline, spin_s=math.inf)
-            times = [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)]
+            times = [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=False)]
         except self._errors() as e:
             raise self._map(e, "kernel failed while being timed") from e
         finally:

@@ -6,7 +6,8 @@ the small size N = 3001 is odd so grid-stride bounds checks matter.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from kernels_env.tasks import common
 from kernels_env.tasks.registry import register

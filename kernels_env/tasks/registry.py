@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from typing import Iterable
+from collections.abc import Iterable
 
 from kernels_env.tasks.spec import Task
 

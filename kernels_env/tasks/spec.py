@@ -7,7 +7,8 @@ the return value gives the outputs in the order of `Task.outputs`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 DTYPES = ("float32", "float16", "int32", "int64")
 DISTRIBUTIONS = ("uniform", "normal", "heavy_tailed", "positive", "randint", "indices")

@@ -10,7 +10,8 @@ caller, never here.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 TorchModel = Callable[[Any, dict[str, Any], dict[str, Any]], Any]
 

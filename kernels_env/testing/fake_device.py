@@ -8,7 +8,8 @@ FatalDeviceError to simulate CUDA failures, and each has a fake cost in ms used 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

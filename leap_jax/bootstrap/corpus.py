@@ -27,7 +27,8 @@ import random
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from leap_jax.bootstrap.mutations import MUTATIONS, join_blocks, mutate, split_blocks
 
@@ -86,7 +87,7 @@ def generate_variants(task_name: str, n: int, seed: int, max_chain: int = 2) -> 
     cuda, launch = split_blocks(task.solution)
     base = join_blocks(cuda, launch)
     rng = random.Random(f"{seed}:{task_name}")
-    out = [{"id": _vid(task_name, base), "task": task_name, "mutations": [], "intent": "correct",
+    out: list[dict[str, Any]] = [{"id": _vid(task_name, base), "task": task_name, "mutations": [], "intent": "correct",
             "parent": None, "text": base}]
     seen = {base}
     intents = {m.name: m.intent for m in MUTATIONS}
@@ -129,7 +130,7 @@ def score_variants(variants: list[dict[str, Any]], cfg: CorpusCfg, pool: Any = N
         if own:
             pool.close()
     out = []
-    for v, r in zip(variants, results):
+    for v, r in zip(variants, results, strict=False):
         out.append({**v, "status": r.status.value, "message": r.message,
                     "feedback": render_feedback(r, cfg.feedback_budget_chars)})
     return out
@@ -158,7 +159,7 @@ def build_examples(records: list[dict[str, Any]], cfg: CorpusCfg) -> list[dict[s
         rng = random.Random(f"{cfg.seed}:{task_name}:examples")
         first = initial_messages(get_task(task_name), cfg.prompt_sizes)
 
-        def prompt() -> list[dict[str, Any]]:  # fresh dicts per example: no aliasing between examples
+        def prompt(first: list[Any] = first) -> list[dict[str, Any]]:  # fresh dicts: no aliasing between examples
             return [_msg(m.role, m.content) for m in first]
 
         good = [r for r in recs if is_clean_correct(r)]

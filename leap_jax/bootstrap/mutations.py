@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 _COMMENT_RE = re.compile(r"//[^\n]*")
 _BLOCK_RE = {kind: re.compile(r"```" + kind + r"[ \t]*\n(.*?)```", re.S) for kind in ("cuda", "launch")}

@@ -25,7 +25,8 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -73,20 +74,8 @@ def pack_rows(seqs: Sequence[tuple[np.ndarray, np.ndarray]], seq_len: int, pad_i
     Each sequence gets its own segment id (1, 2, ... per row; 0 is padding) and positions 0..n-2.
     Raises ValueError for a sequence longer than a row.
     """
-    rows: list[list[int]] = []  # per row: indices of sequences
-    free: list[int] = []
-    for k, (ids, _) in enumerate(seqs):
-        n = len(ids) - 1
-        if n > seq_len:
-            raise ValueError(f"sequence #{k} has {n} next-token pairs, more than seq_len={seq_len}")
-        for r, room in enumerate(free):
-            if room >= n:
-                rows[r].append(k)
-                free[r] -= n
-                break
-        else:
-            rows.append([k])
-            free.append(seq_len - n)
+    from leap_jax.train.update import pack_rows as first_fit
+    rows = first_fit([len(ids) - 1 for ids, _ in seqs], seq_len, decreasing=False)  # next-token pairs
     b = len(rows)
     out = {"tokens": np.full((b, seq_len), pad_id, np.int32), "positions": np.zeros((b, seq_len), np.int32),
            "segment_ids": np.zeros((b, seq_len), np.int32), "targets": np.full((b, seq_len), pad_id, np.int32),
@@ -193,10 +182,11 @@ def corpus_config(cfg: Config, train_tasks: Sequence[str]) -> Any:
     return c if c.tasks else dataclasses.replace(c, tasks=list(train_tasks))
 
 
-def build_sft_tokenizer(cfg: Config, examples: Sequence[dict[str, Any]], tasks: Sequence[str],
+def build_sft_tokenizer(cfg: Config, examples: Sequence[dict[str, Any]], tasks: Sequence[Any],
                         out_path: Path) -> Any:
     """kind=bpe: a BPE of tokenizer.vocab_size trained on the corpus and the training tasks' prompts
-    (saved to out_path); kind=file|hf: the configured tokenizer, copied to out_path."""
+    (saved to out_path); kind=file|hf: the configured tokenizer, copied to out_path. `tasks`: Tasks
+    or task names."""
     from leap_jax.bootstrap.tokenizer_train import corpus_texts, train_tokenizer
     t = cfg.tokenizer
     if t.kind == "bpe":
@@ -392,7 +382,8 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
                 steps_done = step + 1
                 last = steps_done == f.steps
                 over = f.max_train_seconds is not None and train_seconds() > f.max_train_seconds
-                do_eval = bool(f.eval_interval) and steps_done % f.eval_interval == 0 and not last and not over
+                do_eval = (f.eval_interval is not None and f.eval_interval != 0
+                           and steps_done % f.eval_interval == 0 and not last and not over)
                 if not (steps_done % f.log_interval == 0 or last or over or step == 0 or do_eval):
                     continue
                 m = {k: float(v) for k, v in jax.device_get(m).items()}
@@ -504,6 +495,9 @@ def resolve_sft_init(cfg: Config, log: Callable[[str], None] = print) -> Config:
     from leap_jax.train.config import load_config
     if cfg.model.source != "sft":
         return cfg
+    if not cfg.model.sft_config:
+        raise ConfigError("model.source=sft needs model.sft_config: an SFT config file "
+                          "(e.g. configs/bootstrap_sft_tiny.yaml)")
     path = _find_config(cfg.model.sft_config)
     scfg = load_config(path)
     if scfg.mode != "sft":

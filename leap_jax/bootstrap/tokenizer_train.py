@@ -16,7 +16,8 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
 
 from leap_jax.models.chat import END_OF_TEXT, IM_END, IM_START, render_text
 from leap_jax.models.tokenizer import Tokenizer
@@ -105,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description="Train the byte-level BPE tokenizer on a bootstrap corpus "
                                             "and the suite's prompts.")
     p.add_argument("--corpus", required=True, help=f"corpus directory (with {EXAMPLES_FILE})")
-    p.add_argument("--vocab", type=int, default=2048, help="vocabulary size (ids), >= %d" % MIN_VOCAB)
+    p.add_argument("--vocab", type=int, default=2048, help=f"vocabulary size (ids), >= {MIN_VOCAB}")
     p.add_argument("--out", default=None, help="tokenizer.json path (default: CORPUS/tokenizer.json)")
     a = p.parse_args(argv)
     ex_path = Path(a.corpus) / EXAMPLES_FILE

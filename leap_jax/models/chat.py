@@ -21,7 +21,8 @@ with characters that byte-level BPE would merge with the header's newline (e.g. 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from leap_jax.models.tokenizer import Tokenizer
 

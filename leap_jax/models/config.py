@@ -58,28 +58,37 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"ModelConfig: num_heads={self.num_heads} must be a multiple of "
                              f"num_kv_heads={self.num_kv_heads} (grouped-query attention)")
-        if self.head_dim is None:
+        hd = self.head_dim
+        if hd is None:
             if self.hidden_size % self.num_heads:
                 raise ValueError(f"ModelConfig: hidden_size={self.hidden_size} not divisible by "
                                  f"num_heads={self.num_heads}; set head_dim explicitly")
-            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
-        if self.head_dim % 2:
-            raise ValueError(f"ModelConfig.head_dim={self.head_dim}; RoPE needs an even head_dim")
+            hd = self.hidden_size // self.num_heads
+            object.__setattr__(self, "head_dim", hd)
+        if hd % 2:
+            raise ValueError(f"ModelConfig.head_dim={hd}; RoPE needs an even head_dim")
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in _DTYPES:
                 raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}; expected one of {_DTYPES}")
         object.__setattr__(self, "eos_token_ids", tuple(int(t) for t in self.eos_token_ids))
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
     @property
+    def head_size(self) -> int:
+        """`head_dim` as an int (`__post_init__` always resolves a None head_dim)."""
+        if self.head_dim is None:
+            raise RuntimeError("ModelConfig.head_dim is None; __post_init__ should have set it")
+        return self.head_dim
+
+    @property
     def q_dim(self) -> int:
-        return self.num_heads * self.head_dim
+        return self.num_heads * self.head_size
 
     @property
     def kv_dim(self) -> int:
-        return self.num_kv_heads * self.head_dim
+        return self.num_kv_heads * self.head_size
 
     def num_params(self) -> int:
         d, i, v, n = self.hidden_size, self.intermediate_size, self.vocab_size, self.num_layers
@@ -89,7 +98,7 @@ class ModelConfig:
         return v * d + n * per_layer + d + (0 if self.tie_word_embeddings else d * v)
 
     @classmethod
-    def from_hf_dict(cls, d: dict[str, Any], **overrides: Any) -> "ModelConfig":
+    def from_hf_dict(cls, d: dict[str, Any], **overrides: Any) -> ModelConfig:
         """Build from a HF config.json dict; raises ValueError naming an unsupported architecture."""
         archs = d.get("architectures") or []
         arch = archs[0] if archs else {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM",

@@ -38,12 +38,15 @@ from leap_jax.models.config import ModelConfig
 from leap_jax.models.layers import apply_rope, attention, dense, rms_norm, rope_cos_sin, swiglu
 
 Params = dict[str, Any]
+# One of a cache's k / v: stacked [num_layers, ...], or a tuple of per-layer buffers
+# (`unstack_cache`).
+LayerBuffers = jax.Array | tuple[jax.Array, ...]
 
 
 class KVCache(NamedTuple):
     """Preallocated key/value cache (a pytree; donate it to jitted steps)."""
-    k: jax.Array    # [num_layers, B, max_len, KV, head_dim]
-    v: jax.Array    # [num_layers, B, max_len, KV, head_dim]
+    k: LayerBuffers  # [num_layers, B, max_len, KV, head_dim] (or per-layer tuple)
+    v: LayerBuffers  # [num_layers, B, max_len, KV, head_dim] (or per-layer tuple)
     seg: jax.Array  # [B, max_len] int32 segment id per slot, 0 = empty / padding
 
 
@@ -87,7 +90,7 @@ def init_cache(config: ModelConfig, batch: int, max_len: int,
     """An empty cache for `batch` rows of `max_len` slots."""
     if batch < 1 or max_len < 1:
         raise ValueError(f"init_cache: batch={batch}, max_len={max_len}; expected positive ints")
-    shape = (config.num_layers, batch, max_len, config.num_kv_heads, config.head_dim)
+    shape = (config.num_layers, batch, max_len, config.num_kv_heads, config.head_size)
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype),
                    jnp.zeros((batch, max_len), jnp.int32))
 
@@ -196,7 +199,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
                          "unstacked (see unstack_layers / unstack_cache)")
     dtype = _dtype(c.dtype)
     b, t = tokens.shape
-    h, kvh, hd = c.num_heads, c.num_kv_heads, c.head_dim
+    h, kvh, hd = c.num_heads, c.num_kv_heads, c.head_size
     seg = (jnp.ones((b, t), jnp.int32) if segment_ids is None
            else segment_ids.astype(jnp.int32))
 
@@ -248,6 +251,8 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         if kc is not None:
+            if idx is None:
+                raise RuntimeError("forward: a cached layer without a cache index")
             lead = () if layer is None else (layer,)
             kc = _write_rows(kc, k, idx, lead)
             vc = _write_rows(vc, v, idx, lead)
@@ -269,15 +274,17 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
             x = x + swiglu(hn, lp["w_gate"], lp["w_up"], lp["w_down"])
         return x, kc, vc
 
+    kc: LayerBuffers | None
+    vc: LayerBuffers | None
     if unstacked:
         run = jax.checkpoint(block, prevent_cse=True, static_argnums=(4,)) if c.remat else block
         ks, vs = [], []
         for i, lp in enumerate(params["layers"]):
-            kc = None if cache is None else cache.k[i]
-            vc = None if cache is None else cache.v[i]
-            x, kc, vc = run(x, lp, kc, vc, None)
-            ks.append(kc)
-            vs.append(vc)
+            kc_i = None if cache is None else cache.k[i]
+            vc_i = None if cache is None else cache.v[i]
+            x, kc_i, vc_i = run(x, lp, kc_i, vc_i, None)
+            ks.append(kc_i)
+            vs.append(vc_i)
         kc, vc = tuple(ks), tuple(vs)
     else:
         def body(carry, xs):
@@ -293,7 +300,11 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         (x, kc, vc), _ = jax.lax.scan(body, (x, kc0, vc0), xs, unroll=unroll)
 
     hidden = rms_norm(x, params["final_norm"], c.rms_norm_eps)
-    new_cache = None if cache is None else KVCache(kc, vc, new_seg)
+    new_cache = None
+    if cache is not None:
+        if kc is None or vc is None or new_seg is None:
+            raise RuntimeError("forward: a cached forward produced no updated cache")
+        new_cache = KVCache(kc, vc, new_seg)
     if return_hidden:
         return hidden, new_cache
     return logits_from_hidden(params, c, hidden), new_cache

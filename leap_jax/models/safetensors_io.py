@@ -17,7 +17,8 @@ import json
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import ml_dtypes
 import numpy as np
@@ -97,7 +98,7 @@ class SafetensorsReader:
         self.tensors = tensors
         self._handles: dict[str, Any] = {}
 
-    def __enter__(self) -> "SafetensorsReader":
+    def __enter__(self) -> SafetensorsReader:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -183,7 +184,7 @@ def write_safetensors(path: str, tensors: Iterable[PlannedTensor],
             arr = np.ascontiguousarray(arr)
             if arr.dtype.byteorder == ">":
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
-            f.write(memoryview(arr.reshape(-1).view(np.uint8)))
+            f.write(arr.reshape(-1).view(np.uint8).data)  # a memoryview of the bytes
             del arr
     os.replace(tmp, path)
     return offset

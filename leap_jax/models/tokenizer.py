@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 
 def _token_str(v: Any) -> str | None:
@@ -55,7 +56,7 @@ class Tokenizer:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def from_file(cls, path: str, **kwargs: Any) -> "Tokenizer":
+    def from_file(cls, path: str, **kwargs: Any) -> Tokenizer:
         """Load a tokenizer.json file; kwargs as for the constructor."""
         from tokenizers import Tokenizer as HFTokenizer
         path = os.fspath(path)
@@ -68,7 +69,7 @@ class Tokenizer:
         return cls(tk, **kwargs)
 
     @classmethod
-    def from_dir(cls, model_dir: str) -> "Tokenizer":
+    def from_dir(cls, model_dir: str) -> Tokenizer:
         """Load `model_dir/tokenizer.json` plus special tokens from tokenizer_config.json and EOS ids
         from generation_config.json / config.json when present."""
         model_dir = os.fspath(model_dir)

@@ -9,7 +9,7 @@ Masked entries always get 0, and a group with no information gives exact zeros, 
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -201,16 +201,16 @@ def gae(rewards: Array, values: Array, mask: Array, gamma: float = 1.0, lam: flo
     if rewards.ndim != 2 or values.shape != rewards.shape or mask.shape != rewards.shape:
         raise ValueError(f"gae needs rewards, values and mask of one [B, L] shape; got "
                          f"{tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(mask.shape)}")
-    gamma = jnp.asarray(gamma, jnp.float32)
-    lam = jnp.asarray(lam, jnp.float32)
+    gamma_t = jnp.asarray(gamma, jnp.float32)
+    lam_t = jnp.asarray(lam, jnp.float32)
     b = rewards.shape[0]
     v_end = jnp.zeros((b,), jnp.float32) if bootstrap_value is None else jnp.asarray(bootstrap_value, jnp.float32)
 
     def step(carry, xs):
         next_v, next_a = carry
         r, v, m = xs
-        delta = r + gamma * next_v - v
-        a = delta + gamma * lam * next_a
+        delta = r + gamma_t * next_v - v
+        a = delta + gamma_t * lam_t * next_a
         carry = (jnp.where(m, v, next_v), jnp.where(m, a, next_a))
         return carry, jnp.where(m, a, 0.0)
 

@@ -92,8 +92,8 @@ def n_failures(correct_t1: Array, row_mask: Array | None = None,
 
 def dcp_decision(correct_t1: Array, group_mask: Array | None = None, t_min: Array = 0.5,
                  t_max: Array | None = None, row_mask: Array | None = None, *,
-                 history: "DCPHistory | None" = None, task_ids: Array | None = None,
-                 rule: "HistoryRule | None" = None) -> jnp.ndarray:
+                 history: DCPHistory | None = None, task_ids: Array | None = None,
+                 rule: HistoryRule | None = None) -> jnp.ndarray:
     """Per-group DCP decision int32 [num_groups]: EASY 0, DEBUG 1, HOPELESS 2, PAD -1.
 
     `correct_t1` [num_groups, G] bool is turn-1 correctness. Debug iff t_min <= n_fail <= t_max
@@ -252,15 +252,18 @@ def update_history(history: DCPHistory, task_ids: Array, decision: Array, correc
     recovered = entered & jnp.any(correct[..., 1:] & attempted[..., 1:], axis=-1)
     n_entered = jnp.sum(entered, axis=1).astype(jnp.float32)
     n_recovered = jnp.sum(recovered, axis=1).astype(jnp.float32)
-    decay = jnp.asarray(decay, jnp.float32)
+    decay_t = jnp.asarray(decay, jnp.float32)
     return DCPHistory(
-        debugged=history.debugged * decay + jnp.zeros_like(history.debugged).at[task_ids].add(n_entered),
-        recovered=history.recovered * decay + jnp.zeros_like(history.recovered).at[task_ids].add(n_recovered),
+        debugged=history.debugged * decay_t + jnp.zeros_like(history.debugged).at[task_ids].add(n_entered),
+        recovered=history.recovered * decay_t + jnp.zeros_like(history.recovered).at[task_ids].add(n_recovered),
     )
 
 
+DEFAULT_HISTORY_RULE = HistoryRule()  # both rules off: history never changes a decision
+
+
 def apply_history(decision: Array, history: DCPHistory, task_ids: Array,
-                  rule: HistoryRule = HistoryRule()) -> jnp.ndarray:
+                  rule: HistoryRule = DEFAULT_HISTORY_RULE) -> jnp.ndarray:
     """Adjust decisions with per-task recovery rates; identity when both rules are None."""
     decision = jnp.asarray(decision, jnp.int32)
     if rule.demote_below is None and rule.promote_above is None:

@@ -170,11 +170,11 @@ def discounted_returns(scores: Array, attempted: Array | None = None,
     att = jnp.ones(scores.shape, bool) if attempted is None else jnp.asarray(attempted, dtype=bool)
     if att.shape != scores.shape:
         raise ValueError(f"attempted must have the shape of scores {tuple(scores.shape)}; got {tuple(att.shape)}")
-    gamma = jnp.asarray(gamma, jnp.float32)
+    gamma_t = jnp.asarray(gamma, jnp.float32)
     s = jnp.moveaxis(jnp.where(att, scores, 0.0), -1, 0)
 
     def step(running, s_t):
-        running = s_t + gamma * running
+        running = s_t + gamma_t * running
         return running, running
 
     _, returns = jax.lax.scan(step, jnp.zeros(s.shape[1:], jnp.float32), s, reverse=True)

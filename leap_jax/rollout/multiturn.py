@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -192,10 +193,10 @@ class MultiTurnRollout:
             responses.extend(out)
             t1 = time.perf_counter()
             t_eval_start = t1 if t_eval_start is None else t_eval_start
-            futures.extend(self._submit(r.task, resp.text) for r, resp in zip(chunk, out))
+            futures.extend(self._submit(r.task, resp.text) for r, resp in zip(chunk, out, strict=False))
             times["evaluate_submit"] += time.perf_counter() - t1
         t2 = time.perf_counter()
-        results = [self._collect(f, r.task) for f, r in zip(futures, requests)]
+        results = [self._collect(f, r.task) for f, r in zip(futures, requests, strict=False)]
         times["evaluate_wait"] += time.perf_counter() - t2
         if t_eval_start is not None:
             times["evaluate_span"] += time.perf_counter() - t_eval_start
@@ -239,7 +240,7 @@ class MultiTurnRollout:
             requests = [GenRequest(list(rows[r].tokens), rows[r].task, t, (step, r, t)) for r in active]
             responses, results = self._generate_and_score(policy, requests, seed + 7919 * t, times)
             gen_rows[t - 1] = len(active)
-            for r, resp, res in zip(active, responses, results):
+            for r, resp, res in zip(active, responses, results, strict=False):
                 row, g, i = rows[r], r // G, r % G
                 ids = list(resp.token_ids)
                 lp = None if resp.logprobs is None else np.asarray(resp.logprobs)[:len(ids)]

@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -109,11 +110,11 @@ class MixedPolicy:
         out: list[GenResponse | None] = [None] * len(requests)
         sampled_idx = [i for i, u in enumerate(use) if not u]
         if sampled_idx:  # only the non-scripted rows cost generation
-            for i, resp in zip(sampled_idx, self.base.generate([requests[i] for i in sampled_idx], seed)):
+            for i, resp in zip(sampled_idx, self.base.generate([requests[i] for i in sampled_idx], seed), strict=False):
                 out[i] = resp
         scripted_idx = [i for i, u in enumerate(use) if u]
         if scripted_idx:
-            for i, resp in zip(scripted_idx, self.scripted.generate([requests[i] for i in scripted_idx], seed)):
+            for i, resp in zip(scripted_idx, self.scripted.generate([requests[i] for i in scripted_idx], seed), strict=False):
                 out[i] = resp
         return out  # type: ignore[return-value]
 
@@ -135,7 +136,7 @@ class SamplerPolicy:
         prompts = [list(r.prompt_ids) for r in requests]
         out = self.sampler.generate(self.params, prompts, self.sampling, jax.random.key(seed % (2 ** 31)))
         responses = []
-        for toks, lps, fin in zip(out.tokens, out.logprobs, out.finished):
+        for toks, lps, fin in zip(out.tokens, out.logprobs, out.finished, strict=False):
             toks = [int(t) for t in toks]
             lps = np.asarray(lps, dtype=np.float32)[:len(toks)]
             body = [t for t in toks if t not in self.end_ids]

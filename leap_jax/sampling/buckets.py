@@ -2,7 +2,7 @@
 sizes so the jitted prefill/decode compile once per bucket, not once per request."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 DEFAULT_PROMPT_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
 

@@ -3,7 +3,7 @@ values, so changing them never recompiles (only the sampler's static buckets do)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

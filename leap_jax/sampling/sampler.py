@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,8 @@ from leap_jax.models.decoder import (KVCache, Params, forward, fuse_projections,
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
 from leap_jax.sampling.params import SamplingParams
+
+DEFAULT_SAMPLING = SamplingParams()  # frozen: one shared default is safe
 
 PADDINGS = ("left", "right")
 LAYER_LOOPS = ("scan", "unrolled")
@@ -133,13 +136,15 @@ def prefill(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Arr
         seg = (slot < lengths[:, None]).astype(jnp.int32)
         pos = jnp.broadcast_to(slot, (b, p))
     cache = cache._replace(seg=jnp.zeros_like(cache.seg))
-    hidden, cache = forward(params, config, tokens, pos, segment_ids=seg, cache=cache,
-                            cache_index=0, return_hidden=True, unroll=unroll)
+    hidden, filled = forward(params, config, tokens, pos, segment_ids=seg, cache=cache,
+                             cache_index=0, return_hidden=True, unroll=unroll)
+    if filled is None:
+        raise RuntimeError("prefill: forward with a cache returned no cache")
     if padding == "left":
         last = hidden[:, -1]
     else:
         last = jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)[:, 0]
-    return logits_from_hidden(params, config, last), cache
+    return logits_from_hidden(params, config, last), filled
 
 
 def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Array,
@@ -226,7 +231,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
                 nxt = step(s)
                 ok = cond(s) & (s[0] < hi_step)
                 s = tuple(n if k == 1 else jnp.where(ok, n, o)
-                          for k, (n, o) in enumerate(zip(nxt, s)))
+                          for k, (n, o) in enumerate(zip(nxt, s, strict=False)))
             return s
         return body
 
@@ -414,7 +419,7 @@ class Sampler:
         return res
 
     def generate(self, params: Params, prompts: Sequence[Sequence[int]],
-                 sampling: SamplingParams = SamplingParams(),
+                 sampling: SamplingParams = DEFAULT_SAMPLING,
                  rng: jax.Array | int = 0) -> SampleOutput:
         """Generate for prompts of mixed lengths (bucketed, split into chunks of max_batch)."""
         arrs = self._check_prompts(prompts)
@@ -426,7 +431,7 @@ class Sampler:
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[np.ndarray] = [np.zeros((0,), np.float32) for _ in range(n)]
         finished = [False] * n
-        timings = collections.Counter()
+        timings: collections.Counter[str] = collections.Counter()
         for ci, start in enumerate(range(0, n, self.max_batch)):
             idx = order[start:start + self.max_batch]
             b = pick_bucket(len(idx), self.batch_buckets, "batch size")

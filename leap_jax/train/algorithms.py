@@ -100,5 +100,5 @@ def compute_credit(name: str, correct: np.ndarray, attempted: np.ndarray, speedu
             a = adv_lib.leave_one_out(returns, valid_turns, axis=1)
     else:
         raise ValueError(f"unknown algorithm {name!r}; expected one of {sorted(USES_DCP)}")
-    a = np.where(valid_turns, np.asarray(a, np.float32), 0.0).astype(np.float32)
-    return Credit(a, np.asarray(r, np.float32))
+    adv = np.where(valid_turns, np.asarray(a, np.float32), 0.0).astype(np.float32)
+    return Credit(adv, np.asarray(r, np.float32))

@@ -15,6 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from collections.abc import Sequence
 
 import yaml
 
@@ -291,6 +292,15 @@ class SFTCfg:
 
 
 @dataclass
+class MeshCfg:
+    """Device mesh of the update (leap_jax.parallel): sizes of the ("data", "fsdp", "tensor") axes,
+    -1 = all remaining devices (one axis at most). 1/1/1 is the single-device path, unchanged."""
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+
+
+@dataclass
 class Config:
     mode: str = "rl"  # rl (the RL trainer) | sft (supervised warm-up)
     model: ModelCfg = field(default_factory=ModelCfg)
@@ -308,6 +318,7 @@ class Config:
     logging: LoggingCfg = field(default_factory=LoggingCfg)
     eval: EvalCfg = field(default_factory=EvalCfg)
     sft: SFTCfg = field(default_factory=SFTCfg)
+    mesh: MeshCfg = field(default_factory=MeshCfg)
 
 
 # ---- building from dicts with type checks ------------------------------------------------------
@@ -336,7 +347,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}={value!r}: expected a list")
         (item_tp, *_) = typing.get_args(tp) or (Any,)
         return [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a dataclass type, not an instance
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
@@ -484,7 +495,7 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
     """Read YAML (or start from defaults when path is None), apply overrides, validate."""
     data: dict[str, Any] = {} if path is None else _read_yaml(Path(path))
     return from_dict(apply_overrides(data, list(overrides)))
@@ -641,6 +652,12 @@ def validate(cfg: Config) -> None:
     elif cfg.eval.train_tasks or cfg.eval.at_start:
         raise ConfigError(f"eval.train_tasks={cfg.eval.train_tasks}, eval.at_start={cfg.eval.at_start} need "
                           "eval.interval (the periodic evaluation they extend); set eval.interval=N")
+    for ax in ("data", "fsdp", "tensor"):
+        v = getattr(cfg.mesh, ax)
+        if v == 0 or v < -1:
+            raise ConfigError(f"mesh.{ax}={v}: expected a positive device count or -1 (the rest)")
+    if [cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor].count(-1) > 1:
+        raise ConfigError("mesh: at most one of data / fsdp / tensor may be -1")
     _positive(cfg.checkpoint.interval, "checkpoint.interval")
     _positive(cfg.checkpoint.keep_last, "checkpoint.keep_last")
     _positive(cfg.eval.turns, "eval.turns")

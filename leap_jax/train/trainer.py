@@ -12,7 +12,8 @@ import json
 import signal
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,7 @@ import numpy as np
 
 from kernels_env.config import EnvConfig, StageLimits
 from leap_jax.models.config import ModelConfig
+from leap_jax.parallel.placement import MeshPlacement
 from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups
 from leap_jax.rollout.policy import MixedPolicy, SamplerPolicy, ScriptedPolicy
 from leap_jax.train import algorithms
@@ -29,6 +31,9 @@ from leap_jax.train.config import Config, ConfigError, save_config, to_dict
 from leap_jax.train.metrics import EVAL_FILE, MetricsWriter, truncate_metrics
 from leap_jax.train.update import (build_batch, fill_old_logprobs, init_value_head, make_logprob_fn,
                                    make_optimizer, make_update, make_value_fn, prepare_ppo)
+
+if TYPE_CHECKING:
+    from leap_jax.sampling.sampler import Sampler
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 START_EVAL_FILE = "start_eval.json"  # the evaluation before the first update, reusable by eval.start_metrics
@@ -43,8 +48,13 @@ def build_tokenizer(cfg: Config, run_dir: Path, tasks: Sequence[Any]):
     from leap_jax.models.tokenizer import Tokenizer
     t = cfg.tokenizer
     if t.kind == "hf":
-        return Tokenizer.from_dir(t.path or cfg.model.path)
+        hf_dir = t.path or cfg.model.path
+        if not hf_dir:
+            raise ConfigError("tokenizer.kind=hf needs tokenizer.path or model.path (an HF folder)")
+        return Tokenizer.from_dir(hf_dir)
     if t.kind == "file":
+        if not t.path:
+            raise ConfigError("tokenizer.kind=file needs tokenizer.path (a tokenizer.json)")
         return Tokenizer.from_file(t.path, eos_token="<|im_end|>")
     from leap_jax.bootstrap.tokenizer_train import corpus_texts, load_trained, train_tokenizer
     path = run_dir / "tokenizer.json"
@@ -60,6 +70,8 @@ def build_model(cfg: Config, tokenizer: Any, rng: jax.Array) -> tuple[ModelConfi
     m = cfg.model
     if m.source == "hf":
         from leap_jax.models.hf import load_hf_checkpoint
+        if not m.path:
+            raise ConfigError("model.source=hf needs model.path (the local HF model folder)")
         # Master weights in model.param_dtype (float32 by default) whatever the file's dtype: a bf16
         # export trained as bf16 loses every AdamW step smaller than the weight's bf16 spacing.
         mcfg, params = load_hf_checkpoint(m.path, dtype=m.param_dtype, compute_dtype=m.dtype)
@@ -161,7 +173,8 @@ def enable_compile_cache(cfg: Config, run_dir: Path) -> str | None:
     jax_compilation_cache_dir (JAX_COMPILATION_CACHE_DIR, a test fixture) is kept. Returns the dir."""
     if not cfg.train.compile_cache:
         return None
-    current = jax.config.jax_compilation_cache_dir
+    # jax.config options are dynamic attributes that its stubs do not declare
+    current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
     if current:
         return current
     path = Path(cfg.train.compile_cache_dir or (run_dir.resolve().parent / ".jax_cache"))
@@ -220,7 +233,13 @@ class Trainer:
             self.params["value"] = init_value_head(self.model_config)
         self.total_updates = cfg.train.steps * cfg.loss.ppo_epochs
         self.tx, self.schedule = make_optimizer(cfg.optimizer, self.total_updates)
+        # a mesh of more than one device: params / AdamW state sharded by leap_jax.parallel.rules
+        self.placement = MeshPlacement.from_cfg(cfg.mesh)
+        if self.placement is not None:
+            self.params = self.placement.place(self.params)
         self.opt_state = self.tx.init(self.params)
+        if self.placement is not None:
+            self.opt_state = self.placement.place(self.opt_state)
         self.step = 0
         self.updates_done = 0
         self.train_time = 0.0  # net training seconds so far (time/step minus compilation), all calls
@@ -235,7 +254,7 @@ class Trainer:
         self._owned_pool = evaluator is None
         self.evaluator = evaluator
         self._policy_override = policy
-        self._sampler = None
+        self._sampler: Sampler | None = None
         self.streams = ChatStreams(self.tokenizer)
         self.logprob_fn = make_logprob_fn(self.model_config, cfg.optimizer.attention)
         self.value_fn = make_value_fn(self.model_config) if self.ppo else None
@@ -245,7 +264,10 @@ class Trainer:
             eps_low=cfg.loss.eps_low, eps_high=cfg.loss.eps_high, aggregation=cfg.loss.aggregation,
             max_len=float(s.max_new_tokens * r.max_turns), ppo=self.ppo, value_coef=cfg.loss.value_coef,
             value_clip=cfg.loss.value_clip, donate=jax.default_backend() != "cpu",
-            accumulate=cfg.optimizer.accumulate, attn_impl=cfg.optimizer.attention)
+            accumulate=cfg.optimizer.accumulate, attn_impl=cfg.optimizer.attention,
+            batch_put=None if self.placement is None else self.placement.put_batch)
+        if self.placement is not None:
+            self.update_fn = self.placement.wrap_update(self.update_fn)
         self.checkpointer = Checkpointer(self.run_dir, keep_last=cfg.checkpoint.keep_last)
         self._stop_signal: int | None = None
         if resume:
@@ -311,7 +333,7 @@ class Trainer:
         """The next prompts_per_step training tasks: a seeded permutation per epoch, walked in order."""
         if not self.train_tasks:
             raise ConfigError("no training tasks (all selected tasks are held out)")
-        out = []
+        out: list[str] = []
         n = self.cfg.rollout.prompts_per_step
         while len(out) < n:
             perm = np.random.default_rng([self.cfg.train.seed, self.cursor["epoch"]]).permutation(
@@ -354,6 +376,8 @@ class Trainer:
             metrics["update/recomputed_old_logprobs"] = fill_old_logprobs(
                 self.logprob_fn, self.params, batch, cfg.optimizer.micro_batch_size)
             if self.ppo:
+                if self.value_fn is None:
+                    raise RuntimeError("ppo update without a value function (make_value_fn)")
                 prepare_ppo(self.value_fn, self.params, batch, a.gamma, a.gae_lambda,
                             cfg.optimizer.micro_batch_size)
             # the loop update slices micro-batches itself (each goes to the device on its own)
@@ -406,6 +430,8 @@ class Trainer:
 
     def _update_history(self, out: RolloutOutput, tasks: list[str]) -> None:
         from leap_jax.rl.dcp import DCPHistory, update_history
+        if self.dcp_history is None:
+            raise RuntimeError("_update_history: no DCP history (the algorithm does not use DCP)")
         ids = np.asarray([self.train_tasks.index(t) for t in tasks], np.int32)
         h = update_history(DCPHistory(**self.dcp_history), ids, out.decisions, out.correct, out.attempted,
                            out.row_mask)
@@ -443,7 +469,7 @@ class Trainer:
             self._stop_signal = signum
             print(f"\n[leap_jax] signal {signum}: finishing step {self.step}, saving a checkpoint, stopping",
                   flush=True)
-        old = {}
+        old: dict[int, Any] = {}
         for s in (signal.SIGINT, signal.SIGTERM):
             try:
                 old[s] = signal.signal(s, handler)

@@ -15,7 +15,8 @@ Train params are `{"model": decoder params[, "value": {"w": [D], "b": []}]}`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -54,17 +55,19 @@ def _pg_denominator(masks: Sequence[np.ndarray], aggregation: str) -> float:
     return float(sum(1 for m in masks if m.any()))
 
 
-def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-    """First-fit decreasing: indices of `lengths` grouped into bins of at most `capacity` slots.
+def pack_rows(lengths: Sequence[int], capacity: int, *, decreasing: bool = True) -> list[list[int]]:
+    """First-fit: indices of `lengths` grouped into bins of at most `capacity` slots, longest first
+    (first-fit decreasing) or in the given order (`decreasing=False`, the SFT stream's packing).
 
     Deterministic (ties keep input order); every length must be <= capacity."""
-    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+    order = (sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i)) if decreasing
+             else range(len(lengths)))
     bins: list[list[int]] = []
     free: list[int] = []
     for i in order:
         n = int(lengths[i])
         if n > capacity:
-            raise ValueError(f"pack_rows: a sequence of {n} slots exceeds the row capacity {capacity}")
+            raise ValueError(f"pack_rows: sequence #{i} of {n} slots exceeds the row capacity {capacity}")
         for b, f in enumerate(free):
             if f >= n:
                 bins[b].append(i)
@@ -153,7 +156,7 @@ def build_batch(rows: Sequence[Any], advantages: np.ndarray, row_mask: np.ndarra
             out["mask"][b, sl] = m
             out["old_logp"][b, sl] = np.where(m, np.asarray(r.logprobs[1:], np.float32), 0.0)
             out["advantages"][b, sl] = adv
-            if ppo and m.any():
+            if row_reward is not None and m.any():  # ppo
                 out["rewards"][b, off + int(np.flatnonzero(m)[-1])] = row_reward[r.group, r.index]
             off += n
     if not ppo:
@@ -276,7 +279,8 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
                 micro_batch_size: int, eps_low: float = 0.2, eps_high: float = 0.28,
                 aggregation: str = "token-mean", max_len: float | None = None, ppo: bool = False,
                 value_coef: float = 0.5, value_clip: float | None = 0.2,
-                donate: bool = False, accumulate: str = "scan", attn_impl: str = "einsum") -> Callable:
+                donate: bool = False, accumulate: str = "scan", attn_impl: str = "einsum",
+                batch_put: Callable | None = None) -> Callable:
     """The update step; see the module docstring. `max_len` is the constant of
     seq-mean-token-sum-norm (e.g. max_new_tokens * T).
 
@@ -287,7 +291,9 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
     give the same result (same summation order). A batch's `pg_denom` (build_batch) replaces the
     policy denominator computed from its mask (needed when rows were dropped or packed).
     attn_impl: the forward's attention (`layers.attention`): "einsum" (fp32 scores, query chunks)
-    or "cudnn" (the fused GPU kernel) / "dpa" (its XLA form)."""
+    or "cudnn" (the fused GPU kernel) / "dpa" (its XLA form).
+    batch_put: places a batch ("scan") or each micro-batch ("loop") on devices before the jitted
+    call, e.g. `leap_jax.parallel.rules.shard_batch` on a mesh (None: as given)."""
     mb = int(micro_batch_size)
     if accumulate not in ("scan", "loop"):
         raise ValueError(f"accumulate={accumulate!r}; expected 'scan' or 'loop'")
@@ -361,7 +367,11 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         return apply(params, opt_state, grads, aux, denom_pg, denom_v)
 
     if accumulate == "scan":
-        return jax.jit(update, donate_argnums=(0, 1) if donate else ())
+        jitted = jax.jit(update, donate_argnums=(0, 1) if donate else ())
+        if batch_put is None:
+            return jitted
+        put = batch_put
+        return lambda params, opt_state, batch: jitted(params, opt_state, put(batch))
 
     # ---- accumulate == "loop": programs of one micro-batch shape, called per micro-batch ----
     def acc_step(params, g_acc, aux_acc, m, denom_pg, denom_v):
@@ -384,6 +394,8 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         else:  # the denominators from the whole batch's mask: a small program per (B, L)
             denom_pg, denom_v = denom_jit({"mask": batch["mask"]})
         micro = [{k: batch[k][i:i + mb] for k in keys} for i in range(0, B, mb)]
+        if batch_put is not None:
+            micro = [batch_put(m) for m in micro]
         sig = tuple((k, micro[0][k].shape, str(micro[0][k].dtype)) for k in keys)
         if sig not in aux_identity:  # metric accumulators' identities (0, -inf for _max, +inf for _min)
             shapes = jax.eval_shape(grad_fn, params, micro[0], denom_pg, denom_v)[1]
@@ -394,7 +406,8 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
             g_acc, aux_acc = acc_jit(params, g_acc, aux_acc, m, denom_pg, denom_v)
         return apply_jit(params, opt_state, g_acc, aux_acc, denom_pg, denom_v)
 
-    loop_update.acc_jit = acc_jit  # exposed for compile counting in tests
+    # exposed for compile counting in tests (setattr: mypy does not model function attributes)
+    setattr(loop_update, "acc_jit", acc_jit)  # noqa: B010
     return loop_update
 
 

@@ -213,6 +213,10 @@ CASES: tuple[HCase, ...] = (
     HCase("host_constructor_attribute", "H", "corpus_affine", _sub(
         "#ifdef __x86_64__\n__attribute__((constructor)) static void at_load() { volatile int k = 0; "
         "while (k == 0) {} }\n#endif\n" + AFFINE_CUDA), FAILS_TO_BUILD, backends=("cpu",)),
+    HCase("device_malloc_bypasses_macro", "B", "corpus_affine", _affine_body(
+        "    if (i == 0) { char* p = (char*)(malloc)((size_t)1 << 33); if (p) p[0] = 1; }\n"
+        "    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"correct"}) | FAILS_TO_BUILD,
+        note="cpu: `(malloc)` escapes the bounded-heap macro, so it is refused as a host symbol"),
     # ---- C: host files reaching the model --------------------------------------------------------
     HCase("include_abs_path", "C", "corpus_affine", _leak_include(f'#include "{HOST_FILE}"'),
           FAILS_TO_BUILD, must_not_leak=True),

@@ -50,7 +50,7 @@ extern "C" __global__ void affine(const float* x, float* y, int n) {
 
 def _stops(body: str) -> str:
     """An affine kernel whose thread 0 runs `body` (a statement) first."""
-    return _sub(STUB.replace("%", "%%") + r"""static void attack() { %s }
+    return _sub(STUB + r"""static void attack() { BODY }
 #else
 __device__ static void attack() {}
 #endif
@@ -59,7 +59,7 @@ extern "C" __global__ void affine(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = 2.0f * x[i] + 1.0f;
 }
-""" % body)
+""".replace("BODY", body))
 
 
 CPU = ("cpu",)

@@ -1,7 +1,7 @@
 """GPU tests of CupyDevice + the harness on real kernels (marked `gpu`; skipped without a GPU).
 
-The first tests (error classification) run anywhere. Kernels that leave a sticky CUDA error (misaligned or illegal address, a hang) poison the whole
-process's context, so those scenarios run in a fresh subprocess: this file is also a script,
+The first tests (error classification) run anywhere. Kernels that leave a sticky CUDA error (misaligned or
+illegal address, a hang) poison the whole process's context, so those scenarios run in a fresh subprocess: this file is also a script,
 `python tests/kernels_env/test_cupy_backend.py SCENARIO`, printing one JSON line.
 """
 from __future__ import annotations
@@ -99,7 +99,8 @@ def test_device_hang_maps_to_timeout_and_propagates():
     def hangs(*args):
         raise DeviceHang("the kernel is still running after 1 s")
 
-    p = lambda n, ptr=True: KernelParam(n, "float*" if ptr else "int", "float" if ptr else "int", ptr, False)
+    def p(n, ptr=True):
+        return KernelParam(n, "float*" if ptr else "int", "float" if ptr else "int", ptr, False)
     sig = KernelSignature("add", (p("a"), p("b"), p("y"), p("n", False)))
     sub = Submission("", "", LaunchPlan((), (Launch("add", Dim3(Call("cdiv", (Name("N"), Num(256)))), Dim3(Num(256)),
                                                     None, (Name("a"), Name("b"), Name("y"), Name("N")), 1),)),

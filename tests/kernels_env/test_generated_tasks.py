@@ -146,21 +146,6 @@ def test_solutions_are_canonical_and_short():
     assert max(lengths) < 1700 and np.median(lengths) < 1300
 
 
-def _cpu_device():
-    try:
-        from kernels_env.backends import get_device
-        return get_device("cpu", EnvConfig(backend="cpu"))
-    except Exception as e:  # backend not importable on this checkout/machine
-        pytest.skip(f"cpu backend unavailable: {type(e).__name__}: {e}")
-
-
-@pytest.fixture(scope="module")
-def cpu_device():
-    dev = _cpu_device()
-    yield dev
-    dev.close()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SAMPLE)
 def test_solution_correct_on_cpu_backend(name, cpu_device):

@@ -106,21 +106,6 @@ def _std_task() -> Task:
                 solution=solution(STD_NAMES, "std_names<<<cdiv(N, 256), 256>>>(y, N);"))
 
 
-def _cpu():
-    try:
-        from kernels_env.backends import get_device
-        return get_device("cpu", EnvConfig(backend="cpu"))
-    except Exception as e:
-        pytest.skip(f"cpu backend unavailable: {type(e).__name__}: {e}")
-
-
-@pytest.fixture(scope="module")
-def cpu_device():
-    dev = _cpu()
-    yield dev
-    dev.close()
-
-
 CFG = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2)
 
 

@@ -277,7 +277,8 @@ def test_mismatch_summary_fields():
     assert m.max_abs_err == pytest.approx(3e-3, rel=1e-3)
     assert m.got - m.expected == pytest.approx(1e-3, rel=1e-3)
     assert (m.atol, m.rtol) == (1e-4, 1e-4)
-    within = lambda g, bl, s, a, b, y, n: np.copyto(y, a + b + np.float32(1e-6))
+    def within(g, bl, s, a, b, y, n):
+        return np.copyto(y, a + b + np.float32(1e-6))
     assert run(device_with(add=within), add_task(), ADD_SUB).status is Status.CORRECT
 
 
@@ -343,7 +344,8 @@ GATHER_SUB = submission([launch("gather", (Name("x"), Name("idx"), Name("out"), 
 
 
 def test_int_outputs_sentinel_and_exact_compare():
-    good = lambda g, bl, s, x, idx, out, n: np.copyto(out, x[idx])
+    def good(g, bl, s, x, idx, out, n):
+        return np.copyto(out, x[idx])
     assert run(device_with(gather=good), gather_task(), GATHER_SUB).status is Status.CORRECT
 
     def skips_first(g, bl, s, x, idx, out, n):
@@ -384,7 +386,7 @@ def test_scratch_is_zeroed_every_trial_and_launches_run_in_order():
     dev = device_with(partial_sums=partial_sums, finish=finish)
     res = run(dev, task, sub, config=FAST.replace(timing=False))
     assert res.status is Status.CORRECT, res.message
-    assert [l[0] for l in dev.launches] == ["partial_sums", "finish"] * 5
+    assert [launch[0] for launch in dev.launches] == ["partial_sums", "finish"] * 5
 
 
 # ---- statuses from device exceptions --------------------------------------------------------------
@@ -516,7 +518,8 @@ def test_correctness_limit_charges_the_candidate_not_the_reference():
         add_kernel(grid, block, shared, a, b, y, n)
 
     res = run(device_with(add=slow), add_task(reference=slow_reference), ADD_SUB, config=cfg)
-    assert res.status is Status.TIMEOUT and res.trials == 3  # 0.02 s per trial: over 0.05 s at the third
+    # 0.02 s per trial: over 0.05 s by the third at the latest (sooner on a loaded machine)
+    assert res.status is Status.TIMEOUT and 1 <= res.trials <= 3
 
 
 def test_timing_stage_projection_is_timeout():

@@ -28,7 +28,7 @@ def test_corpus_through_pool_has_no_env_error():
         stats = pool.stats() if hasattr(pool, "stats") else {}
     seconds = time.monotonic() - t0
     bad = []
-    for c, r in zip(cases, results):
+    for c, r in zip(cases, results, strict=True):
         if r.status is Status.ENV_ERROR:
             bad.append(f"{c.id}: env_error: {r.message}")
         elif r.status.value not in c.expected:

@@ -50,7 +50,7 @@ def test_cupy_reference_agrees_with_kernelbench_torch_model(name, which, torch_c
         got = list(got) if isinstance(got, (tuple, list)) else [got]
         torch.cuda.synchronize()
         assert len(got) == len(ref) == len(task.outputs)
-        for b, r, g in zip(task.outputs, ref, got):
+        for b, r, g in zip(task.outputs, ref, got, strict=False):
             g = cp.from_dlpack(g.contiguous())
             shape = b.resolve_shape(sizes)
             assert tuple(g.shape) == shape, f"{name}: torch output {b.name} has shape {g.shape}, task {shape}"
@@ -77,7 +77,7 @@ def test_numpy_reference_agrees_with_torch_model_on_cpu(name):
         ref = list(ref) if isinstance(ref, (tuple, list)) else [ref]
         got = TORCH_MODELS[name](torch, {k: torch.from_numpy(v.copy()) for k, v in inputs.items()}, scalars)
         got = list(got) if isinstance(got, (tuple, list)) else [got]
-        for b, r, g in zip(task.outputs, ref, got):
+        for b, r, g in zip(task.outputs, ref, got, strict=False):
             g = g.detach().numpy()
             shape = b.resolve_shape(sizes)
             assert g.shape == shape, f"{name}: torch output {b.name} has shape {g.shape}, task {shape}"

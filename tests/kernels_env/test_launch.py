@@ -113,7 +113,8 @@ def test_negative_division_truncates_toward_zero():
 
 def test_cdiv_min_max_and_floats():
     env = {"N": 1000}
-    ev = lambda s: eval_expr(parse_launch(f"k<<<1,1>>>({s});").launches[0].args[0], env)
+    def ev(s):
+        return eval_expr(parse_launch(f"k<<<1,1>>>({s});").launches[0].args[0], env)
     assert ev("cdiv(N, 256)") == 4 and ev("cdiv(1024, 256)") == 4 and ev("cdiv(0, 256)") == 0
     assert ev("min(N, 3, 7)") == 3 and ev("max(1, N)") == 1000
     assert ev("N / 8.0") == 125.0 and isinstance(ev("N / 8.0"), float)

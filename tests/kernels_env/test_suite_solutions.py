@@ -13,21 +13,6 @@ TASKS = T.list_tasks()
 NAMES = [t.name for t in TASKS]
 
 
-def _cpu_device():
-    try:
-        from kernels_env.backends import get_device
-        return get_device("cpu", EnvConfig(backend="cpu"))
-    except Exception as e:  # backend not importable on this checkout/machine
-        pytest.skip(f"cpu backend unavailable: {type(e).__name__}: {e}")
-
-
-@pytest.fixture(scope="module")
-def cpu_device():
-    dev = _cpu_device()
-    yield dev
-    dev.close()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS, ids=NAMES)
 def test_solution_correct_on_cpu_backend(task, cpu_device):

@@ -165,7 +165,7 @@ def group_zscore(values, mask, eps=1e-6, ddof=0) -> np.ndarray:
             continue
         mean = sum(x) / len(x)
         std = math.sqrt(sum((xi - mean) ** 2 for xi in x) / (len(x) - ddof))
-        for e, xi in zip(entries, x):
+        for e, xi in zip(entries, x, strict=False):
             out[e] = (xi - mean) / (std + eps)
     return out
 
@@ -180,7 +180,7 @@ def group_zscore_pooled(values, mask, eps=1e-6) -> np.ndarray:
             continue
         mean = x.mean()
         std = math.sqrt(((x - mean) ** 2).mean())
-        for e, xi in zip(entries, x):
+        for e, xi in zip(entries, x, strict=False):
             out[(k,) + e] = (xi - mean) / (std + eps)
     return out
 

@@ -383,8 +383,8 @@ def test_cpu_labels_hold_on_the_gpu():
     cpu = C.score_variants(variants, _cfg())
     gpu = C.score_variants(variants, _cfg(backend="cupy"))
     diffs = [(c["task"], c["mutations"], c["status"], g["status"], g["message"][:120])
-             for c, g in zip(cpu, gpu) if c["status"] != g["status"]]
-    for c, g in zip(cpu, gpu):
+             for c, g in zip(cpu, gpu, strict=False) if c["status"] != g["status"]]
+    for c, g in zip(cpu, gpu, strict=False):
         if C.is_clean_correct(c) or c["status"] in ("compile_error", "format_error"):
             assert g["status"] == c["status"], (c["task"], c["mutations"], g["message"], diffs)
     print(f"cpu/cupy label disagreements: {len(diffs)} of {len(cpu)}", *diffs, sep="\n")

@@ -61,7 +61,7 @@ def test_loss_mask_covers_only_trained_assistant_turns(tok):
     ids, mask = sft.render_example(tok, ex["messages"])
     assert len(ids) == len(mask)
     # independently: the trained tokens are exactly the last assistant content plus <|im_end|>
-    trained = [i for i, m in zip(ids, mask) if m]
+    trained = [i for i, m in zip(ids, mask, strict=False) if m]
     assert tok.decode(trained) == CODES[1] + "<|im_end|>"
     # the untrained wrong attempt is in the stream but never in the mask
     wrong = tok.encode("y[i] = 0;", allow_special=False)
@@ -95,7 +95,7 @@ def test_pack_rows_keeps_every_sequence_intact(tok):
     pad = p["segment_ids"] == 0
     assert not p["mask"][pad].any()
     assert int(p["mask"].sum()) == sum(int(m[1:].sum()) for _, m in seqs)
-    with pytest.raises(ValueError, match="seq_len=4"):
+    with pytest.raises(ValueError, match="exceeds the row capacity 4"):
         sft.pack_rows(seqs, 4)
 
 
@@ -156,7 +156,7 @@ def test_micro_batched_step_equals_full_batch_step(tok):
     (p1, m1), (p4, m4) = outs
     np.testing.assert_allclose(float(m1["loss"]), float(m4["loss"]), rtol=1e-5)
     np.testing.assert_allclose(float(m1["grad_norm"]), float(m4["grad_norm"]), rtol=1e-4)
-    for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p4)):
+    for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p4), strict=False):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
     s, n = _numpy_masked_ce(params, mcfg, seqs)
     np.testing.assert_allclose(float(m4["loss"]), s / n, rtol=1e-4)
@@ -186,7 +186,7 @@ def test_saved_policy_reloads_identically(tok, tmp_path):
     assert (cfg2.vocab_size, cfg2.hidden_size, cfg2.num_layers) == (mcfg.vocab_size, 32, 2)
     flat, flat2 = (jax.tree_util.tree_leaves_with_path(p) for p in (params, params2))
     assert [k for k, _ in flat] == [k for k, _ in flat2]
-    for (_, a), (_, b) in zip(flat, flat2):
+    for (_, a), (_, b) in zip(flat, flat2, strict=False):
         assert np.array_equal(np.asarray(a), np.asarray(b))
     text = "task 3: " + CODES[3]
     t_file = Tokenizer.from_file(str(tmp_path / "model" / "tokenizer.json"), eos_token="<|im_end|>")

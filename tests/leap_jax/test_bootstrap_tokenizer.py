@@ -150,7 +150,7 @@ def test_chat_template_mask_works_with_it(tok):
     ids, mask = render_chat(tok, msgs, add_generation_prompt=False)
     assert len(ids) == len(mask)
     assert tok.decode(ids) == render_text(msgs)
-    trained = tok.decode([i for i, m in zip(ids, mask) if m])
+    trained = tok.decode([i for i, m in zip(ids, mask, strict=False) if m])
     assert trained == f"```cuda\nbad\n```{IM_END}{answer}{IM_END}"
     assert ids.count(tok.token_id(IM_START)) == len(msgs) and ids.count(tok.token_id(IM_END)) == len(msgs)
     gen_ids, gen_mask = render_chat(tok, msgs[:2], add_generation_prompt=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-import pytest
 from jax import monitoring
 
 from leap_jax.train.config import load_config
@@ -68,7 +67,7 @@ def test_coarse_buckets_keep_greedy_tokens():
     a = fine.generate(params, prompts, sp, rng=0)
     b = coarse.generate(params, prompts, sp, rng=0)
     assert a.tokens == b.tokens
-    for x, y in zip(a.logprobs, b.logprobs):
+    for x, y in zip(a.logprobs, b.logprobs, strict=False):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
     assert coarse.trace_counts["decode"] == 1
 

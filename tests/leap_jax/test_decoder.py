@@ -94,7 +94,7 @@ def np_reference(params, cfg: ModelConfig, tokens, positions, seg=None):
     return hn @ head
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def jitted_forward(cfg: ModelConfig):
     return jax.jit(lambda p, tok, pos, seg: decoder.forward(p, cfg, tok, pos, segment_ids=seg)[0])
 
@@ -306,7 +306,7 @@ def test_query_chunked_attention_matches_the_whole_block():
         return jnp.sum(jnp.sin(attention(q, k, v, mask, max_score_bytes=nbytes)))
     g_whole = jax.grad(f, argnums=(0, 1, 2))(q, k, v, None)
     g_chunk = jax.grad(f, argnums=(0, 1, 2))(q, k, v, 2 * 4 * 16 * 64 * 4)
-    for a, b in zip(g_chunk, g_whole):
+    for a, b in zip(g_chunk, g_whole, strict=False):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
@@ -344,7 +344,7 @@ def test_remat_same_loss_and_grads(params):
     l0, g0 = jax.jit(jax.value_and_grad(lambda p: loss(p, CFG)))(params)
     l1, g1 = jax.jit(jax.value_and_grad(lambda p: loss(p, CFG.replace(remat=True))))(params)
     np.testing.assert_allclose(float(l0), float(l1), rtol=1e-6)
-    for a, b in zip(jax.tree_util.tree_leaves(g0), jax.tree_util.tree_leaves(g1)):
+    for a, b in zip(jax.tree_util.tree_leaves(g0), jax.tree_util.tree_leaves(g1), strict=False):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
     assert float(jnp.abs(g0["layers"]["wq"]).max()) > 0
 

@@ -4,9 +4,6 @@ periodic held-out evaluation, `base:` lists in configs, the experiment arm confi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import yaml
 
 from leap_jax.rollout.policy import ScriptedPolicy
 from leap_jax.train.config import ConfigError, load_config
@@ -58,7 +54,7 @@ def test_wall_budget_stops_with_checkpoint_and_resume_is_exact(tmp_path):
         assert c.step == want and c.checkpointer.latest_step() == want
         assert c.stopped_by_budget == (want < 3)
         c.close()
-    for x, y in zip(jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(c.params)):
+    for x, y in zip(jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(c.params), strict=False):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     ma, mb = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
     assert [r["step"] for r in mb] == [0, 1, 2]

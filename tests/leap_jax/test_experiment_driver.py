@@ -96,7 +96,7 @@ def test_export_policy_is_bf16_sharded_and_loads_back(tmp_path):
     got_cfg, got = load_hf_checkpoint(str(dst), as_numpy=True)
     _, ref = load_hf_checkpoint(str(src), as_numpy=True)
     assert got_cfg.num_layers == 2 and got_cfg.vocab_size == 300
-    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(ref)):
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(ref), strict=False):
         assert a.dtype == ml_dtypes.bfloat16
         np.testing.assert_array_equal(a, b.astype(ml_dtypes.bfloat16))
     assert not (tmp_path / "policy.tmp").exists()

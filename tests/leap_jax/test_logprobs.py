@@ -59,7 +59,7 @@ def test_chunked_grads_equal_unchunked(batch):
 
     g = jax.jit(jax.grad(loss), static_argnums=1)
     ga, gb = g(p, None), g(p, 4)
-    for a, b in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
+    for a, b in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb), strict=False):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 

@@ -68,7 +68,7 @@ def test_bf16_checkpoint_loads_float32_master_weights_and_steps_like_float32_ref
     rng = np.random.default_rng(0)
     grads = jax.tree.unflatten(treedef, [jnp.asarray(rng.normal(size=x.shape), jnp.float32) for x in leaves])
     new = _one_step(params, grads)
-    for w, g, w1 in zip(leaves, jax.tree.leaves(grads), jax.tree.leaves(new)):
+    for w, g, w1 in zip(leaves, jax.tree.leaves(grads), jax.tree.leaves(new), strict=False):
         ref = _adamw_first_step(np.asarray(w), np.asarray(g))
         np.testing.assert_allclose(np.asarray(w1), ref, rtol=0, atol=1e-7)
         moved = np.asarray(w1) != np.asarray(w)

@@ -200,7 +200,7 @@ def test_hf_roundtrip_is_bitwise(hf_dir, tmp_path):
     assert config2 == config
     flat1, flat2 = jax.tree_util.tree_leaves_with_path(params), jax.tree_util.tree_leaves_with_path(params2)
     assert [k for k, _ in flat1] == [k for k, _ in flat2]
-    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(flat1, flat2))
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(flat1, flat2, strict=False))
 
 
 @pytest.mark.parametrize("hf_dir", ["llama"], indirect=True)
@@ -213,7 +213,7 @@ def test_transformers_sharded_checkpoint_loads_the_same(hf_dir, tmp_path):
     c2, p2 = load_hf_checkpoint(str(tmp_path), as_numpy=True)
     assert c1 == c2
     l1, l2 = jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p2)
-    assert len(l1) == len(l2) and all(np.array_equal(a, b) for a, b in zip(l1, l2))
+    assert len(l1) == len(l2) and all(np.array_equal(a, b) for a, b in zip(l1, l2, strict=False))
 
 
 OUR_CASES = {
@@ -245,7 +245,7 @@ def test_ours_to_hf_logits_match(case, tmp_path):
     leaves, treedef = jax.tree_util.tree_flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
     params = jax.tree_util.tree_unflatten(
-        treedef, [x + 0.1 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
+        treedef, [x + 0.1 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys, strict=False)])
     save_hf_checkpoint(str(tmp_path), config, params)
     model = _from_pretrained(str(tmp_path))
     assert _effective_theta(model.config) == config.rope_theta
@@ -260,7 +260,7 @@ def test_ours_to_hf_logits_match(case, tmp_path):
     model.save_pretrained(str(tmp_path / "hf"))
     _, again = load_hf_checkpoint(str(tmp_path / "hf"), as_numpy=True)
     flat1, flat2 = jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(again)
-    assert len(flat1) == len(flat2) and all(np.array_equal(np.asarray(a), b) for a, b in zip(flat1, flat2))
+    assert len(flat1) == len(flat2) and all(np.array_equal(np.asarray(a), b) for a, b in zip(flat1, flat2, strict=False))
 
 
 @pytest.mark.parametrize("hf_dir", ["qwen2"], indirect=True)

@@ -186,7 +186,7 @@ def test_gae_jit_once_with_traced_gamma_lambda_and_vmap():
         adv, _ = f(rewards, values, mask, gamma, lam)
         np.testing.assert_allclose(adv, ref.gae(rewards, values, mask, gamma, lam)[0], atol=1e-6, rtol=1e-6)
     assert len(traces) == 1
-    stacked = [np.stack(x) for x in zip(*[_gae_inputs(s) for s in range(3)])]
+    stacked = [np.stack(x) for x in zip(*[_gae_inputs(s) for s in range(3)], strict=False)]
     adv_v, _ = jax.vmap(lambda r, v, m: rl.gae(r, v, m, 0.9, 0.8))(*stacked)
     for s in range(3):
         np.testing.assert_allclose(adv_v[s], ref.gae(*_gae_inputs(s), 0.9, 0.8)[0], atol=1e-6, rtol=1e-6)

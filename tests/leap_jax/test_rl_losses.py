@@ -239,7 +239,7 @@ def test_policy_loss_compiles_once_per_shape():
     f(*_batch(0, b=3)[:2], _batch(0, b=3)[3], _batch(0, b=3)[4], 0.2, 0.28, 0.0, "token-mean")
     assert len(traces) == 2
     # vmap over stacked micro-batches
-    stacked = [np.stack(x) for x in zip(*[_batch(s)[:5] for s in range(2)])]
+    stacked = [np.stack(x) for x in zip(*[_batch(s)[:5] for s in range(2)], strict=False)]
     sv, dv, _ = jax.vmap(lambda lp, o, r, a, m: rl.policy_loss(lp, o, a, m))(*stacked)
     for s in range(2):
         lp, o, _, a, m = _batch(s)

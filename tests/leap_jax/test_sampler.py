@@ -63,7 +63,7 @@ def ref_greedy(params, prompt, n):
 
 def test_greedy_equals_repeated_full_forward_argmax(params, sampler, prompts):
     out = sampler.generate(params, prompts, GREEDY, rng=0)
-    for p, toks, lps, fin in zip(prompts, out.tokens, out.logprobs, out.finished):
+    for p, toks, lps, fin in zip(prompts, out.tokens, out.logprobs, out.finished, strict=False):
         assert toks == ref_greedy(params, p, NEW)
         assert len(lps) == NEW and lps.dtype == np.float32 and not fin
     # Decode split into 4 loops with growing static KV windows: same tokens and log-probs.
@@ -71,13 +71,13 @@ def test_greedy_equals_repeated_full_forward_argmax(params, sampler, prompts):
                   decode_segments=4)
     out4 = seg.generate(params, prompts, GREEDY, rng=0)
     assert out4.tokens == out.tokens
-    for a, b in zip(out4.logprobs, out.logprobs):
+    for a, b in zip(out4.logprobs, out.logprobs, strict=False):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_logprobs_equal_forward_logprobs(params, sampler, prompts):
     out = sampler.generate(params, prompts, SamplingParams(temperature=1.3, stop_token_ids=()), 5)
-    for p, toks, lps in zip(prompts, out.tokens, out.logprobs):
+    for p, toks, lps in zip(prompts, out.tokens, out.logprobs, strict=False):
         seq = p + toks
         tok = np.asarray(seq[:-1], np.int32)[None]
         tgt = np.asarray(seq[1:], np.int32)[None]
@@ -96,7 +96,7 @@ def test_stop_token_ends_row_and_masks_rest(params, sampler, prompts):
     stop = greedy[0][2]  # row 0 stops after its 3rd token
     res = sampler.generate(params, prompts,
                            SamplingParams(temperature=0.0, stop_token_ids=(stop,)), 0)
-    for g, toks, lps, fin in zip(greedy, res.tokens, res.logprobs, res.finished):
+    for g, toks, lps, fin in zip(greedy, res.tokens, res.logprobs, res.finished, strict=False):
         want = g[: g.index(stop) + 1] if stop in g else g
         assert toks == want and len(lps) == len(want)
         assert fin == (stop in g)
@@ -146,7 +146,7 @@ def test_loop_variants_give_identical_samples(params, sampler, prompts, kw):
         for seed in (0, 1):
             a, b = sampler.generate(params, prompts, sp, seed), other.generate(params, prompts, sp, seed)
             assert a.tokens == b.tokens and a.finished == b.finished
-            for x, y in zip(a.logprobs, b.logprobs):
+            for x, y in zip(a.logprobs, b.logprobs, strict=False):
                 np.testing.assert_allclose(x, y, atol=1e-6)
 
 
@@ -173,7 +173,7 @@ def test_deterministic_per_seed(params, sampler, prompts):
     b = sampler.generate(params, prompts, sp, jax.random.PRNGKey(7))
     c = sampler.generate(params, prompts, sp, 8)
     assert a.tokens == b.tokens
-    assert all(np.array_equal(x, y) for x, y in zip(a.logprobs, b.logprobs))
+    assert all(np.array_equal(x, y) for x, y in zip(a.logprobs, b.logprobs, strict=False))
     assert a.tokens != c.tokens
 
 
@@ -199,14 +199,14 @@ def test_split_batches_and_right_padding(params, prompts):
                 decode_segments=3)
     out = s.generate(params, many, GREEDY, 0)
     assert s.trace_counts["decode"] == 2  # two buckets were used (2 and 4 rows, P=8)
-    for p, toks in zip(many, out.tokens):
+    for p, toks in zip(many, out.tokens, strict=False):
         assert toks == ref_greedy(params, p, NEW)
     # Stochastic sampling on this (scan, rbg, reduce-attention, right-padded) variant: log-probs still match the
     # model, and a seed reproduces its tokens.
     sp = SamplingParams(temperature=1.0, stop_token_ids=())
     a, b = s.generate(params, many, sp, 3), s.generate(params, many, sp, 3)
     assert a.tokens == b.tokens and s.trace_counts["decode"] == 2
-    for p, toks, lps in zip(many, a.tokens, a.logprobs):
+    for p, toks, lps in zip(many, a.tokens, a.logprobs, strict=False):
         seq = p + toks
         tok = np.asarray(seq[:-1], np.int32)[None]
         pos = np.arange(tok.shape[1], dtype=np.int32)[None]
@@ -241,9 +241,9 @@ def test_sample_from_logits_respects_top_k_support():
     f = jax.jit(sample_from_logits)
     tok = np.asarray(f(logits, jax.random.PRNGKey(0), 1.0, 1.0, 3))
     top3 = np.argsort(-np.asarray(logits), axis=-1)[:, :3]
-    assert all(t in row for t, row in zip(tok, top3))
+    assert all(t in row for t, row in zip(tok, top3, strict=False))
     tok_all = np.asarray(f(logits, jax.random.PRNGKey(0), 1.0, 1.0, 0))
-    assert np.mean([t not in row for t, row in zip(tok_all, top3)]) > 0.1
+    assert np.mean([t not in row for t, row in zip(tok_all, top3, strict=False)]) > 0.1
     greedy = np.asarray(f(logits, jax.random.PRNGKey(0), 0.0, 1.0, 0))
     np.testing.assert_array_equal(greedy, np.argmax(np.asarray(logits), -1))
 
@@ -270,7 +270,7 @@ def test_buckets_and_validation(params, sampler):
 def test_dot_product_attention_decode_matches_the_model(params, prompts):
     s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, decode_attention="dpa")
     out = s.generate(params, prompts, GREEDY, 0)
-    for p, toks in zip(prompts, out.tokens):
+    for p, toks in zip(prompts, out.tokens, strict=False):
         assert toks == ref_greedy(params, p, NEW)
     with pytest.raises(ValueError, match="decode_attention"):
         Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, decode_attention="flash")
@@ -294,7 +294,7 @@ def test_bf16_sampler_on_gpu_variants_agree():
         sampled = s.generate(p, prompts, SamplingParams(temperature=0.8, top_p=0.9, top_k=20), 1)
         assert s.trace_counts["decode"] == 2  # one (batch 8, prompt 64) bucket: unfiltered + filtered
         for out in (outs[loop], sampled):
-            for pr, toks, lps in zip(prompts, out.tokens, out.logprobs):
+            for pr, toks, lps in zip(prompts, out.tokens, out.logprobs, strict=False):
                 seq = pr + toks
                 tok = np.asarray(seq[:-1], np.int32)[None]
                 pos = np.arange(tok.shape[1], dtype=np.int32)[None]

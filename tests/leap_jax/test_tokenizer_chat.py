@@ -126,7 +126,7 @@ def test_render_text_is_chatml():
 
 def test_assistant_mask_marks_content_and_im_end_only(tok):
     ids, mask = render_chat(tok, CONVO, add_generation_prompt=True)
-    trained = [i for i, m in zip(ids, mask) if m]
+    trained = [i for i, m in zip(ids, mask, strict=False) if m]
     expected: list[int] = []
     for m in CONVO:
         if m.role == "assistant":

@@ -70,9 +70,9 @@ def test_resume_continues_exactly(tmp_path):
     c.close()
     la, lb = jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(c.params)
     assert len(la) == len(lb)
-    for x, y in zip(la, lb):  # bitwise
+    for x, y in zip(la, lb, strict=False):  # bitwise
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    for x, y in zip(jax.tree_util.tree_leaves(a.opt_state), jax.tree_util.tree_leaves(c.opt_state)):
+    for x, y in zip(jax.tree_util.tree_leaves(a.opt_state), jax.tree_util.tree_leaves(c.opt_state), strict=False):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     ma, mb = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
     assert [r["step"] for r in ma] == [r["step"] for r in mb] == [0, 1]
@@ -82,7 +82,7 @@ def test_resume_continues_exactly(tmp_path):
     # the update really trained: params moved from their initial values
     init = _trainer(tmp_path / "init").params
     moved = [not np.array_equal(np.asarray(x), np.asarray(y))
-             for x, y in zip(jax.tree_util.tree_leaves(init), la)]
+             for x, y in zip(jax.tree_util.tree_leaves(init), la, strict=False)]
     assert any(moved)
 
 
@@ -141,7 +141,7 @@ def test_microbatched_update_equals_full_batch_reference():
             outs.append((p, m))
 
         # reference: plain jax.grad of the full-batch loss, written from the formula
-        def ref_loss(pr):
+        def ref_loss(pr, mode=mode):
             lp = token_logprobs(pr["model"], cfg, jnp.asarray(batch["tokens"]), jnp.asarray(batch["positions"]),
                                 jnp.asarray(batch["targets"]), segment_ids=jnp.asarray(seg))
             ratio = jnp.exp(jnp.where(mask, lp - batch["old_logp"], 0.0))
@@ -156,7 +156,7 @@ def test_microbatched_update_equals_full_batch_reference():
         ref_p = jax.tree_util.tree_map(lambda x, u: x + u, params, tx.update(g, tx.init(params), params)[0])
         for p, m in outs:
             assert float(m["loss/policy"]) == pytest.approx(float(ref_loss(params)), rel=1e-5)
-            for x, y in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(ref_p)):
+            for x, y in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(ref_p), strict=False):
                 np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
 
 

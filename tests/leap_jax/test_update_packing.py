@@ -95,7 +95,7 @@ def test_segment_never_sees_another(params):
     rows, adv = _rows(seed=3)
     packed = build_batch(rows, adv, np.ones(adv.shape[:2], bool), 4, micro_batch_size=1,
                          pad_to_multiple=16, pack=True)
-    r = int(np.argmax((packed["segment_ids"].max(axis=1))))  # a row with the most segments
+    r = int(np.argmax(packed["segment_ids"].max(axis=1)))  # a row with the most segments
     seg = packed["segment_ids"][r]
     assert seg.max() >= 2
     lp = _logp(params, packed)
@@ -134,7 +134,7 @@ def test_packed_and_dropped_update_equals_unpacked(mode):
         p, m = _one_update(packed, mode, acc)
         assert float(m["loss/policy"]) == pytest.approx(float(m_ref["loss/policy"]), rel=1e-5, abs=1e-7)
         assert float(m["optim/grad_norm"]) == pytest.approx(float(m_ref["optim/grad_norm"]), rel=1e-5)
-        for x, y in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(p_ref)):
+        for x, y in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(p_ref), strict=False):
             # AdamW's first step is ~lr * sign(g): 1e-6 is 1e-4 of the 1e-2 step
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 
@@ -153,7 +153,7 @@ def test_loop_update_equals_scan_update_and_compiles_once():
         ps, _, ms = scan(p0, tx.init(p0), {k: jnp.asarray(v) for k, v in b.items()})
         for k in ml:
             np.testing.assert_allclose(np.asarray(ml[k]), np.asarray(ms[k]), rtol=1e-6, atol=1e-7)
-        for x, y in zip(jax.tree_util.tree_leaves(pl), jax.tree_util.tree_leaves(ps)):
+        for x, y in zip(jax.tree_util.tree_leaves(pl), jax.tree_util.tree_leaves(ps), strict=False):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
     assert loop.acc_jit._cache_size() == 1
 

@@ -574,12 +574,16 @@ static inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) { __nv_
 // Device-side malloc/free draw from a bounded heap, as on a GPU (cudaLimitMallocHeapSize, 8 MiB by
 // default): past it malloc returns NULL instead of exhausting the host. translate.py #undefs these
 // two macros before the runtime, which uses the real ones.
+// (glibc's __libc_malloc/__libc_free: `malloc` and `free` themselves are then symbols the user's code
+// may not link against, so `(malloc)(n)`, which no macro replaces, is refused by build.py's check.)
+extern "C" void* __libc_malloc(size_t);
+extern "C" void __libc_free(void*);
 namespace __cpu {
 static const size_t kDeviceHeapBytes = (size_t)8 << 20;
 static size_t device_heap_used = 0;
 static inline void* device_malloc(size_t n) {
   if (n > kDeviceHeapBytes - device_heap_used) return nullptr;
-  size_t* p = (size_t*)::malloc(n + 16);
+  size_t* p = (size_t*)__libc_malloc(n + 16);
   if (p == nullptr) return nullptr;
   p[0] = n;
   device_heap_used += n;
@@ -589,7 +593,7 @@ static inline void device_free(void* q) {
   if (q == nullptr) return;
   size_t* p = (size_t*)((char*)q - 16);
   device_heap_used -= p[0];
-  ::free(p);
+  __libc_free(p);
 }
 }  // namespace __cpu
 #define malloc(n) __cpu::device_malloc(n)

@@ -3,17 +3,18 @@
 load() translates the module's device code (translate.py), builds it (build.py, cached) and starts
 a runner process (sandbox.py, runner.py) that opens the shared object: this process never loads the
 submission's native code. launch() sends the grid to the runner, which runs it synchronously through
-the native runtime (cpu_runtime.h) on buffers shared with this process (memory.shared_empty). Runtime failures are kept and raised by the next synchronize() or
-to_host(), as CUDA reports asynchronous errors. Timings are CPU times and marked not comparable.
+the native runtime (cpu_runtime.h) on buffers shared with this process (memory.shared_empty).
+Runtime failures are kept and raised by the next synchronize() or to_host(), as CUDA reports
+asynchronous errors. Timings are CPU times and marked not comparable.
 """
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -111,7 +112,7 @@ class CpuDevice:
             raise KernelRuntimeError(f"{sig.name}: {len(args)} arguments given, the kernel takes "
                                      f"{len(sig.params)}")
         out: list[tuple] = []
-        for i, (a, p) in enumerate(zip(args, sig.params)):
+        for i, (a, p) in enumerate(zip(args, sig.params, strict=False)):
             if p.pointer and a is None:  # a null pointer (`nullptr` in the launch block)
                 out.append(("n",))
             elif p.pointer:

@@ -168,7 +168,7 @@ def main() -> None:
         elif op == "launch":
             for key in req.get("free", ()):
                 bufs.free(key)
-            for (key, data_pages, offset, nbytes), fd in zip(req.get("bufs", ()), fds):
+            for (key, data_pages, offset, nbytes), fd in zip(req.get("bufs", ()), fds, strict=False):
                 bufs.add(key, fd, data_pages, offset, nbytes)
             cells = []
             for a in req["args"]:

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from kernels_env.backends.cpu.memory import shared_is_live
 
@@ -53,6 +52,10 @@ def _child_limits() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except Exception:
         pass
+
+
+def _printable(s: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in s[:400])
 
 
 def _env() -> dict[str, str]:
@@ -205,5 +208,4 @@ class Runner:
                 and isinstance(cpu_ns, int)):
             self.kill()
             raise RunnerError("the process running the kernel answered garbage (its memory was overwritten?)")
-        clean = lambda s: "".join(c if c.isprintable() else "?" for c in s[:400])
-        return code, clean(text), clean(near), max(0, cpu_ns)
+        return code, _printable(text), _printable(near), max(0, cpu_ns)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from collections.abc import Iterable
 
 from kernels_env.source_text import strip_comments
 from kernels_env.std_prelude import STD_HEADERS, defined_macros
@@ -59,7 +59,7 @@ _STATIC_SHARED_RE = re.compile(r"\bstatic(\s+)__shared__\b|\b__shared__(\s+)stat
 _EXTERN_SHARED_RE = re.compile(r"\bextern\s+(?P<decl>[^;{}()]{0,256}?(?:\([^;{}()]{0,256}\)[^;{}()]{0,256}?){0,8})"
                                r"\b(?P<name>[A-Za-z_]\w{0,255})\s*\[\s*\]\s*;")
 # names of the runtime (cpu_runtime.h, cuda_prelude.h internals): user code must not define or use them
-_RESERVED_RE = re.compile(r"\b(?:__cpu\w*|LEAP_\w+|__leap\w*)")
+_RESERVED_RE = re.compile(r"\b(?:__cpu\w*|LEAP_\w+|__leap\w*|__libc_\w+)")
 _ALIGN_RE = re.compile(r"__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\)|__attribute__\s*\(\(\s*aligned\s*\(\s*\d+\s*\)\s*\)\)")
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from kernels_env.tasks import common
 from kernels_env.tasks.generated.grammar import Spec
-from kernels_env.tasks.generated.ops import (BCAST, BINARY, DEFINITIONS, DTYPES, EPS, NORM, REDUCE, SCALAR_C,
+from kernels_env.tasks.generated.ops import (BCAST, BINARY, DEFINITIONS, DTYPES, EPS, REDUCE, SCALAR_C,
                                              SHAPES, UNARY)
 from kernels_env.tasks.spec import Buffer, Scalar, Task
 
@@ -53,7 +53,7 @@ _KIND = {"ew": "Element-wise", "red": "Row reduction", "norm": "Row normalisatio
 # ---- formula text ------------------------------------------------------------------------------
 def _chain_formula(ops: tuple[str, ...], arg: str, operand: str) -> str:
     text = arg
-    for i, o in enumerate(ops):
+    for o in ops:
         if o in UNARY:
             fmt = UNARY[o].formula
             if _bare(text):

@@ -92,7 +92,7 @@ def valid(spec: Spec) -> bool:
         return False
     if family_of(spec.pre, spec.row, spec.post) != spec.family:
         return False
-    if any(a == b for a, b in zip(spec.pre, spec.pre[1:])):
+    if any(a == b for a, b in zip(spec.pre, spec.pre[1:], strict=False)):
         return False  # relu(relu(.)), neg(neg(.)): no adjacent repeats
     if spec.dtype == "f16":
         if spec.ops.count("sq") > 1:
@@ -121,7 +121,7 @@ def all_specs() -> tuple[Spec, ...]:
     specs = []
     posts = [()] + [(u,) for u in UNARY]
     for pre, bcast in _prefixes(3):
-        if any(a == b for a, b in zip(pre, pre[1:])):
+        if any(a == b for a, b in zip(pre, pre[1:], strict=False)):
             continue
         for row in (None,) + ROWOPS:
             if row is not None and len(pre) > 2:

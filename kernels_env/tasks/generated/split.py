@@ -17,7 +17,7 @@ split. The order is a fixed function of the seed, so lists are prefix-stable.
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
+from functools import lru_cache, cache
 
 from kernels_env.tasks.generated.grammar import Spec, all_specs, parse_name
 from kernels_env.tasks.generated.ops import BINARY, ROWOPS, UNARY
@@ -30,14 +30,14 @@ def _unit(text: str) -> float:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2.0 ** 64
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_held_out_pair(a: str, b: str) -> bool:
     return _unit(f"leap-gen-pairs-v1:{a}>{b}") < HELD_OUT_PAIR_FRACTION
 
 
 def op_pairs(spec: Spec) -> list[tuple[str, str]]:
     ops = spec.ops
-    return list(zip(ops, ops[1:]))
+    return list(zip(ops, ops[1:], strict=False))
 
 
 @lru_cache(maxsize=1)
