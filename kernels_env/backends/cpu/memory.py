@@ -47,8 +47,9 @@ class _Mapping(mmap.mmap):
     """An mmap that unregisters itself when the last array over it is gone."""
 
 
-def guarded_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """A zero-filled C-contiguous array whose memory is fenced by PROT_NONE pages on both sides."""
+def _layout(shape: tuple[int, ...], dtype: Any) -> tuple[np.dtype, tuple[int, ...], int, int, int, int]:
+    """(dtype, shape, element count, bytes, bytes rounded to ALIGN, data pages) of a buffer; the one
+    layout rule of guarded_empty and shared_empty (the runner maps shared buffers the same way)."""
     dt = np.dtype(dtype)
     shape = tuple(int(s) for s in shape)
     if any(s < 0 for s in shape):
@@ -56,7 +57,12 @@ def guarded_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     nbytes = count * dt.itemsize
     padded = (nbytes + ALIGN - 1) // ALIGN * ALIGN
-    data_pages = max(1, (padded + PAGE - 1) // PAGE)
+    return dt, shape, count, nbytes, padded, max(1, (padded + PAGE - 1) // PAGE)
+
+
+def guarded_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A zero-filled C-contiguous array whose memory is fenced by PROT_NONE pages on both sides."""
+    dt, shape, count, nbytes, padded, data_pages = _layout(shape, dtype)
     total = (data_pages + 1 + TRAIL_PAGES) * PAGE
     m = _Mapping(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
                  prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -112,14 +118,7 @@ _next_key = [1]
 def shared_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """A zero-filled C-contiguous array over a memfd the kernel runner can map (see sandbox.py)."""
     import os
-    dt = np.dtype(dtype)
-    shape = tuple(int(s) for s in shape)
-    if any(s < 0 for s in shape):
-        raise ValueError(f"buffer shape {shape} has a negative dimension")
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    nbytes = count * dt.itemsize
-    padded = (nbytes + ALIGN - 1) // ALIGN * ALIGN
-    data_pages = max(1, (padded + PAGE - 1) // PAGE)
+    dt, shape, count, nbytes, padded, data_pages = _layout(shape, dtype)
     fd = os.memfd_create("leap_buf", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, data_pages * PAGE)
