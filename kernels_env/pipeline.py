@@ -156,6 +156,8 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
             raise TypeError(f"harness returned {type(result).__name__}, expected Result")
         if getattr(device, "healthy", True) is False:
             fatal = True
+        if fatal:
+            _retain_on_unusable_device(device, program)
         stages.update(result.stage_seconds)
         result.stage_seconds = stages
         return _finish(result, prepared, backend), fatal
@@ -163,6 +165,21 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
         r = _env_error("load/evaluation", prepared.task, prepared.key, stages)
         r.backend = backend
         return r, fatal
+
+
+def _retain_on_unusable_device(device: Any, program: Any) -> None:
+    """Keep `program` referenced for the device's lifetime after a sticky error or a hang.
+
+    Releasing a loaded CUDA module unloads it, and unloading waits for its kernels: after a hang
+    (a kernel still spinning) that wait never ends, so the caller would block inside this function's
+    return instead of reporting `timeout`. The device is unusable anyway and must be replaced."""
+    try:
+        device.__dict__.setdefault("_retained_programs", []).append(program)
+    except AttributeError:  # a device without a __dict__: nothing to keep it on
+        _RETAINED.append(program)
+
+
+_RETAINED: list[Any] = []
 
 
 def _finish(result: Result, prepared: Prepared, backend: str) -> Result:

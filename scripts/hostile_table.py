@@ -24,8 +24,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def _child(conn, backend: str, case_id: str) -> None:
+def _child(conn, backend: str, case_id: str, timeout: float = 0.0) -> None:
+    import faulthandler
     import resource
+    if timeout > 5:  # a case about to be killed prints where it is stuck (stderr)
+        faulthandler.dump_traceback_later(timeout - 3, exit=False)
 
     from kernels_env.pipeline import score
     from tests.kernels_env.broken_corpus import TASKS, register_corpus_tasks
@@ -45,7 +48,7 @@ def _child(conn, backend: str, case_id: str) -> None:
 def run_case(backend: str, case_id: str, timeout: float) -> dict:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(child, backend, case_id))
+    p = ctx.Process(target=_child, args=(child, backend, case_id, timeout))
     t0 = time.monotonic()
     p.start()
     out = None

@@ -378,7 +378,9 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         g, aux = grad_fn(params, m, denom_pg, denom_v)
         return jax.tree_util.tree_map(jnp.add, g_acc, g), _combine(aux_acc, aux)
 
-    acc_jit = jax.jit(acc_step, donate_argnums=(1, 2) if donate else ())
+    # only the gradient accumulator is donated: the first call's metric accumulators are the cached
+    # identities below (donating them would delete the cache on the GPU, where donation is real)
+    acc_jit = jax.jit(acc_step, donate_argnums=(1,) if donate else ())
     denom_jit = jax.jit(denominators)
     apply_jit = jax.jit(apply, donate_argnums=(0, 1) if donate else ())
     zeros_jit = jax.jit(lambda p: jax.tree_util.tree_map(jnp.zeros_like, p))

@@ -173,9 +173,13 @@ CASES: tuple[HCase, ...] = (
         "    if (i < n) y[i] = 2.0f * x[i] + 1.0f + (extra == 12345.0f ? 1.0f : 0.0f);"),
           S({"runtime_error"}), backends=("cpu",),
           note="a GPU read past an input rarely faults (pooled memory); the cpu backend's guard page does"),
+    # every lane of the float4 is used, so the compiler must emit the 16-byte vector load (with only
+    # v.x used NVRTC narrows it to a legal 4-byte load, and the GPU rightly scores it correct)
     HCase("misaligned_float4_load", "D", "corpus_affine", _affine_body(
         "    if (i < n / 4 - 1) { float4 v = *reinterpret_cast<const float4*>(x + 1 + 4 * i);\n"
-        "      y[4 * i + 1] = 2.0f * v.x + 1.0f; }\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"),
+        "      y[4 * i + 1] = 2.0f * v.x + 1.0f; y[4 * i + 2] = 2.0f * v.y + 1.0f;\n"
+        "      y[4 * i + 3] = 2.0f * v.z + 1.0f; y[4 * i + 4] = 2.0f * v.w + 1.0f; }\n"
+        "    if (i < n && (i % 4 == 0 || i >= n - 4)) y[i] = 2.0f * x[i] + 1.0f;"),
           S({"runtime_error"})),
     # ---- F: hangs in any stage -------------------------------------------------------------------
     HCase("spin_only_in_timing_stage", "F", "corpus_affine", _sub(

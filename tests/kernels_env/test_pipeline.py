@@ -103,6 +103,32 @@ def test_fatal_device_error_is_reported_and_flagged():
     assert r.task == "vec_add_test" and r.key == prep.key
 
 
+def test_unusable_device_keeps_the_program_loaded():
+    """After a hang the kernel is still running: releasing the program would unload its module,
+    which waits for that kernel forever. The program must stay referenced by the device."""
+    import weakref
+    loaded = []
+
+    class Tracking(FakeDevice):
+        def load(self, compiled, config):
+            program = super().load(compiled, config)
+            loaded.append(weakref.ref(program))
+            return program
+
+    def hang(grid, block, shared, *args):
+        raise FatalDeviceError("the kernel is still running after 4 s")
+    d = Tracking()
+    d.register("add", hang, ms=0.5)
+    prep = prepare(TASK, submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);"), CFG)
+    r, fatal = execute(prep, d, CFG, task=TASK)
+    assert fatal and r.status is Status.RUNTIME_ERROR
+    assert loaded and loaded[0]() is not None and loaded[0]() in d._retained_programs
+    ok = Tracking()
+    ok.register("add", fake_add, ms=0.5)
+    r, fatal = execute(prep, ok, CFG, task=TASK)
+    assert not fatal and r.status is Status.CORRECT and not hasattr(ok, "_retained_programs")
+
+
 def test_harness_bug_is_env_error_with_traceback():
     def broken_evaluate(*args):
         raise ZeroDivisionError("harness bug")

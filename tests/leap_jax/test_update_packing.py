@@ -158,6 +158,29 @@ def test_loop_update_equals_scan_update_and_compiles_once():
     assert loop.acc_jit._cache_size() == 1
 
 
+def test_donating_loop_update_runs_twice_on_one_shape():
+    """The trainer donates params, optimizer state and the gradient accumulator; a second update of
+    the same (B, L) must not find a cached input deleted by the first (it did on the H200)."""
+    opt = OptimizerCfg(lr=1e-2, grad_clip=1.0)
+    tx, sch = make_optimizer(opt, 10)
+    loop = make_update(CFG, tx, sch, micro_batch_size=2, accumulate="loop", donate=True)
+    plain = make_update(CFG, tx, sch, micro_batch_size=2, accumulate="loop")
+    rows, adv = _rows(n_groups=1, seed=5)
+    b = build_batch(rows, adv, np.ones(adv.shape[:2], bool), 4, micro_batch_size=2, pad_to_multiple=16,
+                    pack=True, pack_len=64)
+    p0 = {"model": decoder.init(CFG, jax.random.key(0))}
+    p_ref, s_ref = p0, tx.init(p0)
+    for _ in range(2):
+        p_ref, s_ref, m_ref = plain(p_ref, s_ref, b)
+    p = jax.tree_util.tree_map(jnp.copy, p0)
+    s = tx.init(p)
+    for _ in range(2):
+        p, s, m = loop(p, s, b)
+    assert float(m["loss/policy"]) == pytest.approx(float(m_ref["loss/policy"]), rel=1e-6)
+    for x, y in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(p_ref), strict=False):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+
+
 def test_all_zero_advantages_keep_one_conversation():
     rows, adv = _rows(zero_groups=(0, 1))
     b = build_batch(rows, adv, np.ones(adv.shape[:2], bool), 4, micro_batch_size=2, pad_to_multiple=16,
