@@ -28,6 +28,14 @@ USES_DCP = {"leap": True, "dcp_binary": True, "rank_no_dcp": False, "grpo": Fals
             "kevin": False, "trloo": False, "ppo": False}
 
 
+def reward_reads_speedup(name: str, rank_speedup_tiebreak: bool = False) -> bool:
+    """Whether `name`'s reward depends on measured speedups; when not, training rollouts ask the
+    environment for correctness only (timing is most of an evaluation's cost)."""
+    if name not in USES_DCP:
+        raise ValueError(f"unknown algorithm {name!r}; expected one of {sorted(USES_DCP)}")
+    return name in ("kevin", "trloo") or (name in ("leap", "rank_no_dcp") and rank_speedup_tiebreak)
+
+
 def dcp_mode(name: str) -> str:
     """'dcp' when the algorithm prunes with DCP, else 'all' (every group gets debugging turns)."""
     if name not in USES_DCP:

@@ -179,7 +179,9 @@ class EnvCfg:
     cache: bool = True
     sizes: str = "eval"  # eval | small
     correctness_trials: int = 5
-    timing: bool = True
+    # "auto": training rollouts are timed only when the algorithm's reward reads speedups (kevin,
+    # trloo, leap with rank_speedup_tiebreak); evaluations are always timed (fast_p). true/false: all
+    timing: bool | str = "auto"
     warmup_runs: int = 10
     timed_runs: int = 100
     arch: str | None = None
@@ -620,6 +622,7 @@ def validate(cfg: Config) -> None:
     _positive(o.pad_to_multiple, "optimizer.pad_to_multiple")
     e = cfg.env
     _choice(e.backend, ("auto", "cupy", "cpu"), "env.backend")
+    _choice(e.timing, (True, False, "auto"), "env.timing")
     _choice(e.pool_mode, ("process", "inline"), "env.pool_mode")
     _choice(e.sizes, ("eval", "small"), "env.sizes")
     _positive(e.correctness_trials, "env.correctness_trials")

@@ -90,10 +90,26 @@ def build_model(cfg: Config, tokenizer: Any, rng: jax.Array) -> tuple[ModelConfi
     return mcfg, decoder.init(mcfg, rng)
 
 
-def env_config(cfg: Config) -> EnvConfig:
+def env_timing(cfg: Config, purpose: str) -> bool:
+    """Whether the environment times kernels for `purpose` ("train" rollouts or "eval"): env.timing
+    true/false decides for both; "auto" times evaluations always (fast_p) and training rollouts only
+    when the algorithm's reward reads speedups."""
+    if purpose not in ("train", "eval"):
+        raise ValueError(f"purpose={purpose!r}; expected 'train' or 'eval'")
+    t = cfg.env.timing
+    if isinstance(t, bool):
+        return t
+    if purpose == "eval":
+        return True
+    from leap_jax.train.algorithms import reward_reads_speedup
+    return reward_reads_speedup(cfg.algorithm.name, cfg.algorithm.rank_speedup_tiebreak)
+
+
+def env_config(cfg: Config, purpose: str = "eval") -> EnvConfig:
+    """The EnvConfig of `purpose`'s evaluations (see env_timing)."""
     e = cfg.env
     return EnvConfig(backend=e.backend, arch=e.arch, sizes=e.sizes, correctness_trials=e.correctness_trials,
-                     timing=e.timing, warmup_runs=e.warmup_runs, timed_runs=e.timed_runs, seed=cfg.train.seed,
+                     timing=env_timing(cfg, purpose), warmup_runs=e.warmup_runs, timed_runs=e.timed_runs, seed=cfg.train.seed,
                      limits=StageLimits(compile=e.compile_timeout, correctness=e.correctness_timeout,
                                         timing=e.timing_timeout))
 
@@ -250,7 +266,8 @@ class Trainer:
             from leap_jax.rl.dcp import init_history
             h = init_history(max(len(self.train_tasks), 1))
             self.dcp_history = {"debugged": h.debugged, "recovered": h.recovered}
-        self.env_config = env_config(cfg)
+        self.env_config = env_config(cfg, "train")  # training rollouts
+        self.eval_env_config = env_config(cfg, "eval")  # evaluations (fast_p needs timing)
         self._owned_pool = evaluator is None
         self.evaluator = evaluator
         self._policy_override = policy
@@ -319,10 +336,11 @@ class Trainer:
                               top_p=s.top_p, top_k=s.top_k, max_new_tokens=s.max_new_tokens,
                               stop_token_ids=tuple(self.streams.end_ids))
 
-    def _rollout(self, group_size: int, max_turns: int, dcp_mode: str) -> MultiTurnRollout:
+    def _rollout(self, group_size: int, max_turns: int, dcp_mode: str, evaluation: bool = False) -> MultiTurnRollout:
         r = self.cfg.rollout
+        env_cfg = self.eval_env_config if evaluation else self.env_config
         return MultiTurnRollout(
-            self.streams, self._pool(), self.env_config, group_size=group_size, max_turns=max_turns,
+            self.streams, self._pool(), env_cfg, group_size=group_size, max_turns=max_turns,
             dcp_mode=dcp_mode, t_min=self.cfg.dcp.t_min, t_max=self.cfg.dcp.t_max,
             feedback_budget_chars=r.feedback_budget_chars, max_new_tokens=self.cfg.sampling.max_new_tokens,
             max_context_tokens=r.max_context_tokens, overlap_chunks=r.overlap_chunks if r.overlap else 1,
@@ -584,7 +602,7 @@ class Trainer:
         """Acc@1..eval.turns of the current params on `tasks` (eval settings, every failing row
         debugged, no scripted mix, a fixed seed: consumes no training RNG, so resumed runs stay exact)."""
         cfg = self.cfg
-        rollout = self._rollout(cfg.eval.samples, cfg.eval.turns, "all")
+        rollout = self._rollout(cfg.eval.samples, cfg.eval.turns, "all", evaluation=True)
         out = rollout.run(list(tasks), self._policy(self._sampling(cfg.eval.temperature), allow_scripted_mix=False),
                           seed=cfg.train.seed + 1_000_003, step=-1)
         return outcome_metrics(out), out

@@ -298,3 +298,26 @@ def test_old_logprobs_in_row_chunks_match_one_pass_and_compile_once():
     np.testing.assert_array_equal(batch["old_logp"][~filled], before[~filled])
     with pytest.raises(ValueError, match="rows=0"):
         map_row_chunks(lambda x: x, [np.zeros((3, 1))], 0)
+
+
+@pytest.mark.parametrize("algo,extra,train_timed", [
+    ("grpo", ["rollout.max_turns=1"], False), ("multiturn", [], False), ("leap", [], False),
+    ("leap", ["algorithm.rank_speedup_tiebreak=true"], True), ("kevin", [], True), ("trloo", [], True)])
+def test_training_rollouts_time_only_when_the_reward_reads_speed(algo, extra, train_timed):
+    """env.timing auto: timing is most of an evaluation's cost, so rewards that ignore speed ask for
+    correctness only; evaluations still time (fast_p). true/false force both."""
+    from leap_jax.train.trainer import env_config
+    cfg = load_config(None, [f"algorithm.name={algo}", *extra])
+    assert cfg.env.timing == "auto"
+    assert env_config(cfg, "train").timing is train_timed
+    assert env_config(cfg, "eval").timing is True
+    for forced in (True, False):
+        cfg = load_config(None, [f"algorithm.name={algo}", f"env.timing={str(forced).lower()}", *extra])
+        assert env_config(cfg, "train").timing is forced and env_config(cfg, "eval").timing is forced
+
+
+def test_trainer_sends_correctness_only_jobs_for_grpo(tmp_path):
+    tr = _trainer(tmp_path / "g", ["algorithm.name=grpo", "rollout.max_turns=1"])
+    assert tr._rollout(4, 1, "all").env_config.timing is False
+    assert tr._rollout(1, 2, "all", evaluation=True).env_config.timing is True
+    tr.close()
