@@ -168,18 +168,16 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
 
 
 def _retain_on_unusable_device(device: Any, program: Any) -> None:
-    """Keep `program` referenced for the device's lifetime after a sticky error or a hang.
+    """Keep `program` referenced for the rest of the process after a sticky error or a hang.
 
     Releasing a loaded CUDA module unloads it, and unloading waits for its kernels: after a hang
-    (a kernel still spinning) that wait never ends, so the caller would block inside this function's
-    return instead of reporting `timeout`. The device is unusable anyway and must be replaced."""
-    try:
-        device.__dict__.setdefault("_retained_programs", []).append(program)
-    except AttributeError:  # a device without a __dict__: nothing to keep it on
-        _RETAINED.append(program)
+    (a kernel still spinning) that wait never ends, so the caller would block when the program (or
+    the device holding it) is released instead of reporting `timeout`. A device this unusable must
+    be replaced with its process (the pool does), so the process-wide list stays short."""
+    _RETAINED.append(program)
 
 
-_RETAINED: list[Any] = []
+_RETAINED: list[Any] = []  # programs on unusable devices (see _retain_on_unusable_device)
 
 
 def _finish(result: Result, prepared: Prepared, backend: str) -> Result:
