@@ -141,6 +141,23 @@ def fuse_projections(params: Params) -> Params:
     return dict(params, layers=fuse(layers))
 
 
+def cast_for_compute(params: Params, dtype: str) -> Params:
+    """Params whose weights (matrices, embeddings, norm scales) are already in the compute `dtype`.
+
+    `forward` casts each weight to the activations' dtype where it uses it; inside the decode loop
+    XLA repeats those casts every step (a third of the kernels of a small model's step). Casting
+    once per call is bit-identical: every weight is only ever used as `w.astype(x.dtype)`. Biases
+    keep their dtype (`linear` adds them in float32)."""
+    target = jnp.dtype(dtype)
+
+    def cast(path: Any, leaf: Any) -> Any:
+        name = str(getattr(path[-1], "key", ""))
+        if name.startswith("b") or not jnp.issubdtype(leaf.dtype, jnp.floating):
+            return leaf
+        return leaf.astype(target)
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
 def unstack_layers(params: Params) -> Params:
     """Params with `layers` as a tuple of per-layer dicts (for the unrolled decode path)."""
     layers = params["layers"]

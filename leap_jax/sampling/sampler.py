@@ -40,7 +40,7 @@ import numpy as np
 
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.layers import ATTN_IMPLS
-from leap_jax.models.decoder import (KVCache, Params, forward, fuse_projections, init_cache,
+from leap_jax.models.decoder import (KVCache, Params, cast_for_compute, forward, fuse_projections, init_cache,
                                      logits_from_hidden, unstack_layers)
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
@@ -320,8 +320,9 @@ class Sampler:
         self.steps_per_iter = int(steps_per_iter)
         self.static_filter = bool(static_filter)
 
-        def prep(p):  # once per call, outside the decode loop: layout for the fast path
+        def prep(p):  # once per call, outside the decode loop: layout and dtype for the fast path
             p = fuse_projections(p) if fuse else p
+            p = cast_for_compute(p, config.dtype)
             return unstack_layers(p) if layer_loop == "unrolled" else p
         self.pad_id = int(pad_id if pad_id is not None else (config.pad_token_id or 0))
         self.trace_counts: collections.Counter[str] = collections.Counter()

@@ -84,7 +84,7 @@ class SamplingCfg:
     # decode loop options of the Sampler (leap_jax.sampling.sampler.decode): consecutive while_loops
     # with growing static KV windows, and decode steps per loop test; tokens are the same either way
     decode_segments: int = 1
-    steps_per_iter: int = 1
+    steps_per_iter: int = 4  # H200, 26M policy, batch 64: 0.49 ms/step vs 0.58 with 1 (decode_profile.py)
 
 
 @dataclass

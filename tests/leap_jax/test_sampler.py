@@ -302,3 +302,17 @@ def test_bf16_sampler_on_gpu_variants_agree():
                 np.testing.assert_allclose(lps, np.asarray(want)[0, len(pr) - 1:], atol=0.05)
     for other in ("scan", "cudnn"):
         assert [t[0] for t in outs["unrolled"].tokens] == [t[0] for t in outs[other].tokens]
+
+
+def test_casting_weights_once_is_bit_identical():
+    """The sampler casts float32 master weights to the compute dtype once per call instead of at
+    every use inside the decode loop; the model's outputs must not change by a single bit."""
+    cfg = CFG.replace(dtype="bfloat16", param_dtype="float32", qkv_bias=True)
+    p = random_params(cfg, seed=3)
+    cast = decoder.cast_for_compute(decoder.fuse_projections(p), cfg.dtype)
+    assert cast["embed"].dtype == jnp.bfloat16 and cast["layers"]["bqkv"].dtype == jnp.float32
+    tok = jnp.asarray(np.random.default_rng(1).integers(1, 97, (2, 12)), jnp.int32)
+    pos = jnp.tile(jnp.arange(12), (2, 1))
+    a = decoder.forward(p, cfg, tok, pos)[0]
+    b = decoder.forward(cast, cfg, tok, pos)[0]
+    np.testing.assert_array_equal(np.asarray(a.astype(jnp.float32)), np.asarray(b.astype(jnp.float32)))

@@ -1,0 +1,145 @@
+"""Where a decode step's time goes: one traced `Sampler.generate` call, GPU kernel time by kernel.
+
+    python benchmarks/decode_profile.py                       # the experiment's 26M shape, batch 64
+    python benchmarks/decode_profile.py --shape qwen0.5b --batch 64
+    python benchmarks/decode_profile.py --small               # CPU smoke run (tiny model)
+
+Builds a random model of the shape, compiles with one untimed call, then traces one call with
+`jax.profiler.trace(create_perfetto_trace=True)` and reads the Perfetto JSON it writes: for each
+trace process (host threads, GPU streams) the busy time, and for the device the kernels that took
+the most time, per decode step (host events nest, so their sum exceeds the wall time; kernels on a
+device stream do not). Wall time per step against device busy time per step says whether
+the loop is bound by its kernels (busy ~ wall) or by launches and host round trips (busy << wall).
+Rows never stop early (no stop ids). Variants of the Sampler options are compared side by side
+(`--variants 'k1:steps_per_iter=1' 'k4:steps_per_iter=4' ...`).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SHAPES = {
+    "experiment": dict(vocab_size=2048, hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8,
+                       num_kv_heads=4, rope_theta=10000.0, tie_word_embeddings=True, qkv_bias=False),
+    "qwen0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14,
+                     num_kv_heads=2, rope_theta=1000000.0, tie_word_embeddings=True, qkv_bias=True),
+    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                 num_kv_heads=2, rope_theta=10000.0, tie_word_embeddings=True, qkv_bias=False),
+}
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, int | str]]:
+    """'name:key=value,key=value' -> (name, Sampler keyword arguments)."""
+    name, _, rest = text.partition(":")
+    kw: dict[str, int | str] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"variant {text!r}: {item!r} is not key=value")
+        kw[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    return name.strip() or "default", kw
+
+
+def read_perfetto(trace_dir: str) -> dict:
+    """Busy microseconds per trace process and per (device process, event name) from the newest
+    perfetto_trace.json.gz under `trace_dir`."""
+    files = sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True),
+                   key=os.path.getmtime)
+    if not files:
+        raise SystemExit(f"no perfetto_trace.json.gz under {trace_dir}")
+    with gzip.open(files[-1], "rt") as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    names = {e["pid"]: e.get("args", {}).get("name", str(e["pid"]))
+             for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    busy: dict[str, float] = collections.defaultdict(float)
+    count: dict[str, int] = collections.defaultdict(int)
+    by_kernel: dict[tuple[str, str], float] = collections.defaultdict(float)
+    kernel_count: dict[tuple[str, str], int] = collections.defaultdict(int)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        proc = names.get(e.get("pid"), str(e.get("pid")))
+        dur = float(e.get("dur", 0.0))
+        busy[proc] += dur
+        count[proc] += 1
+        by_kernel[(proc, e.get("name", "?"))] += dur
+        kernel_count[(proc, e.get("name", "?"))] += 1
+    return {"busy": dict(busy), "count": dict(count), "by_kernel": by_kernel, "kernel_count": kernel_count}
+
+
+def is_device(proc: str) -> bool:
+    p = proc.lower()
+    return ("gpu" in p or "/device:" in p or "stream" in p) and "host" not in p and "cpu" not in p
+
+
+def run_variant(shape: dict, kw: dict, batch: int, prompt: int, new: int, trace_dir: str) -> dict:
+    import jax
+    import numpy as np
+
+    from leap_jax.models import decoder
+    from leap_jax.models.config import ModelConfig
+    from leap_jax.sampling.params import SamplingParams
+    from leap_jax.sampling.sampler import Sampler
+
+    cfg = ModelConfig(**shape, dtype="bfloat16", param_dtype="float32", max_position_embeddings=8192)
+    params = decoder.init(cfg, jax.random.key(0))
+    sampler = Sampler(cfg, max_batch=batch, prompt_buckets=[prompt], max_new_tokens=new, **kw)
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(3, cfg.vocab_size, size=prompt - 1)) for _ in range(batch)]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=new, stop_token_ids=())
+    sampler.generate(params, prompts, sp, jax.random.key(1))  # compiles
+    t0 = time.perf_counter()
+    out = sampler.generate(params, prompts, sp, jax.random.key(2))
+    untraced = time.perf_counter() - t0
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+        t0 = time.perf_counter()
+        out = sampler.generate(params, prompts, sp, jax.random.key(3))
+        traced = time.perf_counter() - t0
+    steps = max(len(t) for t in out.tokens)
+    prof = read_perfetto(trace_dir)
+    return {"untraced_s": untraced, "traced_s": traced, "steps": steps,
+            "tokens": sum(len(t) for t in out.tokens), **prof}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="experiment")
+    ap.add_argument("--small", action="store_true", help="CPU smoke run: tiny shape, batch 2, 8 new tokens")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--new", type=int, default=512)
+    ap.add_argument("--top", type=int, default=12, help="device events listed per variant")
+    ap.add_argument("--variants", nargs="*", default=["k1:steps_per_iter=1", "k4:steps_per_iter=4"])
+    args = ap.parse_args()
+    if args.small:
+        args.shape, args.batch, args.prompt, args.new = "tiny", 2, 16, 8
+    shape = SHAPES[args.shape]
+    for text in args.variants:
+        name, kw = parse_variant(text)
+        with tempfile.TemporaryDirectory() as d:
+            r = run_variant(shape, kw, args.batch, args.prompt, args.new, d)
+        steps = max(r["steps"], 1)
+        print(f"\n== {name} {kw}: shape {args.shape} batch {args.batch} prompt {args.prompt} new {args.new}")
+        print(f"generate {r['untraced_s'] * 1e3:.1f} ms untraced ({r['tokens'] / r['untraced_s']:.0f} tokens/s, "
+              f"{r['untraced_s'] / steps * 1e3:.3f} ms/step), {r['traced_s'] * 1e3:.1f} ms traced; {steps} steps")
+        for proc, us in sorted(r["busy"].items(), key=lambda kv: -kv[1]):
+            print(f"  {'device' if is_device(proc) else 'host  '} {proc[:60]:60s} events {us / 1e3:9.1f} ms "
+                  f"({us / steps:8.1f} us/step) in {r['count'][proc]} events ({r['count'][proc] / steps:.1f}/step)")
+        dev = [(k, v) for k, v in r["by_kernel"].items() if is_device(k[0])]
+        for (proc, kname), us in sorted(dev, key=lambda kv: -kv[1])[:args.top]:
+            n = r["kernel_count"][(proc, kname)]
+            print(f"    {us / steps:8.1f} us/step  x{n / steps:5.1f}/step  {kname[:90]}")
+
+
+if __name__ == "__main__":
+    main()
