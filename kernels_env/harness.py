@@ -481,7 +481,9 @@ class _Run:
     #                 inputs); pass them to scrub_expected when done.
     def _expected_cache(self) -> expected_cache.ExpectedCache | None:
         cfg = self.config
-        return expected_cache.cache_for(self.device, cfg.expected_cache_bytes) if cfg.cache_expected else None
+        if not (cfg.cache_expected and expected_cache.used_on(self.xp)):
+            return None
+        return expected_cache.cache_for(self.device, cfg.expected_cache_bytes)
 
     def _expected_key(self, trial: int, seed: int) -> tuple[Any, ...]:
         """What a trial's expected outputs are a pure function of (the cache key)."""

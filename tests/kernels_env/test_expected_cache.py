@@ -28,6 +28,12 @@ from kernels_env.config import EnvConfig
 from kernels_env.tasks.spec import Buffer, Task
 
 gpu = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _cache_on_numpy(monkeypatch):
+    """Run the harness's cached path on the cpu backend too (it is CuPy-only by default)."""
+    monkeypatch.setattr(ec, "USE_ON_NUMPY", True)
 FLOAT_COMBOS = [(s, o) for s in ec.FLOAT_STORE for o in ("float16", "float32", "float64")]
 INT_COMBOS = [("int64", "int32"), ("int64", "int64")]
 
@@ -373,6 +379,16 @@ def test_tampered_entries_are_detected_and_recomputed(cpu_device):
 
 
 # ---- config --------------------------------------------------------------------------------------
+def test_the_cache_is_cupy_only_by_default(monkeypatch, cpu_device):
+    from kernels_env.pipeline import score
+    monkeypatch.setattr(ec, "USE_ON_NUMPY", False)
+    cpu_device.__dict__.pop("_harness_expected", None)
+    cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=1)
+    assert score(HALF_TASK, HALF_TASK.solution, cfg, device=cpu_device).status.value == "correct"
+    assert "_harness_expected" not in cpu_device.__dict__
+    assert ec.used_on(SimpleNamespace(__name__="cupy")) and not ec.used_on(np)
+
+
 def test_config_validates_and_the_result_key_ignores_the_switch():
     with pytest.raises(ValueError, match="cache_expected"):
         EnvConfig(cache_expected="yes")  # type: ignore[arg-type]
