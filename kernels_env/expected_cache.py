@@ -382,7 +382,7 @@ def scrub(xp: Any, arrays: Iterable[Any], keep: Iterable[Any] = (), force: bool 
     reference may return a view of its inputs), read-only arrays and non-arrays are left alone."""
     if not (force or scrub_wanted(xp)):
         return
-    kept = list(keep)
+    kept = [k for k in keep if hasattr(k, "flags")]  # arrays only (a scalar shares no memory)
     for a in arrays:
         if not hasattr(a, "fill") or not hasattr(a, "flags") or not a.flags.writeable:
             continue
