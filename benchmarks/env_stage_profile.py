@@ -9,6 +9,9 @@ CuPy's kernel cache and the reference-timing cache), then measures, each step sy
     kernel     the candidate's launches of one trial
     reference  the reference on the same inputs
     compare    allclose + NaN/Inf check of every output
+    check_off  the correctness stage's reference + comparison of one trial, expected cache off
+               (_Run.check_outputs with cache_expected=False: reference, compare, scrub)
+    check_hit  the same with the masked expected cache warm (checksum + fused check, no reference)
     flush      one L2 flush (memsetAsync of >= 2x L2, as the timing loop does)
     sync       one empty device synchronisation (host round trip)
 and the timing stage's wall time against (warm-up + timed runs) x the kernel's median, the part that
@@ -31,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-PARTS = ("inputs", "inputs_rng", "copy", "kernel", "reference", "compare", "flush", "sync")
+PARTS = ("inputs", "inputs_rng", "copy", "kernel", "reference", "compare", "check_off", "check_hit", "flush", "sync")
 
 
 def _timed_ms(device: Any, fn: Callable[[], Any], reps: int = 3) -> float:
@@ -68,7 +71,10 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     state: dict[str, Any] = {}
 
     def inputs() -> None:
-        state["inputs"] = make_inputs(task, prep.sizes, 0, config.seed, xp)
+        made = make_inputs(task, prep.sizes, 0, config.seed, xp)
+        if device.name == "cpu":  # kernels there take only the backend's shared buffers (as fresh_arrays)
+            made = {k: device.to_device(v) for k, v in made.items()}
+        state["inputs"] = made
 
     def inputs_rng() -> None:
         out = {}
@@ -98,10 +104,19 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
             atol, rtol = task.tol(b.dtype)
             harness.compare_output(xp, b.name, state["arrays"][b.name], exp, b.dtype, atol, rtol, 0, "")
 
+    runs_by_cache = {on: harness._Run(device, program, task, plan, prep.sizes, config.replace(cache_expected=on))
+                     for on in (False, True)}
+
+    def check(on: bool) -> None:
+        runs_by_cache[on].check_outputs(0, config.seed, state["pristine"], state["arrays"], "")
+
     row: dict[str, Any] = {"task": task.name, "status": result.status.value, "total": total_ms}
     for name, fn in (("inputs", inputs), ("inputs_rng", inputs_rng), ("copy", copy), ("kernel", kernel), ("reference", reference),
                      ("compare", compare)):
         row[name] = _timed_ms(device, fn)
+    row["check_off"] = _timed_ms(device, lambda: check(False))
+    check(True)  # a miss: fills the cache (and builds the fused kernels)
+    row["check_hit"] = _timed_ms(device, lambda: check(True))
     if getattr(device, "flush_bytes", None) and hasattr(xp, "cuda"):
         buf = xp.empty(device.flush_bytes, dtype=xp.uint8)
         stream = xp.cuda.get_current_stream()
@@ -154,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nper evaluation (means): {trials} trials x (inputs {mean['inputs']:.2f} "
           f"[stateful rng {mean['inputs_rng']:.2f}] + copy {mean['copy']:.2f} "
           f"+ kernel {mean['kernel']:.2f} + reference {mean['reference']:.2f} + compare {mean['compare']:.2f}) ms; "
+          f"reference + compare per trial: expected cache off {mean['check_off']:.2f} ms, "
+          f"warm {mean['check_hit']:.2f} ms; "
           f"timing stage {mean['stage_timing']:.1f} ms of which the kernel's own "
           f"{mean['timing_kernel_own']:.1f} ms; per timed run flush {mean['flush']:.3f} + sync {mean['sync']:.3f} ms, "
           f"all else {(mean['stage_timing'] - mean['timing_kernel_own']) / runs:.3f} ms")

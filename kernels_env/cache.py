@@ -14,7 +14,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 
-from kernels_env.config import EnvConfig
+from kernels_env.config import RESULT_NEUTRAL_FIELDS, EnvConfig
 from kernels_env.result import Result
 from kernels_env.source_text import strip_comments
 from kernels_env.status import Status
@@ -31,8 +31,9 @@ def normalize_source(src: str) -> str:
 
 
 def cache_key(task_name: str, text: str, config: EnvConfig) -> str:
-    """sha256 hex over the task name, the normalised blocks and the config. Text without both
-    blocks (a format error) is keyed by its raw content."""
+    """sha256 hex over the task name, the normalised blocks and the config (less its
+    RESULT_NEUTRAL_FIELDS, which never change a result). Text without both blocks (a format error)
+    is keyed by its raw content."""
     from kernels_env.launch import FormatError
     from kernels_env.submission import extract_blocks
     try:
@@ -40,7 +41,8 @@ def cache_key(task_name: str, text: str, config: EnvConfig) -> str:
         body = {"cuda": normalize_source(cuda), "launch": normalize_source(launch)}
     except FormatError:
         body = {"raw": text if isinstance(text, str) else repr(text)}
-    payload = json.dumps({"v": KEY_VERSION, "task": task_name, **body, "config": config.to_dict()},
+    config_key = {k: v for k, v in config.to_dict().items() if k not in RESULT_NEUTRAL_FIELDS}
+    payload = json.dumps({"v": KEY_VERSION, "task": task_name, **body, "config": config_key},
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 

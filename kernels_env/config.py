@@ -7,6 +7,9 @@ from typing import Any
 
 BACKENDS = ("auto", "cupy", "cpu")
 SIZE_SETS = ("eval", "small")
+# Fields that change how fast a result is computed, never the result: left out of the result
+# cache's key (kernels_env/cache.py), so cached results are shared and keys stay as they were.
+RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,10 @@ class EnvConfig:
     max_log_chars: int = 4000
     cpu_compiler: str = "c++"  # the cpu backend's host compiler
     cpu_opt_level: str = "-O1"
+    # Reuse each trial's reference outputs across evaluations, stored masked on the device
+    # (kernels_env/expected_cache.py; CuPy devices only); the bound is per device, in bytes.
+    cache_expected: bool = True
+    expected_cache_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -46,6 +53,12 @@ class EnvConfig:
             raise ValueError(
                 f"EnvConfig timed_runs={self.timed_runs}, warmup_runs={self.warmup_runs}; "
                 "expected timed_runs >= 1 and warmup_runs >= 0")
+        if not isinstance(self.cache_expected, bool):
+            raise ValueError(f"EnvConfig.cache_expected={self.cache_expected!r}; expected true or false")
+        if (isinstance(self.expected_cache_bytes, bool) or not isinstance(self.expected_cache_bytes, int)
+                or self.expected_cache_bytes < 0):
+            raise ValueError(f"EnvConfig.expected_cache_bytes={self.expected_cache_bytes!r}; expected an "
+                             "integer >= 0 (bytes of masked expected outputs kept per device)")
         if isinstance(self.limits, dict):  # allow from_dict / YAML
             object.__setattr__(self, "limits", StageLimits(**self.limits))
 
