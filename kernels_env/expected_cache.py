@@ -146,9 +146,6 @@ __device__ __forceinline__ double leap_to_f64(unsigned long long b, int) { retur
 __device__ __forceinline__ double leap_got_f64(unsigned short g) { return leap_half_f64(g); }
 __device__ __forceinline__ double leap_got_f64(float g) { return (double)g; }
 __device__ __forceinline__ double leap_got_f64(double g) { return g; }
-__device__ __forceinline__ long long leap_abs64(long long x) {  // two's complement wrap, as NumPy/CuPy
-    return x < 0 ? (long long)(0ull - (unsigned long long)x) : x;
-}
 __device__ __forceinline__ unsigned long long leap_mac_term(unsigned long long k0, unsigned long long k1,
                                                             unsigned long long i, unsigned long long w,
                                                             int wide) {
@@ -162,9 +159,12 @@ __device__ __forceinline__ int leap_float_bad(double g, double e, double atol, d
     else close = (g == e) || (isnan(g) && isnan(e));
     return !close;
 }
-__device__ __forceinline__ int leap_int_bad(long long g, long long e, double atol, double rtol) {
-    double absd = (double)leap_abs64((long long)((unsigned long long)g - (unsigned long long)e));
-    return absd > __dadd_rn(atol, __dmul_rn(rtol, (double)leap_abs64(e)));  // separate ops, as in CuPy
+__device__ __forceinline__ int leap_int_bad(long long g, long long e, double atol, double rtol,
+                                            long long sentinel) {
+    double e64 = (double)e;  // the difference in double: in int64 it wraps (harness._int_bad)
+    double absd = fabs(__dsub_rn((double)g, e64));
+    return absd > __dadd_rn(atol, __dmul_rn(rtol, fabs(e64)))  // separate ops, as in CuPy
+           || (g == sentinel && e != sentinel);                 // still the sentinel: unwritten
 }
 extern "C" __global__ void leap_expected_check(const LEAP_U* masked, const LEAP_G* got, unsigned long long n,
                                                unsigned long long k0, unsigned long long k1, double atol,
@@ -204,7 +204,9 @@ def cuda_check_source(stored: str, out_dtype: str) -> str:
     if out_dtype in INT_OUTPUTS:
         if stored != "int64":
             raise ValueError(f"int output {out_dtype} needs an int64 expected, got {stored}")
-        bad = "leap_int_bad((long long)got[i], (long long)bits, atol, rtol)"
+        from kernels_env.harness import INT_SENTINEL  # the poison of int outputs (lazy: no cycle)
+        sentinel = int(INT_SENTINEL[out_dtype])
+        bad = f"leap_int_bad((long long)got[i], (long long)bits, atol, rtol, ({sentinel + 1}LL - 1))"
     else:
         if stored not in FLOAT_STORE:
             raise ValueError(f"float output {out_dtype} needs a float expected, got {stored}")

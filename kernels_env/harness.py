@@ -335,7 +335,7 @@ def _compare(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: floa
     if size == 0:
         return None
     if dtype in INT_SENTINEL:
-        g, e, absd, bad = _int_bad(xp, got, expected, atol, rtol)
+        g, e, absd, bad = _int_bad(xp, got, expected, atol, rtol, INT_SENTINEL[dtype])
         if not bool(bad.any()):
             return None
         unwritten = (g == INT_SENTINEL[dtype]) & (e != INT_SENTINEL[dtype])
@@ -371,12 +371,19 @@ def _compare(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: floa
         expected=_scalar(e.ravel()[flat]), got=_scalar(g.ravel()[flat]), atol=atol, rtol=rtol)
 
 
-def _int_bad(xp: Any, got: Any, expected: Any, atol: float, rtol: float) -> tuple[Any, Any, Any, Any]:
-    """(g, e as int64, |g - e| as float64, failing mask) of an int output: compare_output's rule."""
+def _int_bad(xp: Any, got: Any, expected: Any, atol: float, rtol: float,
+             sentinel: int) -> tuple[Any, Any, Any, Any]:
+    """(g, e as int64, |g - e| as float64, failing mask) of an int output: compare_output's rule.
+
+    The difference is taken in float64: in int64 it wraps (|INT64_MIN - 0| is negative), which let
+    an unwritten int64 output (still the sentinel) pass where the reference is 0. An element still
+    holding the sentinel where the reference does not fails whatever the tolerance."""
     g = got.astype(xp.int64)
     e = xp.rint(expected).astype(xp.int64) if expected.dtype.kind == "f" else expected.astype(xp.int64)
-    absd = xp.abs(g - e).astype(xp.float64)
-    return g, e, absd, absd > (atol + rtol * xp.abs(e).astype(xp.float64))
+    e64 = e.astype(xp.float64)
+    absd = xp.abs(g.astype(xp.float64) - e64)
+    unwritten = (g == sentinel) & (e != sentinel)
+    return g, e, absd, (absd > (atol + rtol * xp.abs(e64))) | unwritten
 
 
 def _float_bad(xp: Any, got: Any, expected: Any, atol: float, rtol: float) -> tuple[Any, Any, Any]:
@@ -390,7 +397,7 @@ def mismatch_mask(xp: Any, got: Any, expected: Any, dtype: str, atol: float, rto
     """The elements of `got` that compare_output counts as failing (expected: got's element count)."""
     expected = expected.reshape(got.shape)
     if dtype in INT_SENTINEL:
-        return _int_bad(xp, got, expected, atol, rtol)[3]
+        return _int_bad(xp, got, expected, atol, rtol, INT_SENTINEL[dtype])[3]
     return _float_bad(xp, got, expected, atol, rtol)[2]
 
 

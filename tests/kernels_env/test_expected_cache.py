@@ -121,6 +121,7 @@ static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long 
     unsigned long long o = *p; *p += v; return o; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
 """
 _host_kernels: dict[tuple[str, str], Any] = {}
 

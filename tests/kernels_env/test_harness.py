@@ -598,3 +598,19 @@ def test_compare_output_agrees_with_an_independent_numpy_check(seed, n_bad, scal
         assert m.max_abs_err == pytest.approx(d.max())
         assert m.expected == pytest.approx(float(e[m.first_bad_index[0]]))
         assert m.got == pytest.approx(float(g[m.first_bad_index[0]]))
+
+
+def test_unwritten_int64_output_fails_where_the_reference_is_zero():
+    """|INT64_MIN - 0| wraps to a negative int64: the comparison once passed an int64 output the
+    kernel never wrote (still the sentinel) wherever the reference was 0."""
+    import numpy as np
+
+    from kernels_env.harness import INT_SENTINEL, compare_output, mismatch_mask
+    for dtype in ("int64", "int32"):
+        expected = np.array([0, 0, 5, -3], dtype)
+        got = expected.copy()
+        got[:2] = INT_SENTINEL[dtype]
+        m = compare_output(np, "y", got, expected, dtype, 0.0, 0.0, 0, "uniform")
+        assert m is not None and m.reason == "unwritten" and m.first_bad_index == [0], dtype
+        assert mismatch_mask(np, got, expected, dtype, 0.0, 0.0).tolist() == [True, True, False, False]
+        assert compare_output(np, "y", expected.copy(), expected, dtype, 0.0, 0.0, 0, "uniform") is None
