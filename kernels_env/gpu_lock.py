@@ -208,10 +208,18 @@ def attach(device: Any, handle: GpuLockHandle | None) -> None:
 @contextlib.contextmanager
 def gpu_access(device: Any, exclusive: bool) -> Iterator[None]:
     """Hold the device's GPU lock (exclusive for timing, shared for other GPU work) around the block;
-    a no-op for a device without a lock (inline mode, the cpu backend, tests' fake devices)."""
+    a no-op for a device without a lock (inline mode, the cpu backend, tests' fake devices). An
+    unhealthy device (sticky CUDA error) keeps the hold until the parent resets the worker's slot."""
     handle = getattr(device, "__dict__", {}).get(DEVICE_ATTR)
     if handle is None:
         yield
         return
-    with handle.access(exclusive):
+    handle.lock.acquire(handle.slot, exclusive)
+    try:
         yield
+    finally:
+        # After a sticky error (device.healthy False) a faulted or hung kernel may still occupy the
+        # GPU until the process exits: keep holding, so no timing starts next to it; the parent's
+        # reset_slot frees the slot when it reaps the worker.
+        if getattr(device, "healthy", True) is not False:
+            handle.lock.release(handle.slot)

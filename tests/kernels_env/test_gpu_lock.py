@@ -159,3 +159,21 @@ def test_gpu_access_is_a_no_op_without_a_lock_and_uses_an_attached_one():
     assert lock.mode[0] == FREE
     with pytest.raises(ValueError, match="slot=1"):
         lock.handle(1)
+
+
+def test_a_device_with_a_sticky_error_keeps_its_hold_until_the_parent_resets_it():
+    class Dev:
+        healthy = True
+    dev = Dev()
+    lock = GpuLock(CTX, 2)
+    attach(dev, lock.handle(0))
+    with pytest.raises(RuntimeError, match="sticky"):
+        with gpu_access(dev, exclusive=False):
+            dev.healthy = False
+            raise RuntimeError("sticky")
+    assert lock.mode[0] == 1  # still shared: a hung kernel may be running; no timing may start
+    with pytest.raises(GpuLockTimeout):
+        lock.acquire(1, exclusive=True, timeout_s=0.2)
+    lock.reset_slot(0)
+    with lock.handle(1).access(exclusive=True):
+        pass
