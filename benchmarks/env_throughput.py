@@ -10,7 +10,17 @@ compile workers) and executed. Afterwards one text is resubmitted to measure a c
     python benchmarks/env_throughput.py --backend cpu --sizes small --limit 5
     python benchmarks/env_throughput.py --json               # one JSON object instead of the table
 
-Goals on an H200: >= 20 evaluations/s, compile p50 <= 100 ms.
+Before and after side by side (benchmarks/env_compare.py): `--before-src DIR` runs each workload
+(`--workloads suite,small,mix`) once with the kernels_env package in DIR and once with this tree's,
+each in a subprocess, prints one table (evaluations/s steady and at first sight, stage means) and
+then an independent timing check of every suite solution (own CUDA-event loop) next to the env's
+speedups:
+
+    git archive c7dc096 kernels_env | (mkdir -p .bench_before && tar -x -C .bench_before)
+    python benchmarks/env_throughput.py --before-src .bench_before --repeat 2
+
+Goals on an H200: >= 20 evaluations/s, compile p50 <= 100 ms; with the before/after arms: >= 25/s
+on the suite, >= 60/s on small level-1 tasks, >= 20/s on the RL-like mix.
 """
 from __future__ import annotations
 
@@ -23,8 +33,15 @@ import time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+SRC = os.environ.get("LEAP_BENCH_SRC") or ROOT  # an arm's subprocess: the kernels_env to measure
+if SRC not in sys.path:
+    sys.path.insert(0, SRC)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.append(HERE)
+import env_compare  # noqa: E402  (benchmarks/env_compare.py)
+from env_compare import variant  # noqa: E402
 
 GOAL_EVALS_PER_S = 20.0
 GOAL_COMPILE_P50_MS = 100.0
@@ -38,16 +55,6 @@ def percentile(values: list[float], q: float) -> float:
     pos = (len(xs) - 1) * q / 100.0
     lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def variant(text: str, tag: str) -> str:
-    """The same submission with a unique, codegen-neutral `#define` in its (last) cuda block."""
-    marker = "```cuda\n"
-    i = text.rfind(marker)
-    if i < 0:
-        raise ValueError("solution text has no ```cuda block")
-    j = i + len(marker)
-    return text[:j] + f"#define LEAP_BENCH_VARIANT_{tag} 1\n" + text[j:]
 
 
 def measure_compile(tasks: list[Any], arch: str, config: Any, reps: int) -> dict[str, Any]:
@@ -74,13 +81,15 @@ def measure_compile(tasks: list[Any], arch: str, config: Any, reps: int) -> dict
 
 
 def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits: int,
-                 gpu_workers: int | None, compile_workers: int | None) -> dict[str, Any]:
+                 gpu_workers: int | None, compile_workers: int | None,
+                 exec_workers_per_gpu: int | None = None) -> dict[str, Any]:
     """evaluations/s through EvalPool(process) on unique texts, then cache-hit latency."""
     from kernels_env.cache import ResultCache
     from kernels_env.pool import EvalPool, Job
     t_start = time.perf_counter()
+    kw = {"exec_workers_per_gpu": exec_workers_per_gpu} if exec_workers_per_gpu else {}
     pool = EvalPool(mode="process", backend=backend, gpu_workers=gpu_workers, compile_workers=compile_workers,
-                    cache=ResultCache(), config=config)
+                    cache=ResultCache(), config=config, **kw)
     try:
         # Warm-up (not counted): worker start-up, CUDA context creation, first-use costs.
         warm = pool.map([Job(t.name, variant(t.solution, "warm"), config) for t in tasks[:2]])
@@ -239,7 +248,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-workers", type=int, default=None)
     ap.add_argument("--skip", default="", help="comma list of phases to skip: compile,pool,overhead")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument("--exec-workers-per-gpu", type=int, default=None,
+                    help="exec workers per GPU (cupy; the pool's default when omitted; ignored by old code)")
+    ap.add_argument("--before-src", default=None, metavar="DIR",
+                    help="directory holding an older kernels_env package: run before/after arms side by side")
+    ap.add_argument("--workloads", default=None,
+                    help=f"before/after mode: comma list of {','.join(env_compare.WORKLOADS)} (default all)")
+    ap.add_argument("--no-independent", action="store_true", help="before/after mode: skip the independent "
+                    "timing check")
+    ap.add_argument("--arm-timeout", type=float, default=600.0, help="seconds per arm subprocess")
+    ap.add_argument("--arm-run", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--independent-run", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--arm-opts", default="{}", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.arm_run or args.independent_run:  # a subprocess of the before/after mode
+        opts = json.loads(args.arm_opts)
+        out = (env_compare.run_arm(args.arm_run, opts) if args.arm_run else env_compare.independent_timing(opts))
+        print(env_compare.MARK + json.dumps(out, default=str), flush=True)
+        return 0
+    if args.before_src is not None or args.workloads is not None:
+        return compare_main(ap, args)
 
     from kernels_env.backends import resolve_backend
     from kernels_env.config import EnvConfig
@@ -265,13 +293,35 @@ def main(argv: list[str] | None = None) -> int:
         report.update(measure_compile(tasks, arch, config, args.compile_reps))
     if "pool" not in skip:
         report.update(measure_pool(tasks, config, backend, repeat, args.hits, args.gpu_workers,
-                                   args.compile_workers))
+                                   args.compile_workers, args.exec_workers_per_gpu))
     if "overhead" not in skip:
         report.update(measure_overhead(tasks[: args.overhead_tasks], config, backend, args.trials))
     if args.json:
         print(json.dumps(report, default=str))
     else:
         print(render_table(report))
+    return 0
+
+
+def compare_main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """--before-src / --workloads: the before/after arms and the independent check (env_compare)."""
+    from kernels_env.backends import resolve_backend
+    backend = resolve_backend(args.backend)
+    gpu = backend == "cupy"
+    workloads = [w.strip() for w in (args.workloads or ",".join(env_compare.WORKLOADS)).split(",") if w.strip()]
+    bad = [w for w in workloads if w not in env_compare.WORKLOADS]
+    if bad:
+        ap.error(f"--workloads: unknown {', '.join(bad)}; expected some of {', '.join(env_compare.WORKLOADS)}")
+    if args.limit is not None and args.limit < 1:
+        ap.error(f"--limit={args.limit}; expected >= 1")
+    opts = {"backend": backend, "limit": args.limit, "repeat": max(2, args.repeat or 2), "trials": args.trials,
+            "timed_runs": args.timed_runs or (100 if gpu else 2),
+            "warmup_runs": args.warmup_runs if args.warmup_runs is not None else (10 if gpu else 0),
+            "gpu_workers": args.gpu_workers, "compile_workers": args.compile_workers,
+            "exec_workers_per_gpu": args.exec_workers_per_gpu}
+    report = env_compare.compare(os.path.abspath(__file__), ROOT, args.before_src, workloads, opts,
+                                 not args.no_independent, args.arm_timeout)
+    print(json.dumps(report, default=str) if args.json else env_compare.render(report))
     return 0
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from kernels_env import expected_cache
 from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
 from kernels_env.config import EnvConfig
+from kernels_env.gpu_lock import gpu_access
 from kernels_env.inputs import describe_distributions, make_inputs
 from kernels_env.launch import is_null_pointer
 from kernels_env.program import (Expr, KernelParam, KernelSignature, Launch, Name,
@@ -815,17 +816,20 @@ def _evaluate(run: _Run, submission: Submission) -> Result:
         return run.result(Status.FORMAT_ERROR, f"launch plan: {e}", details=str(e))
     except ConfigError as e:
         return run.result(Status.RUNTIME_ERROR, str(e), details=str(e))
-    failure = run.correctness(config.seed, "correctness")
+    with gpu_access(run.device, exclusive=False):  # other workers' timing waits; trials overlap
+        failure = run.correctness(config.seed, "correctness")
     if failure is not None:
         return failure
     if not config.timing:
         return run.result(Status.CORRECT, f"correct on {run.trials} trials (timing off)")
-    timing = run.timing()
+    with gpu_access(run.device, exclusive=True):  # no other GPU work while timing
+        timing = run.timing()
     if isinstance(timing, Result):
         return timing
     if timing.speedup is not None and timing.speedup > config.suspicious_speedup:
         timing.suspicious = True
-        failure = run.correctness(config.seed + REVERIFY_SEED_OFFSET, "re-verification")
+        with gpu_access(run.device, exclusive=False):
+            failure = run.correctness(config.seed + REVERIFY_SEED_OFFSET, "re-verification")
         if failure is not None:
             failure.message = (f"suspicious {timing.speedup:.1f}x speedup; {failure.message}")
             return failure

@@ -3,7 +3,15 @@
 Process mode runs two stages of long-lived spawned workers, each fed through its own pipe by a
 parent thread that owns it:
   compile workers (CPU): parse + static checks + NVRTC, many in parallel;
-  execution workers: one per GPU for cupy (CUDA_VISIBLE_DEVICES set per worker), a few for cpu.
+  execution workers: `exec_workers_per_gpu` (default 3) per GPU for cupy (CUDA_VISIBLE_DEVICES set
+  per worker), a few for cpu. Workers of one GPU share a readers-writer lock (gpu_lock.py): timing
+  runs alone on the GPU, correctness trials of several workers overlap, host work (module loading)
+  takes no lock, so the GPU is busy while a worker does host work. Time a job waits for the lock
+  extends its wall-clock limit.
+A warm spare exec worker per GPU (spares.py; default on for cupy, `spare_worker=`) replaces a worker
+that dies at once, and the next spare starts in the background. Reference timings measured by a worker
+come back with its replies and seed every other worker of that GPU, spares and replacements included
+(reference_cache.py), so a restart never re-times a reference.
 The parent enforces per-stage wall-clock limits: a worker that overruns or dies (segfault, sticky
 CUDA error, os._exit) is killed and replaced and the job retried once, then reported as `timeout`
 (overran) or `runtime_error` (died). Every future resolves to a Result. The parent never touches
@@ -27,13 +35,17 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Iterable
 
+from kernels_env import reference_cache
 from kernels_env.cache import ResultCache, cache_key
 from kernels_env.config import EnvConfig
+from kernels_env.gpu_lock import GpuLock, GpuLockHandle, attach
 from kernels_env.result import Result
+from kernels_env.spares import SpareWorkers
 from kernels_env.status import Status
 
 Evaluator = Callable[[str, str, EnvConfig], Result]
 
+DEFAULT_EXEC_WORKERS_PER_GPU = 3  # cupy: one times (exclusive lock) while the others do host work
 STARTUP_TIMEOUT_S = 180.0  # a worker importing CuPy / creating a CUDA context
 CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory access)"
 MODES = ("process", "inline")
@@ -105,8 +117,10 @@ def _confine_compile_worker() -> bool:
 
 
 def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evaluator: Evaluator | None,
-                 config: EnvConfig) -> None:
-    """Loop of one worker process: answer (kind, payload) requests over `conn` until told to stop."""
+                 config: EnvConfig, lock: GpuLockHandle | None = None) -> None:
+    """Loop of one worker process: answer (kind, payload[, extras]) requests over `conn` until told to
+    stop. `extras` may carry reference timings to seed ("reference_ms"); exec workers reply
+    (kind, payload, {"reference_ms": entries measured since the last reply})."""
     _worker_env(env)
     try:  # Ctrl-C in the parent's terminal is the parent's to handle; it stops workers itself
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -115,15 +129,23 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
     if role == "compile":
         _limit_compile_worker()
     device = None
+    refs: Any = None  # the object whose __dict__ holds the reference timings (exec workers)
+    reported: set = set()  # reference-timing keys the parent has (seeded or reported)
     try:
         from kernels_env import pipeline
         if role == "compile":
             _confine_compile_worker()
         if role == "exec" and evaluator is None:
             from kernels_env.backends import get_device
-            device = get_device(backend, config)
+            device = refs = get_device(backend, config)
+            attach(device, lock)  # before the warm-up: it uses the GPU too
             from kernels_env.warmup import warm_up
             warm_up(device, config)  # first-use CuPy kernel builds must not count against a job
+        elif role == "exec":
+            refs = reference_cache.WorkerDevice()
+        if refs is not None:
+            reference_cache.set_worker_device(refs)
+            reported.update(reference_cache.cache_of(refs))
         conn.send(("ready", {"arch": getattr(device, "arch", None), "backend": getattr(device, "name", backend),
                              "pid": os.getpid()}))
     except BaseException:
@@ -139,7 +161,11 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
             break
         if msg is None:
             break
-        kind, payload = msg
+        kind, payload = msg[0], msg[1]
+        if refs is not None and len(msg) > 2:
+            seeded = msg[2].get("reference_ms") or {}
+            reference_cache.seed(refs, seeded)
+            reported.update(seeded)
         fatal = False
         try:
             if kind == "prepare":
@@ -159,6 +185,8 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
                 reply = ("result", Result.env_error(f"worker got unknown request {kind!r}").to_dict())
         except BaseException:
             reply = ("result", Result.env_error("worker failed", details=traceback.format_exc(limit=20)).to_dict())
+        if refs is not None:
+            reply = (*reply, {"reference_ms": reference_cache.new_entries(refs, reported)})
         try:
             conn.send(reply)
         except Exception:
@@ -208,24 +236,28 @@ class _Worker:
     """One worker process and its pipe, owned by exactly one parent thread."""
 
     def __init__(self, ctx: Any, role: str, backend: str, env: dict[str, str], evaluator: Evaluator | None,
-                 config: EnvConfig) -> None:
+                 config: EnvConfig, lock: GpuLockHandle | None = None,
+                 release_slot: Callable[[], None] | None = None) -> None:
         self.ctx, self.role, self.backend, self.env = ctx, role, backend, env
         self.evaluator, self.config = evaluator, config
+        self.lock, self._release_slot = lock, release_slot  # this worker's slot of its GPU's lock
         self.proc: Any = None
         self.conn: Any = None
         self.info: dict[str, Any] = {}
         self.busy = False
+        self.ref_known: set = set()  # reference-timing keys this worker has (see reference_cache)
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe(duplex=True)
         self.proc = self.ctx.Process(target=_worker_main, name=f"kernels_env-{self.role}",
-                                     args=(child, self.role, self.backend, self.env, self.evaluator, self.config),
+                                     args=(child, self.role, self.backend, self.env, self.evaluator, self.config,
+                                           self.lock),
                                      daemon=True)
         self.proc.start()
         child.close()  # so the parent sees EOF when the worker dies
         self.conn = parent
         try:
-            kind, payload = self._recv(STARTUP_TIMEOUT_S)
+            kind, payload = self._recv(STARTUP_TIMEOUT_S)[:2]
         except _Died as d:
             self.kill()
             raise WorkerStartError(
@@ -245,10 +277,15 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.is_alive()
 
+    def _lock_wait_s(self) -> float:
+        return self.lock.lock.waited_s(self.lock.slot) if self.lock is not None else 0.0
+
     def _recv(self, timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
+        """The next message; the deadline grows by the time the worker waits for its GPU lock (a job
+        queued behind other workers' GPU work is not overrunning)."""
+        start = time.monotonic()
         while True:
-            left = deadline - time.monotonic()
+            left = start + timeout + self._lock_wait_s() - time.monotonic()
             if left <= 0:
                 raise _Overran()
             try:
@@ -265,11 +302,14 @@ class _Worker:
                 self.proc.join(1)
                 raise _Died(self.proc.exitcode)
 
-    def request(self, kind: str, payload: Any, timeout: float) -> tuple[str, Any]:
+    def request(self, kind: str, payload: Any, timeout: float, extras: dict | None = None) -> tuple:
+        """Send one request; its reply (kind, payload[, extras]). Raises _Overran / _Died."""
         self.busy = True
         try:
+            if self.lock is not None:
+                self.lock.lock.reset_wait(self.lock.slot)
             try:
-                self.conn.send((kind, payload))
+                self.conn.send((kind, payload, extras) if extras else (kind, payload))
             except (OSError, EOFError, BrokenPipeError):
                 self.proc.join(2)
                 raise _Died(self.proc.exitcode) from None
@@ -282,6 +322,13 @@ class _Worker:
             self.proc.kill()
         if self.proc is not None:
             self.proc.join(5)
+        if self.lock is not None:  # SIGKILLed: it runs no more code, whatever it held is free
+            try:
+                self.lock.lock.reset_slot(self.lock.slot)
+            finally:
+                self.lock = None
+                if self._release_slot is not None:
+                    self._release_slot()
         if self.conn is not None:
             try:
                 self.conn.close()
@@ -313,12 +360,14 @@ class EvalPool:
     def __init__(self, mode: str = "process", backend: str = "auto", gpu_workers: int | None = None,
                  compile_workers: int | None = None, cache: bool | ResultCache = True,
                  config: EnvConfig | None = None, evaluator: Evaluator | None = None,
-                 cpu_workers: int | None = None, worker_env: dict[str, str] | None = None) -> None:
+                 cpu_workers: int | None = None, worker_env: dict[str, str] | None = None,
+                 exec_workers_per_gpu: int | None = None, spare_worker: bool | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"EvalPool mode={mode!r}; expected one of {MODES}")
         if backend not in ("auto", "cupy", "cpu"):
             raise ValueError(f"EvalPool backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
-        for nm, v in (("gpu_workers", gpu_workers), ("compile_workers", compile_workers), ("cpu_workers", cpu_workers)):
+        for nm, v in (("gpu_workers", gpu_workers), ("compile_workers", compile_workers), ("cpu_workers", cpu_workers),
+                      ("exec_workers_per_gpu", exec_workers_per_gpu)):
             if v is not None and v < 1:
                 raise ValueError(f"EvalPool {nm}={v}; expected >= 1 or None")
         self.mode, self.evaluator = mode, evaluator
@@ -327,13 +376,18 @@ class EvalPool:
         self._lock = threading.Lock()
         self._inflight: dict[str, _Pending] = {}
         self._stats = {"submitted": 0, "evaluations": 0, "cache_hits": 0, "restarts": 0, "timeouts": 0,
-                       "crashes": 0, "env_errors": 0}
+                       "crashes": 0, "env_errors": 0, "spare_swaps": 0}
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._workers: set[_Worker] = set()
         self._device = None
         self.arch: str | None = self.config.arch
         self._arch_known = threading.Event()
+        self._refs = reference_cache.ReferenceStore()
+        self._gpu_locks: dict[str, GpuLock] = {}
+        self._free_slots: dict[str, list[int]] = {}
+        self._spares: SpareWorkers | None = None
+        self.gpu_workers = self.exec_workers = self.compile_workers = 0
         if mode == "inline":
             self.backend = backend
             return
@@ -344,12 +398,17 @@ class EvalPool:
         n_cpu = os.cpu_count() or 2
         extra = {str(k): str(v) for k, v in (worker_env or {}).items()}
         if self.backend == "cupy":
-            n_exec = gpu_workers or max(1, self._probe_gpus())
+            n_gpu = gpu_workers or max(1, self._probe_gpus())
+            per_gpu = exec_workers_per_gpu or DEFAULT_EXEC_WORKERS_PER_GPU
             ids = self._gpu_ids()
-            envs = [{**extra, "CUDA_VISIBLE_DEVICES": ids[i % len(ids)]} for i in range(n_exec)]
+            gpus = [ids[g % len(ids)] for g in range(n_gpu)]  # more than the GPUs: they share
+            envs = [{**extra, "CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus for _ in range(per_gpu)]
+            for gpu in set(gpus):  # lanes + spare + a spare starting + slack
+                self._gpu_locks[gpu] = GpuLock(self._ctx, gpus.count(gpu) * per_gpu + 4)
+                self._free_slots[gpu] = list(range(self._gpu_locks[gpu].slots))
+            self.gpu_workers = n_gpu
         else:
-            n_exec = cpu_workers or max(1, min(2, n_cpu))
-            envs = [{**extra, "CUDA_VISIBLE_DEVICES": ""} for _ in range(n_exec)]
+            envs = [{**extra, "CUDA_VISIBLE_DEVICES": ""} for _ in range(cpu_workers or max(1, min(2, n_cpu)))]
         n_compile = 0 if evaluator is not None else (compile_workers or max(1, min(8, n_cpu - 1)))
         if evaluator is not None or self.arch is not None:
             self._arch_known.set()
@@ -357,8 +416,11 @@ class EvalPool:
             self._spawn_thread(self._exec_loop, "exec", env, i)
         for i in range(n_compile):
             self._spawn_thread(self._compile_loop, "compile", {**extra, "CUDA_VISIBLE_DEVICES": ""}, i)
-        self.gpu_workers = n_exec if self.backend == "cupy" else 0
-        self.exec_workers = n_exec
+        if spare_worker if spare_worker is not None else self.backend == "cupy":
+            self._spares = SpareWorkers(lambda env: self._new_worker("exec", env))
+            for env in {tuple(sorted(e.items())): e for e in envs}.values():
+                self._spares.ensure(env)
+        self.exec_workers = len(envs)
         self.compile_workers = n_compile
 
     # -- setup helpers --
@@ -443,8 +505,16 @@ class EvalPool:
         return [f.result() for f in futs]
 
     def stats(self) -> dict[str, int]:
+        """Counters (jobs, restarts, spare swaps, ...), the spares ready and the reference timings known."""
         with self._lock:
-            return dict(self._stats)
+            out = dict(self._stats)
+        out["spares_ready"] = len(self._spares.ready()) if self._spares is not None else 0
+        out["reference_timings"] = self._refs.count()
+        return out
+
+    def spare_pids(self) -> list[int]:
+        """Process ids of the warm spares ready now (for tests and diagnostics)."""
+        return [w.info.get("pid") for w in self._spares.ready()] if self._spares is not None else []
 
     def close(self) -> None:
         """Stop workers; pending jobs resolve to env_error."""
@@ -454,6 +524,8 @@ class EvalPool:
         for w in list(self._workers):  # unblock threads waiting on a busy worker
             if w.busy:
                 w.kill()
+        if self._spares is not None:
+            self._spares.close()
         if self.mode == "inline":
             if self._device is not None:
                 try:
@@ -543,28 +615,46 @@ class EvalPool:
         for _attempt in range(2):
             w = holder[0]
             if w is not None and not w.alive:  # exited after a sticky device error
-                w.kill()
-                self._workers.discard(w)
-                w = holder[0] = None
-                self._count("restarts")
+                self._retire(holder, role, env)
+                w = holder[0]
             if w is None:
                 w = holder[0] = self._new_worker(role, env)
+            gpu = env.get("CUDA_VISIBLE_DEVICES", "")
+            extras = {"reference_ms": self._refs.missing(gpu, w.ref_known)} if role == "exec" else None
             try:
-                k, p = w.request(kind, payload, limit)
-                return k, p, None
+                reply = w.request(kind, payload, limit, extras)
+                if len(reply) > 2:  # the reference timings this worker measured
+                    got = reply[2].get("reference_ms") or {}
+                    w.ref_known.update(got)
+                    self._refs.add(gpu, got)
+                return reply[0], reply[1], None
             except _Overran:
                 failure = "overran"
                 self._count("timeouts")
             except _Died as d:
                 failure = _exit_desc(d.exitcode)
                 self._count("crashes")
+            if self._closed:
+                w.kill()
+                self._workers.discard(w)
+                holder[0] = None
+                break
+            self._retire(holder, role, env)
+        return "", None, failure
+
+    def _retire(self, holder: list, role: str, env: dict[str, str]) -> None:
+        """Kill the holder's worker (dead, overran or unusable) and put a warm spare in its place
+        when one is ready (else the next request starts a new worker)."""
+        w = holder[0]
+        if w is not None:
             w.kill()
             self._workers.discard(w)
-            holder[0] = None
-            if self._closed:
-                break
-            self._count("restarts")
-        return "", None, failure
+        holder[0] = None
+        self._count("restarts")
+        if role == "exec" and self._spares is not None and not self._closed:
+            holder[0] = self._spares.take(env)
+            if holder[0] is not None:
+                self._count("spare_swaps")
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -573,13 +663,33 @@ class EvalPool:
     def _new_worker(self, role: str, env: dict[str, str]) -> _Worker:
         if self._closed:
             raise RuntimeError("EvalPool is closed")
-        w = _Worker(self._ctx, role, self.backend, env, self.evaluator if role == "exec" else None, self.config)
+        handle, release = self._claim_lock_slot(env) if role == "exec" else (None, None)
+        w = _Worker(self._ctx, role, self.backend, env, self.evaluator if role == "exec" else None, self.config,
+                    handle, release)
         w.start()
         self._workers.add(w)
         if role == "exec" and not self._arch_known.is_set():
             self.arch = self.arch or w.info.get("arch")
             self._arch_known.set()
         return w
+
+    def _claim_lock_slot(self, env: dict[str, str]) -> tuple[GpuLockHandle | None, Callable[[], None] | None]:
+        """A free slot of the worker's GPU lock (cupy) and how to give it back; (None, None) without."""
+        gpu = env.get("CUDA_VISIBLE_DEVICES", "")
+        lock = self._gpu_locks.get(gpu)
+        if lock is None:
+            return None, None
+        with self._lock:
+            free = self._free_slots[gpu]
+            if not free:
+                raise RuntimeError(f"no free slot in the GPU lock of GPU {gpu!r} ({lock.slots} slots, all "
+                                   "held by live workers)")
+            slot = free.pop()
+
+        def release() -> None:
+            with self._lock:
+                self._free_slots[gpu].append(slot)
+        return lock.handle(slot), release
 
     def _loop(self, q: queue.Queue, role: str, env: dict[str, str], handle: Callable) -> None:
         holder: list[_Worker | None] = [None]
@@ -654,11 +764,7 @@ class EvalPool:
         else:
             res = Result.from_dict(payload)
             if kind == "result_fatal":  # the worker's CUDA context is gone: replace it now
-                if holder[0] is not None:
-                    holder[0].kill()
-                    self._workers.discard(holder[0])
-                    holder[0] = None
-                self._count("restarts")
+                self._retire(holder, "exec", env)
         if failure is not None and pend.payload is not None:
             res.stage_seconds = dict(pend.payload.stage_seconds)
             res.resources = dict(pend.payload.compiled.resources)

@@ -17,8 +17,14 @@ and in the trainer's,
   XLA_PYTHON_CLIENT_PREALLOCATE=false  or  XLA_PYTHON_CLIENT_MEM_FRACTION=0.5: stop JAX from
   taking 75% of the GPU up front, which leaves CuPy out of memory;
   CUDA_VISIBLE_DEVICES   pins each worker to its GPU.
-`end_job()` (called by the harness after every evaluation) returns the pool's cached blocks, the
-inputs' and the L2-flush buffer's included, to the driver.
+`end_job()` (called by the harness after every evaluation) keeps CuPy's memory pool (allocating
+from the driver again for every job cost a cudaMalloc/cudaFree per buffer, each a device-wide
+synchronisation) unless the pool holds more than `keep_pool_bytes` (LEAP_CUPY_KEEP_POOL_BYTES,
+default 2 GiB; 0 frees after every job, the old behaviour); `close()` frees it all. Out-of-bounds
+writes do not depend on unmapped memory next to a buffer: the harness surrounds every output and
+scratch buffer with poisoned guards in the same allocation and reports a changed guard as
+runtime_error (a far write into another pooled block of this process is not seen by the guards;
+it faults when it leaves the process's mapped memory, as before).
 """
 from __future__ import annotations
 
@@ -50,6 +56,22 @@ SPIN_S = 2e-3  # synchronize(timeout_s): poll this long without sleeping, then b
 
 
 DEVICE_HEAP_BYTES = 8 << 20  # cudaLimitMallocHeapSize for device-side malloc
+KEEP_POOL_BYTES = 2 << 30  # end_job frees the memory pool only when it holds more than this
+
+
+def _keep_pool_bytes(value: int | None) -> int:
+    """The keep_pool_bytes to use: `value`, else LEAP_CUPY_KEEP_POOL_BYTES, else KEEP_POOL_BYTES."""
+    if value is None:
+        import os
+        raw = os.environ.get("LEAP_CUPY_KEEP_POOL_BYTES", "")
+        try:
+            value = int(raw) if raw.strip() else KEEP_POOL_BYTES
+        except ValueError:
+            raise ValueError(f"LEAP_CUPY_KEEP_POOL_BYTES={raw!r}; expected a byte count >= 0") from None
+    if value < 0:
+        raise ValueError(f"keep_pool_bytes={value}; expected a byte count >= 0")
+    return value
+
 
 class DeviceHang(FatalDeviceError, KernelTimeout):
     """A kernel is still running past its time limit: the worker must be killed and replaced."""
@@ -72,7 +94,9 @@ class CupyDevice:
     timing_device = "cuda"
     timing_comparable = True
 
-    def __init__(self, device_id: int = 0, memory_limit: float | int | None = None) -> None:
+    def __init__(self, device_id: int = 0, memory_limit: float | int | None = None,
+                 keep_pool_bytes: int | None = None) -> None:
+        self.keep_pool_bytes = _keep_pool_bytes(keep_pool_bytes)
         import cupy
         self.cp = cupy
         self.xp = cupy
@@ -298,18 +322,27 @@ class CupyDevice:
         return times
 
     def end_job(self) -> None:
-        """Give the memory pool's blocks back to the driver between evaluations. Besides making room
-        for a JAX process on the same GPU, fresh allocations border unmapped memory, so a kernel that
-        writes past its output faults (runtime_error) instead of silently landing in pooled blocks
-        (with blocks kept between jobs the H200 scored such a kernel wrong_output)."""
+        """Between evaluations: keep the memory pool's blocks for the next job unless the pool holds
+        more than `keep_pool_bytes` (then give them all back, e.g. to a JAX process on the GPU).
+        A write past an output is caught by the harness's poisoned guards, not by unmapped memory
+        (with blocks kept between jobs, and before the guards, the H200 scored such a kernel
+        wrong_output; the guards make it runtime_error wherever the allocator puts the buffer)."""
         if not self.healthy:
             return
         self.cp.cuda.get_current_stream().synchronize()
+        pool = self.cp.get_default_memory_pool()
+        if pool.total_bytes() > self.keep_pool_bytes:
+            self.free_pool()
+
+    def free_pool(self) -> None:
+        """Give every cached block (device and pinned) back to the driver."""
         self.cp.get_default_memory_pool().free_all_blocks()
         self.cp.get_default_pinned_memory_pool().free_all_blocks()
 
     def close(self) -> None:
         try:
-            self.end_job()
+            if self.healthy:
+                self.cp.cuda.get_current_stream().synchronize()
+                self.free_pool()
         except Exception:
             pass

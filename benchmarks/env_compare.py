@@ -1,0 +1,311 @@
+"""Before/after arms of env_throughput.py (`--before-src DIR`) and its independent timing check.
+
+Each workload runs once per arm, each arm in its own subprocess whose `kernels_env` comes from DIR
+(before: e.g. `git archive c7dc096 kernels_env | tar -x -C .bench_before`) or from this tree
+(after). The subprocess side (`run_arm`) uses only APIs the old package had (EvalPool with
+gpu_workers / compile_workers / cache / config, Job, EnvConfig, list_tasks, Result fields) and
+passes `exec_workers_per_gpu` only where EvalPool's signature has it.
+
+Workloads:
+  suite  every task of the suite at eval sizes, known-good solutions only;
+  small  level-1 tasks at small sizes, known-good solutions only;
+  mix    every task at eval sizes, an RL-like mix: 70% solutions, 30% failing submissions (wrong
+         output, compile error, illegal memory access: a sticky CUDA error that kills the worker).
+
+The independent timing check (cupy only) times every suite solution and its reference in this
+module's own loop: CUDA events, an L2-flushing memset and a device sync before every run, the
+kernels launched straight through CuPy (parsing, NVRTC, plan binding and input generation are the
+environment's, so both time the same inputs); it prints the environment's speedup next to its own
+and flags differences above 10%.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+WORKLOADS = ("suite", "small", "mix")
+STAGES = ("compile", "load", "correctness", "timing")
+FAIL_KINDS = {"wrong": "wrong_output", "compile": "compile_error", "illegal": "runtime_error"}
+FAIL_SHARE = {"wrong": 0.12, "compile": 0.12, "illegal": 0.06}  # 30% failing in all
+FLAG_REL_DIFF = 0.10
+MARK = "ENV_COMPARE_JSON "
+
+
+# ---- jobs -----------------------------------------------------------------------------------
+def variant(text: str, tag: str) -> str:
+    """The same submission with a unique, codegen-neutral `#define` in its (last) cuda block."""
+    marker = "```cuda\n"
+    i = text.rfind(marker)
+    if i < 0:
+        raise ValueError("solution text has no ```cuda block")
+    j = i + len(marker)
+    return text[:j] + f"#define BENCH_VARIANT_{tag} 1\n" + text[j:]
+
+
+def failing_text(task: Any, kind: str, tag: str) -> str:
+    """A submission for `task` that fails as `kind` says (see FAIL_KINDS)."""
+    out = task.outputs[0].name
+    if kind == "compile":
+        return variant(task.solution, tag).replace("#define BENCH_VARIANT", "this is not C++;\n#define BENCH_VARIANT", 1)
+    if kind == "wrong":  # every byte of the first output zeroed: wrong (or unwritten other outputs)
+        body = ("extern \"C\" __global__ void zero(unsigned char* y, long long n) {\n"
+                "  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n  if (i < n) y[i] = 0;\n}")
+        count = "*".join(str(d) for d in task.outputs[0].shape) or "1"
+        size = {"float16": 2, "float32": 4, "int32": 4, "int64": 8, "float64": 8}.get(task.outputs[0].dtype, 4)
+        launch = f"zero<<<cdiv({count} * {size}, 256), 256>>>({out}, {count} * {size});"
+    elif kind == "illegal":
+        body = 'extern "C" __global__ void bad(char* y) { ((float*)y)[1ll << 36] = 1.f; }'
+        launch = f"bad<<<1, 1>>>({out});"
+    else:
+        raise ValueError(f"failing kind {kind!r}; expected one of {sorted(FAIL_KINDS)}")
+    return f"```cuda\n// {tag}\n{body}\n```\n```launch\n{launch}\n```\n"
+
+
+def workload_rounds(workload: str, tasks: list[Any], repeat: int, seed: int = 0) -> list[list[tuple]]:
+    """Rounds of (task name, text, expected status or None) jobs; each round has every task once."""
+    rng = random.Random(seed)
+    rounds = []
+    for r in range(repeat):
+        batch = []
+        for i, t in enumerate(tasks):
+            kind = None
+            if workload == "mix":
+                x, acc = rng.random(), 0.0
+                for k, share in FAIL_SHARE.items():
+                    acc += share
+                    if x < acc:
+                        kind = k
+                        break
+            tag = f"r{r}_{i}"
+            text = variant(t.solution, tag) if kind is None else failing_text(t, kind, tag)
+            batch.append((t.name, text, "correct" if kind is None else FAIL_KINDS[kind]))
+        rounds.append(batch)
+    return rounds
+
+
+def workload_tasks(workload: str, limit: int | None) -> tuple[list[Any], str]:
+    """(tasks, size set) of a workload."""
+    from kernels_env.tasks import list_tasks
+    tasks = list_tasks(level=1) if workload == "small" else list_tasks()
+    return (tasks[:limit] if limit else tasks), ("small" if workload == "small" else "eval")
+
+
+# ---- one arm (runs in a subprocess) ---------------------------------------------------------------
+def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """Throughput of one workload through EvalPool with whichever kernels_env is importable."""
+    import kernels_env
+    from kernels_env.config import EnvConfig
+    from kernels_env.pool import EvalPool, Job
+    tasks, sizes = workload_tasks(workload, opts.get("limit"))
+    config = EnvConfig(backend=opts["backend"], sizes=sizes, correctness_trials=opts["trials"],
+                       timed_runs=opts["timed_runs"], warmup_runs=opts["warmup_runs"])
+    kw: dict[str, Any] = {"gpu_workers": opts.get("gpu_workers"), "compile_workers": opts.get("compile_workers")}
+    params = inspect.signature(EvalPool).parameters
+    if opts.get("exec_workers_per_gpu") and "exec_workers_per_gpu" in params:
+        kw["exec_workers_per_gpu"] = opts["exec_workers_per_gpu"]
+    rounds = workload_rounds(workload, tasks, opts["repeat"])
+    t_start = time.perf_counter()
+    pool = EvalPool(mode="process", backend=opts["backend"], cache=False, config=config, **kw)
+    try:
+        pool.map([Job(t.name, variant(t.solution, "warm"), config) for t in tasks[:2]])
+        startup_s = time.perf_counter() - t_start
+        results, expected, walls = [], [], []
+        for batch in rounds:
+            t0 = time.perf_counter()
+            results += pool.map([Job(name, text, config) for name, text, _ in batch])
+            walls.append(time.perf_counter() - t0)
+            expected += [want for _, _, want in batch]
+        stats = pool.stats()
+        workers = getattr(pool, "exec_workers", None)
+    finally:
+        pool.close()
+    statuses: dict[str, int] = {}
+    unexpected = []
+    speedups: dict[str, list[float]] = {}
+    for (name, _, _), res, want in zip([j for b in rounds for j in b], results, expected, strict=True):
+        statuses[res.status.value] = statuses.get(res.status.value, 0) + 1
+        if want is not None and res.status.value != want:
+            unexpected.append(f"{name}: {res.status.value} (expected {want}): {res.message[:160]}")
+        if res.status.value == "correct" and res.speedup is not None:
+            speedups.setdefault(name, []).append(res.speedup)
+    stage = {k: [r.stage_seconds[k] * 1e3 for r in results if k in r.stage_seconds] for k in STAGES}
+    steady = sum(walls[1:])
+    n = len(tasks)
+    return {"workload": workload, "sizes": sizes, "tasks": n, "repeat": opts["repeat"], "jobs": len(results),
+            "src": os.path.dirname(os.path.dirname(os.path.abspath(kernels_env.__file__))),
+            "exec_workers": workers, "startup_s": startup_s,
+            "first_sight_evals_per_s": n / walls[0] if walls and walls[0] > 0 else float("nan"),
+            "steady_evals_per_s": n * (len(walls) - 1) / steady if steady > 0 else float("nan"),
+            "stage_ms_mean": {k: statistics.fmean(v) for k, v in stage.items() if v},
+            "statuses": statuses, "unexpected": unexpected[:20], "n_unexpected": len(unexpected),
+            "speedup_median": {k: statistics.median(v) for k, v in speedups.items()}, "pool_stats": stats}
+
+
+# ---- the independent timing check (runs in a subprocess, this tree) -------------------------------
+def _events_ms(cp: Any, fn: Any, flush: Any, warmup: int, runs: int) -> list[float]:
+    """Own timing loop: memset the flush buffer (evicts L2), sync, event, fn(), event."""
+    starts = [cp.cuda.Event() for _ in range(runs)]
+    ends = [cp.cuda.Event() for _ in range(runs)]
+    for i in range(warmup + runs):
+        flush.fill(i & 0xFF)
+        cp.cuda.Device().synchronize()
+        if i >= warmup:
+            starts[i - warmup].record()
+        fn()
+        if i >= warmup:
+            ends[i - warmup].record()
+    cp.cuda.Device().synchronize()
+    return [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True)]
+
+
+def independent_timing(opts: dict[str, Any]) -> dict[str, Any]:
+    """task -> {kernel_ms, ref_ms, speedup} from this module's own loop, for every suite solution."""
+    import cupy as cp
+
+    from kernels_env.backends.cupy_backend import CupyDevice
+    from kernels_env.config import EnvConfig
+    from kernels_env.harness import bind_plan
+    from kernels_env.inputs import make_inputs
+    from kernels_env.pipeline import Prepared, prepare
+    tasks, sizes = workload_tasks("suite", opts.get("limit"))
+    cfg = EnvConfig(backend="cupy", sizes=sizes, timed_runs=opts["timed_runs"], warmup_runs=opts["warmup_runs"])
+    dev = CupyDevice()
+    drv = cp.cuda.driver
+    flush = cp.empty(max(2 * dev.l2_bytes, 1 << 20), dtype=cp.uint8)
+    rows: dict[str, Any] = {}
+    for t in tasks:
+        try:
+            prep = prepare(t, t.solution, cfg, arch=dev.arch)
+            if not isinstance(prep, Prepared):
+                rows[t.name] = {"error": f"{prep.status.value}: {prep.message[:120]}"}
+                continue
+            program = dev.load(prep.compiled, cfg)
+            kernels = dict(program.kernels)
+            kernels.update(prep.submission.kernels)
+            plan = bind_plan(prep.submission, t, prep.sizes, kernels)
+            inputs = make_inputs(t, prep.sizes, 0, cfg.seed, cp)
+            pristine = {k: v.copy() for k, v in inputs.items()}
+            arrays = dict(inputs)
+            for b in t.outputs:
+                arrays[b.name] = cp.empty(b.resolve_shape(prep.sizes), dtype=b.dtype)
+            for name, dtype, count in plan.scratch:
+                arrays[name] = cp.zeros((count,), dtype=dtype)
+            calls = []
+            for bl in plan.launches:
+                fn = program.functions[bl.launch.kernel]
+                if bl.shared > 48 * 1024:
+                    drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bl.shared)
+                args = tuple(arrays[v] if k == "buf" else (cp.uint64(0) if k == "null" else v) for k, v in bl.args)
+                calls.append((fn, bl.grid, bl.block, args, bl.shared))
+
+            def kernel_fn(calls: list = calls) -> None:
+                for fn, grid, block, args, shared in calls:
+                    fn(grid, block, args, shared_mem=shared)
+            scalars = {s.name: s.value for s in t.scalars}
+
+            def ref_fn(t: Any = t, scalars: dict = scalars, pristine: dict = pristine) -> Any:
+                return t.reference(cp, **pristine, **scalars)
+            k_ms = statistics.median(_events_ms(cp, kernel_fn, flush, cfg.warmup_runs, cfg.timed_runs))
+            r_ms = statistics.median(_events_ms(cp, ref_fn, flush, cfg.warmup_runs, cfg.timed_runs))
+            rows[t.name] = {"kernel_ms": k_ms, "ref_ms": r_ms, "speedup": r_ms / max(k_ms, 1e-9)}
+        except Exception as e:  # report and go on: one odd task must not hide the others
+            rows[t.name] = {"error": f"{type(e).__name__}: {str(e)[:160]}"}
+        finally:
+            cp.get_default_memory_pool().free_all_blocks()
+    return {"independent": rows}
+
+
+# ---- the parent: subprocesses and the table --------------------------------------------------------
+def _subprocess(script: str, src: str, argv: list[str], timeout_s: float) -> dict[str, Any]:
+    env = dict(os.environ, LEAP_BENCH_SRC=src,
+               PYTHONPATH=os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    try:
+        out = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, env=env,
+                             timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        return {"error": f"timed out after {timeout_s:g} s", "stderr": str(e.stderr or "")[-2000:]}
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    return {"error": f"exit code {out.returncode}, no result", "stderr": out.stderr[-3000:]}
+
+
+def compare(script: str, root: str, before: str | None, workloads: list[str], opts: dict[str, Any],
+            independent: bool, timeout_s: float) -> dict[str, Any]:
+    """Run every workload per arm (before first), then the independent check; the report dict."""
+    if before is not None and not os.path.isfile(os.path.join(before, "kernels_env", "__init__.py")):
+        raise SystemExit(f"--before-src {before!r} holds no kernels_env package (expected "
+                         f"{os.path.join(before, 'kernels_env', '__init__.py')}); make one with "
+                         f"`git archive <commit> kernels_env | tar -x -C {before}`")
+    arms = ([("before", os.path.abspath(before))] if before else []) + [("after", root)]
+    rows = []
+    for w in workloads:
+        for arm, src in arms:
+            t0 = time.perf_counter()
+            res = _subprocess(script, src, ["--arm-run", w, "--arm-opts", json.dumps(opts)], timeout_s)
+            res.update(arm=arm, workload=w, wall_s=time.perf_counter() - t0)
+            rows.append(res)
+            print(f"[env_compare] {w} / {arm}: {res.get('steady_evals_per_s', res.get('error'))} evals/s steady "
+                  f"({res['wall_s']:.0f} s)", file=sys.stderr, flush=True)
+    report: dict[str, Any] = {"arms": rows, "options": opts}
+    if independent and opts["backend"] == "cupy":
+        report.update(_subprocess(script, root, ["--independent-run", "--arm-opts", json.dumps(opts)], timeout_s))
+    return report
+
+
+def _fmt(x: Any, spec: str = ".2f") -> str:
+    return format(x, spec) if isinstance(x, (int, float)) else "-"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The arms table, then the speedup check (env after / before vs independent)."""
+    head = ("workload", "arm", "evals/s steady", "first-sight evals/s", "stage means ms "
+            "(compile load correctness timing)", "statuses", "start-up s")
+    lines = []
+    for r in report["arms"]:
+        if "error" in r:
+            lines.append((r["workload"], r["arm"], "ERROR", "", r["error"], r.get("stderr", "")[-200:], ""))
+            continue
+        sm = r.get("stage_ms_mean", {})
+        lines.append((r["workload"], r["arm"], _fmt(r["steady_evals_per_s"]), _fmt(r["first_sight_evals_per_s"]),
+                      " ".join(_fmt(sm.get(k), ".1f") for k in STAGES), json.dumps(r["statuses"]),
+                      _fmt(r["startup_s"], ".1f")))
+    out = [_table(head, lines)]
+    for r in report["arms"]:
+        if r.get("unexpected"):
+            out.append(f"\n{r['workload']} / {r['arm']}: {r['n_unexpected']} jobs with an unexpected status:")
+            out.extend(f"  {u}" for u in r["unexpected"])
+    ind = report.get("independent")
+    if ind:
+        env = {r["arm"]: r.get("speedup_median", {}) for r in report["arms"] if r.get("workload") == "suite"}
+        rows, flagged = [], 0
+        for task, v in ind.items():
+            after, before = env.get("after", {}).get(task), env.get("before", {}).get(task)
+            own = v.get("speedup")
+            flag = ""
+            if own and after:
+                rel = after / own - 1
+                flag = f"{rel:+.0%}" + ("  FLAG" if abs(rel) > FLAG_REL_DIFF else "")
+                flagged += abs(rel) > FLAG_REL_DIFF
+            rows.append((task, _fmt(after, ".3g"), _fmt(before, ".3g"), _fmt(own, ".3g"),
+                         _fmt(v.get("kernel_ms"), ".4g"), _fmt(v.get("ref_ms"), ".4g"), flag or v.get("error", "")))
+        out.append(f"\nindependent timing check (own CUDA-event loop): {flagged} of {len(rows)} tasks differ by "
+                   f"more than {FLAG_REL_DIFF:.0%} from the env's speedup (after arm)")
+        out.append(_table(("task", "env after", "env before", "independent", "kernel ms", "ref ms", "after/own-1"),
+                          rows))
+    return "\n".join(out)
+
+
+def _table(head: tuple, rows: list[tuple]) -> str:
+    w = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+
+    def line(r: tuple) -> str:
+        return "  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip()
+    return "\n".join([line(head), line(tuple("-" * x for x in w)), *(line(r) for r in rows)])

@@ -1,0 +1,154 @@
+"""EvalPool's warm spare exec worker and the reference timings kept across worker restarts
+(injected evaluators on the cpu backend: no GPU needed), and several exec workers per GPU on cupy
+(`gpu`-marked)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kernels_env.config import EnvConfig, StageLimits
+from kernels_env.pool import EvalPool, Job
+from kernels_env.status import Status
+from kernels_env.testing.evaluators import scripted_evaluator
+
+CFG = EnvConfig(backend="cpu", limits=StageLimits(parse=0.5, compile=0.5, correctness=0.5, timing=0.5))
+
+
+def _pid(r) -> int:
+    assert r.details.startswith("pid="), r.details
+    return int(r.details[4:])
+
+
+def _wait_for_spare(pool: EvalPool, not_pid: int | None = None, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = [p for p in pool.spare_pids() if p != not_pid]
+        if pids:
+            return pids[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no warm spare within {timeout:g} s; stats {pool.stats()}")
+
+
+def test_spare_is_swapped_in_when_a_worker_dies_and_a_new_one_is_started(tmp_path):
+    with EvalPool(backend="cpu", config=CFG, evaluator=scripted_evaluator, cpu_workers=1, cache=False,
+                  spare_worker=True) as pool:
+        first = _pid(pool.submit(Job("t", "ok")).result(timeout=60))
+        spare = _wait_for_spare(pool)
+        assert spare != first
+        r = pool.submit(Job("t", f"flaky:{tmp_path / 'died-once'}")).result(timeout=60)
+        # the first try killed the worker; the retry ran on the spare, not on a freshly spawned one
+        assert r.status is Status.CORRECT and _pid(r) == spare, (r.details, spare)
+        stats = pool.stats()
+        assert stats["spare_swaps"] == 1 and stats["crashes"] == 1
+        assert _pid(pool.submit(Job("t", "ok again")).result(timeout=60)) == spare
+        assert _wait_for_spare(pool, not_pid=spare) not in (first, spare)  # refilled in the background
+
+
+def test_no_spare_by_default_on_the_cpu_backend():
+    with EvalPool(backend="cpu", config=CFG, evaluator=scripted_evaluator, cpu_workers=1) as pool:
+        assert pool.submit(Job("t", "ok")).result(timeout=60).correct
+        assert pool.spare_pids() == [] and pool.stats()["spares_ready"] == 0
+
+
+def test_reference_timings_survive_worker_kills():
+    """A reference timed by one worker is known to its replacements: the spare (started before the
+    timing existed) and a freshly spawned worker after the spare was used up."""
+    with EvalPool(backend="cpu", config=CFG, evaluator=scripted_evaluator, cpu_workers=1, cache=False,
+                  spare_worker=True) as pool:
+        r = pool.submit(Job("t", "ref:a")).result(timeout=60)
+        assert r.message == "ref a measured"
+        w1 = _pid(r)
+        _wait_for_spare(pool)
+        assert pool.stats()["reference_timings"] == 1
+        pool.submit(Job("t", "exit")).result(timeout=60)  # kills the worker and its retry's
+        r = pool.submit(Job("t", "ref:a")).result(timeout=60)
+        assert r.message == "ref a cached" and _pid(r) != w1
+        r = pool.submit(Job("t", "ref:b")).result(timeout=60)
+        assert r.message == "ref b measured"
+        pool.submit(Job("t", "segv")).result(timeout=60)
+        for name in ("a", "b"):
+            r = pool.submit(Job("t", f"ref:{name}")).result(timeout=60)
+            assert r.message == f"ref {name} cached", r.message
+        assert pool.stats()["restarts"] >= 4
+
+
+def test_exec_workers_per_gpu_is_checked():
+    with pytest.raises(ValueError, match="exec_workers_per_gpu=0"):
+        EvalPool(backend="cpu", exec_workers_per_gpu=0, evaluator=scripted_evaluator)
+
+
+# ---- on a GPU: several exec workers per GPU, the spare, kept reference timings, kept memory pool ----
+GPU_CFG = EnvConfig(backend="cupy", sizes="eval", correctness_trials=3, timed_runs=30, warmup_runs=3,
+                    limits=StageLimits(parse=2, compile=20, correctness=10, timing=30))
+
+
+def _unique(text: str, tag: str) -> str:
+    """The same submission with a codegen-neutral `#define`, so neither the cache nor in-flight
+    de-duplication merges it with another copy."""
+    i = text.rfind("```cuda\n") + len("```cuda\n")
+    return text[:i] + f"#define LEAP_TEST_VARIANT_{tag} 1\n" + text[i:]
+
+
+def _crash(task) -> str:
+    out = task.outputs[0].name
+    return ('```cuda\nextern "C" __global__ void bad(char* y) { ((float*)y)[1ll << 36] = 1.f; }\n```\n'
+            f"```launch\nbad<<<1, 1>>>({out});\n```")
+
+
+@pytest.mark.gpu
+def test_several_exec_workers_per_gpu_score_correctly_and_keep_reference_timings():
+    from kernels_env.tasks import list_tasks
+    tasks = list_tasks(level=1)[:8]
+    t = tasks[0]
+    with EvalPool(backend="cupy", gpu_workers=1, exec_workers_per_gpu=3, config=GPU_CFG, cache=False) as pool:
+        assert pool.exec_workers == 3 and pool.gpu_workers == 1
+        first = pool.submit(Job(t.name, _unique(t.solution, "first"))).result(timeout=300)
+        assert first.status is Status.CORRECT and first.timing.ref_median_ms, first.message
+        rs = pool.map([Job(x.name, _unique(x.solution, f"a{i}")) for i, x in enumerate(tasks * 2)])
+        bad = [f"{r.task}: {r.status.value}: {r.message[:200]}" for r in rs if r.status is not Status.CORRECT]
+        assert not bad, bad
+        assert all(r.speedup and r.speedup > 0 for r in rs)
+        deadline = time.monotonic() + 180
+        while not pool.spare_pids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pool.spare_pids(), f"no warm spare: {pool.stats()}"
+        crashes = pool.map([Job(t.name, _crash(t) + f"\n// {i}") for i in range(2)])
+        assert all(r.status is Status.RUNTIME_ERROR for r in crashes), [r.message for r in crashes]
+        # every lane (the swapped-in spare and fresh workers included) reuses the first timing of
+        # t's reference: the numbers are the same list, so the medians are equal
+        again = pool.map([Job(t.name, _unique(t.solution, f"b{i}")) for i in range(9)])
+        assert all(r.status is Status.CORRECT for r in again), [r.message for r in again]
+        assert {r.timing.ref_median_ms for r in again} == {first.timing.ref_median_ms}
+        stats = pool.stats()
+    assert stats["spare_swaps"] >= 1 and stats["restarts"] >= 2, stats
+    assert stats["reference_timings"] >= len(tasks), stats
+
+
+@pytest.mark.gpu
+def test_kept_memory_pool_still_catches_a_write_past_the_output():
+    """end_job keeps CuPy's pool, so outputs border pooled (mapped) memory: a write a little past the
+    end does not fault; the poisoned guard makes it runtime_error all the same."""
+    import cupy
+
+    from kernels_env.backends.cupy_backend import CupyDevice
+    from kernels_env.pipeline import score
+    from kernels_env.tasks import list_tasks
+    t = next(x for x in list_tasks(level=1) if len(x.outputs) == 1 and x.outputs[0].dtype == "float32")
+    dev = CupyDevice()
+    try:
+        cfg = GPU_CFG.replace(timing=False)
+        assert score(t, t.solution, cfg, device=dev).status is Status.CORRECT
+        kept = cupy.get_default_memory_pool().total_bytes()
+        assert kept > 0  # blocks stay cached between jobs
+        out = t.outputs[0].name
+        past = ('```cuda\nextern "C" __global__ void past(float* y, long long n) { y[n + threadIdx.x] = 1.f; }\n'
+                f"```\n```launch\npast<<<1, 32>>>({out}, {'*'.join(str(d) for d in t.outputs[0].shape)});\n```")
+        for _ in range(3):
+            r = score(t, past, cfg, device=dev)
+            assert r.status is Status.RUNTIME_ERROR and "out-of-bounds write" in r.message, r.message
+        dev.keep_pool_bytes = 0
+        dev.end_job()
+        assert cupy.get_default_memory_pool().total_bytes() == 0
+    finally:
+        dev.close()
