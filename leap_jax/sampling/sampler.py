@@ -327,6 +327,9 @@ class Sampler:
         self.pad_id = int(pad_id if pad_id is not None else (config.pad_token_id or 0))
         self.trace_counts: collections.Counter[str] = collections.Counter()
         self.last_timings: dict[str, float] = {}
+        # running totals (read as deltas by callers): jitted decode calls, decode-loop iterations
+        # (each call runs until its longest row stops: max generated length), rows cut at the budget
+        self.counters: collections.Counter[str] = collections.Counter()
         self._cache: tuple[tuple[int, int], KVCache] | None = None
 
         def prefill_fn(params, cache, tokens, lengths):
@@ -419,6 +422,14 @@ class Sampler:
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
 
+    def _count(self, lengths: np.ndarray, finished: np.ndarray) -> None:
+        """Add one decode call's rows to `counters` (the loop ran max(lengths) iterations)."""
+        self.counters["decode_calls"] += 1
+        self.counters["decode_iterations"] += int(lengths.max()) if lengths.size else 0
+        self.counters["decode_rows"] += int(lengths.size)
+        self.counters["generated_tokens"] += int(lengths.sum())
+        self.counters["truncated_rows"] += int((~finished).sum())
+
     def generate(self, params: Params, prompts: Sequence[Sequence[int]],
                  sampling: SamplingParams = DEFAULT_SAMPLING,
                  rng: jax.Array | int = 0) -> SampleOutput:
@@ -452,6 +463,7 @@ class Sampler:
             timings.update(self.last_timings)
             out_tok, out_lp = np.asarray(res.tokens), np.asarray(res.logprobs)
             out_len, out_fin = np.asarray(res.lengths), np.asarray(res.finished)
+            self._count(out_len[active], out_fin[active])
             for r, j in enumerate(idx):
                 k = int(out_len[r])
                 tokens[j] = out_tok[r, :k].tolist()

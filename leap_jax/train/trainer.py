@@ -272,6 +272,7 @@ class Trainer:
         self.evaluator = evaluator
         self._policy_override = policy
         self._sampler: Sampler | None = None
+        self._sampler_counters_seen: dict[str, int] = {}  # Sampler.counters at this step's start
         self.streams = ChatStreams(self.tokenizer)
         self.logprob_fn = make_logprob_fn(self.model_config, cfg.optimizer.attention)
         self.value_fn = make_value_fn(self.model_config) if self.ppo else None
@@ -368,6 +369,7 @@ class Trainer:
         cfg = self.cfg
         c0 = compile_seconds()
         t0 = time.perf_counter()
+        self._sampler_counters_seen = dict(self._sampler.counters) if self._sampler is not None else {}
         self.rng, k_roll = jax.random.split(self.rng)
         tasks = self.next_tasks()
         rollout = self._rollout(cfg.rollout.group_size, cfg.rollout.max_turns,
@@ -431,9 +433,19 @@ class Trainer:
         self.train_time += metrics["time/step"] - metrics["time/compile"]
         metrics["time/train_total"] = self.train_time
         metrics["time/generate"] = out.stats["time/generate"]
+        metrics.update(self._sampler_counter_deltas())
         metrics["time/evaluate"] = out.stats["time/evaluate_wait"] + out.stats["time/evaluate_submit"]
         self.step += 1
         return metrics
+
+    def _sampler_counter_deltas(self) -> dict[str, float]:
+        """sampler/<counter>: this step's decode calls, loop iterations, rows, tokens and rows cut
+        at max_new_tokens (iterations x rows against tokens shows the steps spent on finished rows)."""
+        if self._sampler is None:
+            return {}
+        now = dict(self._sampler.counters)
+        last = self._sampler_counters_seen
+        return {f"sampler/{k}": float(v - last.get(k, 0)) for k, v in now.items()}
 
     def step_metrics(self, out: RolloutOutput, credit: algorithms.Credit) -> dict[str, Any]:
         m: dict[str, Any] = dict(outcome_metrics(out))

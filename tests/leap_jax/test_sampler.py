@@ -316,3 +316,16 @@ def test_casting_weights_once_is_bit_identical():
     a = decoder.forward(p, cfg, tok, pos)[0]
     b = decoder.forward(cast, cfg, tok, pos)[0]
     np.testing.assert_array_equal(np.asarray(a.astype(jnp.float32)), np.asarray(b.astype(jnp.float32)))
+
+
+def test_counters_record_iterations_rows_and_truncation(params, prompts):
+    """Each decode call runs until its longest row stops: the counters say how many iterations that
+    took, for how many rows and tokens, and how many rows hit the budget (logged per RL step)."""
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, batch_buckets=(4,))
+    greedy_first = int(np.argmax(ref_logits(params, prompts[0])[-1]))
+    out = s.generate(params, prompts, SamplingParams(temperature=0.0, stop_token_ids=(greedy_first,)), 0)
+    lengths = [len(t) for t in out.tokens]
+    c = s.counters
+    assert c["decode_calls"] == 1 and c["decode_rows"] == 4
+    assert c["decode_iterations"] == max(lengths) and c["generated_tokens"] == sum(lengths)
+    assert c["truncated_rows"] == sum(not f for f in out.finished) and lengths[0] == 1 and out.finished[0]
