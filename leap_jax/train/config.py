@@ -300,6 +300,9 @@ class MeshCfg:
     data: int = 1
     fsdp: int = 1
     tensor: int = 1
+    # take the sharded path even on a mesh of one device (benchmarks/step_time.py compares it with
+    # the plain path on one GPU; it must not be slower)
+    force: bool = False
 
 
 @dataclass

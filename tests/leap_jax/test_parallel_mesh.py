@@ -47,3 +47,29 @@ def test_default_mesh_is_the_single_device_path():
         from_dict({"mesh": {"fsdp": 0}})
     with pytest.raises(ConfigError, match="at most one"):
         from_dict({"mesh": {"fsdp": -1, "data": -1}})
+
+
+def test_forced_one_device_mesh_trains_like_the_plain_path(tmp_path):
+    """mesh.force takes the sharded path on one device (for the side-by-side benchmark); a step on
+    it must give the plain path's params."""
+    import jax
+    import numpy as np
+
+    from leap_jax.rollout.policy import ScriptedPolicy
+    from leap_jax.train.config import load_config
+    from leap_jax.train.trainer import Trainer
+    from tests.leap_jax._trainer_helpers import OracleEvaluator
+    from tests.leap_jax.test_trainer import TINY
+
+    assert MeshPlacement.from_cfg(from_dict({"mesh": {"force": True}}).mesh).mesh.size == 1
+    params = []
+    for name, extra in (("plain", []), ("forced", ["mesh.force=true"])):
+        cfg = load_config(None, TINY + [f"train.run_dir={tmp_path / name}", "train.steps=1", *extra])
+        tr = Trainer(cfg, evaluator=OracleEvaluator(), resume=False)
+        tr._policy_override = ScriptedPolicy(tr.tokenizer, p_good=0.5, end_ids=[tr.streams.im_end])
+        assert (tr.placement is not None) == bool(extra)
+        tr.train()
+        params.append(jax.tree_util.tree_leaves(tr.params))
+        tr.close()
+    for a, b in zip(*params, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
