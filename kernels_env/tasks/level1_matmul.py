@@ -249,7 +249,7 @@ KB_MM_TASKS = [
     Task(name="matrix_scalar_mul", level=1,
          description=("Matrix-scalar multiplication C = A * s (KernelBench 5_Matrix_scalar_multiplication) with "
                       "s = 3.14: C[m, n] = A[m, n] * s. A and C are contiguous row-major float32 [M, N]."),
-         sizes={"eval": {"M": 16384, "N": 4096}, "small": {"M": 37, "N": 300}},  # 64M: memory-bound
+         sizes={"eval": {"M": 16384, "N": 6144}, "small": {"M": 37, "N": 300}},  # 96M: memory-bound
          inputs=(Buffer("A", "float32", ("M", "N")),), outputs=(Buffer("C", "float32", ("M", "N")),),
          scalars=(Scalar("s", "float32", 3.14),),
          reference=lambda xp, A, s: (A * xp.float32(s)).astype(xp.float32, copy=False),
@@ -260,7 +260,7 @@ KB_MM_TASKS = [
              "multiplication_): A is [M, K] with small K, B is [K, M], C is [M, M] (C[i, j] = sum_k A[i, k] * "
              "B[k, j]). " + _RM,
              (Buffer("A", "float32", ("M", "K")), Buffer("B", "float32", ("K", "M"))), ("M", "M"),
-             {"eval": {"M": 4096, "K": 32}, "small": {"M": 70, "K": 17}},
+             {"eval": {"M": 8192, "K": 64}, "small": {"M": 70, "K": 17}},
              lambda xp, A, B: xp.matmul(A, B).astype(xp.float32, copy=False), launch_sizes="M, M, K"),
     _mm_task("matmul_3d_tensor", "3-D tensor times matrix, torch.matmul(A, B) with A [Bt, M, K] and B [K, L] "
              "(KernelBench 10_3D_tensor_matrix_multiplication): C[b, m, l] = sum_k A[b, m, k] * B[k, l], C is "
@@ -272,7 +272,7 @@ KB_MM_TASKS = [
          description=("Product of a diagonal matrix and a matrix, diag(A) @ B, computed as A.unsqueeze(1) * B "
                       "(KernelBench 12_Matmul_with_diagonal_matrices_): C[i, j] = A[i] * B[i, j]. A is float32 "
                       "[N] (the diagonal), B and C are contiguous row-major float32 [N, M]."),
-         sizes={"eval": {"N": 8192, "M": 8192}, "small": {"N": 37, "M": 300}},  # 64M: memory-bound
+         sizes={"eval": {"N": 16384, "M": 6144}, "small": {"N": 37, "M": 300}},  # 96M: memory-bound
          inputs=(Buffer("A", "float32", ("N",)), Buffer("B", "float32", ("N", "M"))),
          outputs=(Buffer("C", "float32", ("N", "M")),),
          reference=lambda xp, A, B: (A[:, None] * B).astype(xp.float32, copy=False),
