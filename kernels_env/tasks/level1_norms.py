@@ -206,3 +206,147 @@ TASKS.append(dataclasses.replace(
 
 for _t in TASKS:
     register(_t)
+
+
+# ---- KernelBench 33_BatchNorm / 34_InstanceNorm / 35_GroupNorm_ over NCHW -----------------------------
+
+def _norm_over(xp: Any, x: Any, axes: tuple[int, ...], eps: float) -> Any:
+    """(x - mean) / sqrt(biased var + eps) over `axes`, statistics in float64."""
+    x64 = x.astype(xp.float64)
+    mu = xp.mean(x64, axis=axes, keepdims=True)
+    var = xp.mean((x64 - mu) ** 2, axis=axes, keepdims=True)
+    return (x64 - mu) / xp.sqrt(var + eps)
+
+
+def _batch_norm_ref(xp, x, weight, bias, eps):
+    y = _norm_over(xp, x, (0, 2, 3), eps) * weight.reshape(1, -1, 1, 1) + bias.reshape(1, -1, 1, 1)
+    return y.astype(xp.float32, copy=False)
+
+
+def _instance_norm_ref(xp, x, eps):
+    return _norm_over(xp, x, (2, 3), eps).astype(xp.float32, copy=False)
+
+
+def _group_norm_ref(xp, x, weight, bias, eps, num_groups):
+    n, c, h, w = x.shape
+    y = _norm_over(xp, x.reshape(n, num_groups, c // num_groups, h, w), (2, 3, 4), eps).reshape(n, c, h, w)
+    return (y * weight.reshape(1, -1, 1, 1) + bias.reshape(1, -1, 1, 1)).astype(xp.float32, copy=False)
+
+
+_BN_CUDA = common.REDUCE_CUDA + r"""
+// One block per channel c: mean, then biased variance (two passes), then y = (x - mean) * rstd * w + b.
+// Channel c's elements are N runs of HW contiguous floats, C*HW apart.
+extern "C" __global__ void batch_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight,
+                                             const float* __restrict__ bias, float* __restrict__ y,
+                                             int N, int C, int HW, float eps) {
+    __shared__ float sh[33];
+    int c = blockIdx.x;
+    long long cnt = (long long)N * HW;
+    float s = 0.0f;
+    for (int n = 0; n < N; ++n) {
+        const float* p = x + ((size_t)n * C + c) * HW;
+        for (int i = threadIdx.x; i < HW; i += blockDim.x) s += p[i];
+    }
+    float mu = block_sum(s, sh) / (float)cnt;
+    float v = 0.0f;
+    for (int n = 0; n < N; ++n) {
+        const float* p = x + ((size_t)n * C + c) * HW;
+        for (int i = threadIdx.x; i < HW; i += blockDim.x) { float d = p[i] - mu; v += d * d; }
+    }
+    float rstd = rsqrtf(block_sum(v, sh) / (float)cnt + eps);
+    float sc = rstd * weight[c], sb = bias[c] - mu * sc;
+    for (int n = 0; n < N; ++n) {
+        const float* p = x + ((size_t)n * C + c) * HW;
+        float* q = y + ((size_t)n * C + c) * HW;
+        for (int i = threadIdx.x; i < HW; i += blockDim.x) q[i] = p[i] * sc + sb;
+    }
+}
+"""
+
+# Mean and 1/sqrt(biased variance + eps) of `len` contiguous floats, two passes, the whole block calling.
+_SEGMENT_STATS_CUDA = common.REDUCE_CUDA + r"""
+__device__ float2 segment_stats(const float* p, int len, float eps, float* sh) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) s += p[i];
+    float mu = block_sum(s, sh) / (float)len;
+    float v = 0.0f;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) { float d = p[i] - mu; v += d * d; }
+    return make_float2(mu, rsqrtf(block_sum(v, sh) / (float)len + eps));
+}
+"""
+
+_IN_CUDA = _SEGMENT_STATS_CUDA + r"""
+// One block per (n, c) plane of HW contiguous floats: normalise with its own statistics (no affine).
+extern "C" __global__ void instance_norm_kernel(const float* __restrict__ x, float* __restrict__ y, int HW,
+                                                float eps) {
+    __shared__ float sh[33];
+    const float* p = x + (size_t)blockIdx.x * HW;
+    float* q = y + (size_t)blockIdx.x * HW;
+    float2 st = segment_stats(p, HW, eps, sh);
+    for (int i = threadIdx.x; i < HW; i += blockDim.x) q[i] = (p[i] - st.x) * st.y;
+}
+"""
+
+_GN_CUDA = _SEGMENT_STATS_CUDA + r"""
+// One block per (n, group): the group's CG = C / G channels are CG * HW contiguous floats.
+extern "C" __global__ void group_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight,
+                                             const float* __restrict__ bias, float* __restrict__ y,
+                                             int C, int HW, int G, float eps) {
+    __shared__ float sh[33];
+    int g = blockIdx.x % G, cg = C / G;
+    int len = cg * HW;
+    const float* p = x + (size_t)blockIdx.x * len;
+    float* q = y + (size_t)blockIdx.x * len;
+    float2 st = segment_stats(p, len, eps, sh);
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
+        int c = g * cg + i / HW;
+        q[i] = (p[i] - st.x) * st.y * weight[c] + bias[c];
+    }
+}
+"""
+
+_X_NCHW = Buffer("x", "float32", ("N", "C", "H", "W"))
+_Y_NCHW = Buffer("y", "float32", ("N", "C", "H", "W"))
+_NCHW_SIZES = {"eval": {"N": 16, "C": 64, "H": 128, "W": 128}, "small": {"N": 3, "C": 4, "H": 5, "W": 7}}
+_AFFINE = (Buffer("weight", "float32", ("C",)), Buffer("bias", "float32", ("C",)))
+_EPS = Scalar("eps", "float32", 1e-5)
+_NCHW_TEXT = "x and y are float32 [N, C, H, W] (NCHW), contiguous row-major."
+
+KB_NORM_TASKS = [
+    Task(name="batch_norm", level=1,
+         description=("Batch normalisation as torch.nn.BatchNorm2d(C) called in its default training mode "
+                      "(KernelBench 33_BatchNorm): for each channel c, mean and biased variance over all N*H*W "
+                      "elements x[:, c, :, :] (the batch statistics, not running statistics), y[n, c, i, j] = "
+                      "(x[n, c, i, j] - mean_c) / sqrt(var_c + eps) * weight[c] + bias[c] with eps = 1e-5. "
+                      + _NCHW_TEXT + " weight and bias (the module's affine parameters) are float32 [C]. The "
+                      "module's running-statistics update is not part of the output."),
+         sizes=_NCHW_SIZES, inputs=(_X_NCHW,) + _AFFINE, outputs=(_Y_NCHW,), reference=_batch_norm_ref,
+         scalars=(_EPS,), tolerance=_ROW_TOL,
+         solution=common.solution(_BN_CUDA, "batch_norm_kernel<<<C, 1024>>>(x, weight, bias, y, N, C, H * W, eps);"),
+         tags=("norm", "kernelbench")),
+    Task(name="instance_norm", level=1,
+         description=("Instance normalisation as torch.nn.InstanceNorm2d(C) with its defaults (affine=False, "
+                      "track_running_stats=False; KernelBench 34_InstanceNorm): for each (n, c), mean and biased "
+                      "variance over the H*W elements x[n, c, :, :], y[n, c, i, j] = (x[n, c, i, j] - mean) / "
+                      "sqrt(var + eps) with eps = 1e-5; no weight or bias. " + _NCHW_TEXT),
+         sizes=_NCHW_SIZES, inputs=(_X_NCHW,), outputs=(_Y_NCHW,), reference=_instance_norm_ref,
+         scalars=(_EPS,), tolerance=_ROW_TOL,
+         solution=common.solution(_IN_CUDA, "instance_norm_kernel<<<N * C, 256>>>(x, y, H * W, eps);"),
+         tags=("norm", "kernelbench")),
+    Task(name="group_norm", level=1,
+         description=("Group normalisation as torch.nn.GroupNorm(num_groups=8, num_channels=C) (KernelBench "
+                      "35_GroupNorm_): the C channels split into num_groups groups of C / num_groups consecutive "
+                      "channels; for each (n, group), mean and biased variance over the group's (C / num_groups)"
+                      "*H*W elements, y[n, c, i, j] = (x[n, c, i, j] - mean) / sqrt(var + eps) * weight[c] + "
+                      "bias[c] with eps = 1e-5. " + _NCHW_TEXT + " weight and bias (the module's per-channel "
+                      "affine parameters) are float32 [C]; C is a multiple of num_groups."),
+         sizes={"eval": {"N": 16, "C": 64, "H": 128, "W": 128}, "small": {"N": 3, "C": 16, "H": 3, "W": 5}},
+         inputs=(_X_NCHW,) + _AFFINE, outputs=(_Y_NCHW,), reference=_group_norm_ref,
+         scalars=(_EPS, Scalar("num_groups", "int32", 8)), tolerance=_ROW_TOL,
+         solution=common.solution(_GN_CUDA, "group_norm_kernel<<<N * num_groups, 1024>>>(x, weight, bias, y, C, "
+                                  "H * W, num_groups, eps);"),
+         tags=("norm", "kernelbench")),
+]
+
+for _t in KB_NORM_TASKS:
+    register(_t)

@@ -304,3 +304,94 @@ TASKS += [
 
 for _t in TASKS:
     register(_t)
+
+
+# ---- KernelBench 92_cumsum_exclusive, 93_masked_cumsum, 99_TripletMarginLoss --------------------------
+
+def _scan_variant(name: str, description: str, load: str, ref: Any, inputs: tuple[Buffer, ...]) -> Task:
+    """An inclusive row scan of `load(j)` (a macro over the row pointers p, and mp for a mask)."""
+    extra = "".join(f", const int* __restrict__ {b.name}" for b in inputs[1:])
+    cuda = (f"#define OP(a, b) ((a) + (b))\n#define LOAD(j) ({load})\n"
+            + _SCAN.replace("NAME", name).replace("IDENT", "0.0f").replace("p[POS(j)]", "LOAD(j)")
+            .replace("q[POS(j)]", "q[j]").replace("const float* __restrict__ x, float* __restrict__ y",
+                                                  f"const float* __restrict__ x{extra}, float* __restrict__ y")
+            .replace("    float* q = y + (size_t)blockIdx.x * N;\n",
+                     "    float* q = y + (size_t)blockIdx.x * N;\n"
+                     + "".join(f"    const int* mp = {b.name} + (size_t)blockIdx.x * N;\n" for b in inputs[1:])))
+    args = ", ".join(b.name for b in inputs)
+    return Task(name=name, level=1, description=description,
+                sizes={"eval": {"M": 8192, "N": 8192}, "small": {"M": 5, "N": 1000}}, inputs=inputs,
+                outputs=(Buffer("y", "float32", ("M", "N")),), reference=ref, tolerance=_SCAN_TOL,
+                solution=common.solution(cuda, f"{name}_kernel<<<M, 256>>>({args}, y, M, N);"),
+                tags=("scan", "kernelbench"))
+
+
+def _exclusive_cumsum_ref(xp, x):
+    y = xp.zeros(x.shape, dtype=xp.float32)
+    y[:, 1:] = xp.cumsum(x[:, :-1], axis=1)
+    return y
+
+
+def _masked_cumsum_ref(xp, x, mask):
+    return xp.cumsum(x * mask.astype(xp.float32), axis=1).astype(xp.float32, copy=False)
+
+
+_TRIPLET_CUDA = common.REDUCE_CUDA + common.FINISH_SUM_CUDA + r"""
+// One block per row: max(||a - p + eps|| - ||a - n + eps|| + margin, 0).
+extern "C" __global__ void triplet_rows(const float* __restrict__ anchor, const float* __restrict__ positive,
+                                        const float* __restrict__ negative, float* __restrict__ row_loss,
+                                        int B, int D, float margin, float eps) {
+    __shared__ float sh[33];
+    size_t off = (size_t)blockIdx.x * D;
+    float sp = 0.0f, sn = 0.0f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float a = anchor[off + j];
+        float dp = a - positive[off + j] + eps, dn = a - negative[off + j] + eps;
+        sp += dp * dp;
+        sn += dn * dn;
+    }
+    sp = block_sum(sp, sh);
+    sn = block_sum(sn, sh);
+    if (threadIdx.x == 0) row_loss[blockIdx.x] = fmaxf(sqrtf(sp) - sqrtf(sn) + margin, 0.0f);
+}
+"""
+
+
+def _triplet_ref(xp, anchor, positive, negative, margin, eps):
+    a = anchor.astype(xp.float64)
+    dp = xp.sqrt(xp.sum((a - positive + eps) ** 2, axis=1))
+    dn = xp.sqrt(xp.sum((a - negative + eps) ** 2, axis=1))
+    return xp.mean(xp.maximum(dp - dn + margin, 0.0)).reshape(1).astype(xp.float32, copy=False)
+
+
+KB_SCAN_LOSS_TASKS = [
+    _scan_variant("cumsum_exclusive", "Exclusive cumulative sum along each row (KernelBench 92_cumsum_exclusive, "
+                  "dim 1): y[m, 0] = 0 and y[m, j] = sum_{k < j} x[m, k], the element itself excluded. " + _ROWS,
+                  "(j) > 0 ? p[(j) - 1] : 0.0f", _exclusive_cumsum_ref, (Buffer("x", "float32", ("M", "N")),)),
+    _scan_variant("masked_cumsum", "Masked cumulative sum along each row, torch.cumsum(x * mask, dim=1) "
+                  "(KernelBench 93_masked_cumsum): y[m, j] = sum over k <= j with mask[m, k] != 0 of x[m, k]. "
+                  "x is a contiguous row-major float32 matrix [M, N]; mask is int32 [M, N] of 0/1 values (the "
+                  "KernelBench model takes a bool tensor; here 1 means true); y is float32 [M, N].",
+                  "mp[j] != 0 ? p[j] : 0.0f", _masked_cumsum_ref,
+                  (Buffer("x", "float32", ("M", "N")),
+                   Buffer("mask", "int32", ("M", "N"), distributions=("randint",), low=0, high=2))),
+    Task(name="triplet_margin_loss", level=1,
+         description=("Triplet margin loss as torch.nn.TripletMarginLoss(margin=1.0) with its defaults (p = 2, "
+                      "eps = 1e-6, swap = False, mean reduction; KernelBench 99_TripletMarginLoss): for each row b, "
+                      "d_pos = sqrt(sum_j (anchor[b, j] - positive[b, j] + eps)^2) and d_neg likewise with "
+                      "negative (eps is added to each difference, as torch.pairwise_distance does), and loss[0] = "
+                      "(1/B) sum_b max(d_pos - d_neg + margin, 0). anchor, positive and negative are float32 "
+                      "[B, D], contiguous row-major; loss is a float32 buffer of 1 element."),
+         sizes={"eval": {"B": 8192, "D": 2048}, "small": {"B": 9, "D": 1000}},
+         inputs=(Buffer("anchor", "float32", ("B", "D")), Buffer("positive", "float32", ("B", "D")),
+                 Buffer("negative", "float32", ("B", "D"))),
+         outputs=(Buffer("loss", "float32", (1,)),), reference=_triplet_ref, tolerance=_LOSS_TOL,
+         scalars=(Scalar("margin", "float32", 1.0), Scalar("eps", "float32", 1e-6)),
+         solution=common.solution(_TRIPLET_CUDA, "scratch float row_loss[B];\ntriplet_rows<<<B, 256>>>(anchor, "
+                                  "positive, negative, row_loss, B, D, margin, eps);\nfinish_sum<<<1, 1024>>>"
+                                  "(row_loss, loss, B, B);"),
+         tags=("loss", "reduction", "kernelbench")),
+]
+
+for _t in KB_SCAN_LOSS_TASKS:
+    register(_t)

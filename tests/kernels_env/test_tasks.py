@@ -405,6 +405,136 @@ INDEPENDENT.update({
 })
 
 
+
+def _conv3d(x, w):
+    out = []
+    for xn in x:
+        vols = []
+        for wo in w:
+            kd, kh, kw = len(wo[0]), len(wo[0][0]), len(wo[0][0][0])
+            od, oh, ow = len(xn[0]) - kd + 1, len(xn[0][0]) - kh + 1, len(xn[0][0][0]) - kw + 1
+            vols.append([[[math.fsum(xn[c][d + p][i + q][j + r] * wo[c][p][q][r] for c in range(len(xn))
+                                     for p in range(kd) for q in range(kh) for r in range(kw))
+                           for j in range(ow)] for i in range(oh)] for d in range(od)])
+        out.append(vols)
+    return out
+
+
+def _conv_transpose2d(x, w):
+    """Scatter form: every x[n, c, i, j] * w[c, o, a, b] lands on y[n, o, i + a, j + b]."""
+    n_, c_, h, wd = len(x), len(x[0]), len(x[0][0]), len(x[0][0][0])
+    o_, kh, kw = len(w[0]), len(w[0][0]), len(w[0][0][0])
+    terms = [[[[[] for _ in range(wd + kw - 1)] for _ in range(h + kh - 1)] for _ in range(o_)] for _ in range(n_)]
+    for n, c, i, j, o, a, b in itertools.product(range(n_), range(c_), range(h), range(wd), range(o_),
+                                                 range(kh), range(kw)):
+        terms[n][o][i + a][j + b].append(x[n][c][i][j] * w[c][o][a][b])
+    return [[[[math.fsum(t) for t in row] for row in plane] for plane in yn] for yn in terms]
+
+
+def _depthwise2d(x, w):
+    def plane(p, f):
+        kh, kw = len(f), len(f[0])
+        return [[math.fsum(p[i + a][j + b] * f[a][b] for a in range(kh) for b in range(kw))
+                 for j in range(len(p[0]) - kw + 1)] for i in range(len(p) - kh + 1)]
+    return [[plane(p, w[c][0]) for c, p in enumerate(xn)] for xn in x]
+
+
+def _conv1d_ds(x, w, st, dil):
+    kw = len(w[0][0])
+    lo = (len(x[0][0]) - dil * (kw - 1) - 1) // st + 1
+    return [[[math.fsum(xn[c][pos * st + k * dil] * wo[c][k] for c in range(len(xn)) for k in range(kw))
+              for pos in range(lo)] for wo in w] for xn in x]
+
+
+def _pool3d(x, s, f, pad_value):
+    k, st, pad, dil = s["kernel_size"], s["stride"], s["padding"], s.get("dilation", 1)
+
+    def vol(v):
+        dims = (len(v), len(v[0]), len(v[0][0]))
+        outs = [(n + 2 * pad - dil * (k - 1) - 1) // st + 1 for n in dims]
+
+        def at(d, i, j):
+            inside = 0 <= d < dims[0] and 0 <= i < dims[1] and 0 <= j < dims[2]
+            return v[d][i][j] if inside else pad_value
+        return [[[f([at(d * st - pad + a * dil, i * st - pad + b * dil, j * st - pad + e * dil)
+                     for a in range(k) for b in range(k) for e in range(k)])
+                  for j in range(outs[2])] for i in range(outs[1])] for d in range(outs[0])]
+    return [[vol(v) for v in xn] for xn in x]
+
+
+def _normalise(vals, eps):
+    mu = math.fsum(vals) / len(vals)
+    var = math.fsum((v - mu) ** 2 for v in vals) / len(vals)
+    return [(v - mu) / math.sqrt(var + eps) for v in vals]
+
+
+def _batch_norm(a, s):
+    x = a["x"].astype(np.float64)
+    y = np.empty_like(x)
+    for c in range(x.shape[1]):
+        z = _normalise(x[:, c].ravel().tolist(), s["eps"])
+        y[:, c] = np.array(z).reshape(x[:, c].shape) * float(a["weight"][c]) + float(a["bias"][c])
+    return [y]
+
+
+def _group_norm(a, s):
+    x = a["x"].astype(np.float64)
+    n_, c_ = x.shape[:2]
+    cg = c_ // s["num_groups"]
+    y = np.empty_like(x)
+    for n in range(n_):
+        for g in range(s["num_groups"]):
+            blk = x[n, g * cg:(g + 1) * cg]
+            y[n, g * cg:(g + 1) * cg] = np.array(_normalise(blk.ravel().tolist(), s["eps"])).reshape(blk.shape)
+        y[n] = y[n] * a["weight"].astype(np.float64)[:, None, None] + a["bias"].astype(np.float64)[:, None, None]
+    return [y]
+
+
+def _tril(m):
+    return [[v if j <= i else 0.0 for j, v in enumerate(row)] for i, row in enumerate(m)]
+
+
+def _sdpa(a, s):
+    out = []
+    for qb, kb, vb in zip(_f64(a["Q"]), _f64(a["K"]), _f64(a["V"]), strict=False):
+        heads = []
+        for q, k, v in zip(qb, kb, vb, strict=False):
+            sc = [[u / math.sqrt(len(q[0])) for u in row] for row in _mm(q, _t(k))]
+            heads.append(_mm([[math.exp(u - _lse(row)) for u in row] for row in sc], v))
+        out.append(heads)
+    return [out]
+
+
+def _triplet_row(an, po, ne, margin, eps):
+    dp = math.sqrt(math.fsum((u - v + eps) ** 2 for u, v in zip(an, po, strict=False)))
+    dn = math.sqrt(math.fsum((u - v + eps) ** 2 for u, v in zip(an, ne, strict=False)))
+    return max(dp - dn + margin, 0.0)
+
+
+INDEPENDENT.update({
+    "conv3d": lambda a, s: [_conv3d(_f64(a["x"]), _f64(a["w"]))],
+    "conv_transpose2d": lambda a, s: [_conv_transpose2d(_f64(a["x"]), _f64(a["w"]))],
+    "conv_depthwise2d": lambda a, s: [_depthwise2d(_f64(a["x"]), _f64(a["w"]))],
+    "conv1d_dilated_strided": lambda a, s: [_conv1d_ds(_f64(a["x"]), _f64(a["w"]), s["stride"], s["dilation"])],
+    "maxpool3d": lambda a, s: [_pool3d(_f64(a["x"]), s, max, -math.inf)],
+    "avgpool3d": lambda a, s: [_pool3d(_f64(a["x"]), s, lambda c: math.fsum(c) / len(c), 0.0)],
+    "batch_norm": _batch_norm,
+    "instance_norm": lambda a, s: [[[np.array(_normalise(p.ravel().tolist(), s["eps"])).reshape(p.shape) for p in xn]
+                                    for xn in a["x"].astype(np.float64)]],
+    "group_norm": _group_norm,
+    "matrix_scalar_mul": lambda a, s: [[[v * s["s"] for v in row] for row in _f64(a["A"])]],
+    "matmul_tall_skinny": lambda a, s: [_mm(_f64(a["A"]), _f64(a["B"]))],
+    "matmul_3d_tensor": lambda a, s: [[_mm(x, _f64(a["B"])) for x in _f64(a["A"])]],
+    "matmul_diag": lambda a, s: [[[d * v for v in row] for d, row in zip(_f64(a["A"]), _f64(a["B"]), strict=False)]],
+    "matmul_lower_triangular": lambda a, s: [_tril(_mm(_tril(_f64(a["A"])), _tril(_f64(a["B"]))))],
+    "scaled_dot_product_attention": _sdpa,
+    "cumsum_exclusive": lambda a, s: [[[0.0] + list(itertools.accumulate(r[:-1])) for r in _f64(a["x"])]],
+    "masked_cumsum": lambda a, s: [[list(itertools.accumulate(v if m else 0.0 for v, m in zip(r, mr, strict=False)))
+                                    for r, mr in zip(_f64(a["x"]), a["mask"].tolist(), strict=False)]],
+    "triplet_margin_loss": lambda a, s: [_mean(_triplet_row(x, y, z, s["margin"], s["eps"]) for x, y, z in zip(
+        _f64(a["anchor"]), _f64(a["positive"]), _f64(a["negative"]), strict=False))],
+})
+
 def test_every_task_has_an_independent_implementation():
     assert sorted(INDEPENDENT) == sorted(NAMES)
 
