@@ -90,11 +90,23 @@ def workload_rounds(workload: str, tasks: list[Any], repeat: int, seed: int = 0)
     return rounds
 
 
-def workload_tasks(workload: str, limit: int | None) -> tuple[list[Any], str]:
-    """(tasks, size set) of a workload."""
+def workload_tasks(workload: str, limit: int | None, only: list[str] | None = None) -> tuple[list[Any], str]:
+    """(tasks, size set) of a workload; `only`: the task names every arm has (arms compare the same work)."""
     from kernels_env.tasks import list_tasks
     tasks = list_tasks(level=1) if workload == "small" else list_tasks()
+    if only is not None:
+        keep = set(only)
+        tasks = [t for t in tasks if t.name in keep]
     return (tasks[:limit] if limit else tasks), ("small" if workload == "small" else "eval")
+
+
+def _suite_names(src: str) -> set[str]:
+    """The suite's task names in the kernels_env under `src`."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    code = "from kernels_env.tasks import list_tasks; print(' '.join(t.name for t in list_tasks()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
+                         cwd=src)  # "-c" puts the working directory first on sys.path
+    return set(out.stdout.split())
 
 
 # ---- one arm (runs in a subprocess) ---------------------------------------------------------------
@@ -103,7 +115,7 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
     import kernels_env
     from kernels_env.config import EnvConfig
     from kernels_env.pool import EvalPool, Job
-    tasks, sizes = workload_tasks(workload, opts.get("limit"))
+    tasks, sizes = workload_tasks(workload, opts.get("limit"), opts.get("only"))
     config = EnvConfig(backend=opts["backend"], sizes=sizes, correctness_trials=opts["trials"],
                        timed_runs=opts["timed_runs"], warmup_runs=opts["warmup_runs"])
     kw: dict[str, Any] = {"gpu_workers": opts.get("gpu_workers"), "compile_workers": opts.get("compile_workers")}
@@ -174,7 +186,7 @@ def independent_timing(opts: dict[str, Any]) -> dict[str, Any]:
     from kernels_env.harness import bind_plan
     from kernels_env.inputs import make_inputs
     from kernels_env.pipeline import Prepared, prepare
-    tasks, sizes = workload_tasks("suite", opts.get("limit"))
+    tasks, sizes = workload_tasks("suite", opts.get("limit"), opts.get("only"))
     cfg = EnvConfig(backend="cupy", sizes=sizes, timed_runs=opts["timed_runs"], warmup_runs=opts["warmup_runs"])
     dev = CupyDevice()
     drv = cp.cuda.driver
@@ -245,6 +257,8 @@ def compare(script: str, root: str, before: str | None, workloads: list[str], op
                          f"{os.path.join(before, 'kernels_env', '__init__.py')}); make one with "
                          f"`git archive <commit> kernels_env | tar -x -C {before}`")
     arms = ([("before", os.path.abspath(before))] if before else []) + [("after", root)]
+    if before is not None and "only" not in opts:  # the suite grew since: time the tasks both arms have
+        opts = dict(opts, only=sorted(_suite_names(os.path.abspath(before)) & _suite_names(root)))
     rows = []
     for w in workloads:
         for arm, src in arms:
