@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-ARMS = ("leap", "multiturn", "grpo", "trloo", "rank_no_dcp", "dcp_binary")
+from leap_jax.train.algorithms import ALGORITHMS
+
+ARMS = tuple(name for name, spec in ALGORITHMS.items() if spec.experiment_arm)  # in the table's order
 MAX_SHARD_BYTES = 15 * 2 ** 20  # under the GPU machine's 16 MiB per returned file
 POLICY_FILES = ("tokenizer.json", "tokenizer_config.json")
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
+from leap_jax.train.algorithms import HEADLINE_ARM, HEADLINE_BASELINE
 from leap_jax.train.metrics import read_metrics
 
 RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")
@@ -137,7 +138,7 @@ def load_experiment(run_dirs: Sequence[str | Path]) -> dict[str, dict[int, list[
 
 
 def headline(runs: dict[str, dict[int, list[dict[str, Any]]]], metric: str = DEFAULT_METRIC,
-             baseline: str = "multiturn", arm: str = "leap") -> dict[str, Any]:
+             baseline: str = HEADLINE_BASELINE, arm: str = HEADLINE_ARM) -> dict[str, Any]:
     """Per seed: the target (the best `metric` the baseline reached), each arm's time to it, and
     the ratio baseline time / arm time (> 1: the arm got there faster)."""
     seeds = sorted(runs.get(baseline, {}))
@@ -189,7 +190,7 @@ def learning_markdown(runs: dict[str, dict[int, list[dict[str, Any]]]],
 
 
 def experiment_markdown(runs: dict[str, dict[int, list[dict[str, Any]]]], metric: str = DEFAULT_METRIC,
-                        baseline: str = "multiturn", arm: str = "leap", turns: int = 3) -> str:
+                        baseline: str = HEADLINE_BASELINE, arm: str = HEADLINE_ARM, turns: int = 3) -> str:
     """The experiment's Markdown page: the per-arm table and the headline ratio, with seeds."""
     h = headline(runs, metric, baseline, arm)
     targets = {s: v["target"] for s, v in h["per_seed"].items()}

@@ -2,7 +2,8 @@
 
 `load_config(path, overrides)` reads a YAML file, applies `a.b=value` overrides (values parsed as
 YAML scalars), type-checks every leaf against the dataclass annotations (unknown keys get a
-did-you-mean suggestion) and checks cross-field combinations (e.g. G < 2 for a group method).
+did-you-mean suggestion) and checks cross-field combinations (e.g. G < 2 for a group method;
+the per-algorithm rules read the table `leap_jax.train.algorithms.ALGORITHMS`).
 `to_dict` / `save_config` write the resolved config back out so a run directory is self-describing.
 """
 from __future__ import annotations
@@ -20,11 +21,9 @@ from collections.abc import Sequence
 import yaml
 
 from leap_jax.bootstrap.corpus import CorpusCfg
+from leap_jax.train.algorithms import ALGORITHMS
 
 MODES = ("rl", "sft")
-ALGORITHMS = ("leap", "grpo", "multiturn", "kevin", "trloo", "ppo", "rank_no_dcp", "dcp_binary")
-GROUP_ALGORITHMS = ("leap", "grpo", "multiturn", "rank_no_dcp", "dcp_binary", "trloo")
-DCP_ALGORITHMS = ("leap", "dcp_binary")
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 SCHEDULES = ("constant", "cosine", "linear")
 
@@ -111,7 +110,7 @@ class RolloutCfg:
 
 @dataclass
 class AlgorithmCfg:
-    name: str = "leap"
+    name: str = "leap"  # a key of leap_jax.train.algorithms.ALGORITHMS
     credit: str = "trajectory"  # trajectory | per_turn (rank reward)
     rank_speedup_tiebreak: bool = False
     rank_status_tiebreak: bool = False
@@ -179,8 +178,8 @@ class EnvCfg:
     cache: bool = True
     sizes: str = "eval"  # eval | small
     correctness_trials: int = 5
-    # "auto": training rollouts are timed only when the algorithm's reward reads speedups (kevin,
-    # trloo, leap with rank_speedup_tiebreak); evaluations are always timed (fast_p). true/false: all
+    # "auto": training rollouts are timed only when the algorithm's reward reads speedups
+    # (algorithms.reward_reads_speedup); evaluations are always timed (fast_p). true/false: all
     timing: bool | str = "auto"
     warmup_runs: int = 10
     timed_runs: int = 100
@@ -578,13 +577,14 @@ def validate(cfg: Config) -> None:
         if not 0 <= v <= 1:
             raise ConfigError(f"rollout.scripted_mix.{name}={v}: expected a probability in [0, 1]")
     a = cfg.algorithm
-    _choice(a.name, ALGORITHMS, "algorithm.name")
+    _choice(a.name, tuple(ALGORITHMS), "algorithm.name")
+    spec = ALGORITHMS[a.name]
     _choice(a.credit, ("trajectory", "per_turn"), "algorithm.credit")
-    if a.name in GROUP_ALGORITHMS and a.name != "trloo" and r.group_size < 2:
+    if spec.needs_group and r.group_size < 2:
         raise ConfigError(f"algorithm.name={a.name} normalises within a group: rollout.group_size="
                           f"{r.group_size} must be >= 2")
-    if a.name == "grpo" and r.max_turns != 1:
-        raise ConfigError(f"algorithm.name=grpo is single-turn: rollout.max_turns={r.max_turns} must be 1")
+    if spec.single_turn and r.max_turns != 1:
+        raise ConfigError(f"algorithm.name={a.name} is single-turn: rollout.max_turns={r.max_turns} must be 1")
     if cfg.dcp.t_min is None:
         raise ConfigError("dcp.t_min=None: expected an int count or a float fraction of G")
     check_threshold(cfg.dcp.t_min, r.group_size, "dcp.t_min")
@@ -592,7 +592,7 @@ def validate(cfg: Config) -> None:
     lo = cfg.dcp.t_min if isinstance(cfg.dcp.t_min, int) else -(-cfg.dcp.t_min * r.group_size // 1)
     hi = (r.group_size - 1 if cfg.dcp.t_max is None else
           cfg.dcp.t_max if isinstance(cfg.dcp.t_max, int) else cfg.dcp.t_max * r.group_size // 1)
-    if a.name in DCP_ALGORITHMS and lo > hi:
+    if spec.uses_dcp and lo > hi:
         raise ConfigError(f"dcp.t_min={cfg.dcp.t_min} (= {lo:g} failed of G={r.group_size}) > dcp.t_max="
                           f"{cfg.dcp.t_max} (= {hi:g}): no group could ever be debugged")
     if not 0 < a.kevin_gamma <= 1 or not 0 < a.gamma <= 1 or not 0 <= a.gae_lambda <= 1:

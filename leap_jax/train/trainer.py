@@ -101,8 +101,7 @@ def env_timing(cfg: Config, purpose: str) -> bool:
         return t
     if purpose == "eval":
         return True
-    from leap_jax.train.algorithms import reward_reads_speedup
-    return reward_reads_speedup(cfg.algorithm.name, cfg.algorithm.rank_speedup_tiebreak)
+    return algorithms.reward_reads_speedup(cfg.algorithm.name, cfg.algorithm.rank_speedup_tiebreak)
 
 
 def env_config(cfg: Config, purpose: str = "eval") -> EnvConfig:
@@ -243,7 +242,8 @@ class Trainer:
         init_key, self.rng = jax.random.split(key)
         self.model_config, model_params = build_model(cfg, self.tokenizer, init_key)
         self.algorithm = cfg.algorithm.name
-        self.ppo = self.algorithm == "ppo"
+        self.spec = algorithms.spec(self.algorithm)
+        self.ppo = self.spec.value_head  # outcome reward + GAE with a value head
         self.params: dict[str, Any] = {"model": model_params}
         if self.ppo:
             self.params["value"] = init_value_head(self.model_config)
@@ -373,7 +373,7 @@ class Trainer:
         self.rng, k_roll = jax.random.split(self.rng)
         tasks = self.next_tasks()
         rollout = self._rollout(cfg.rollout.group_size, cfg.rollout.max_turns,
-                                algorithms.dcp_mode(self.algorithm))
+                                self.spec.dcp_mode)
         out = rollout.run(tasks, self._policy(self._sampling()), seed=_seed_from_key(k_roll), step=self.step)
         t_roll = time.perf_counter()
         c_roll = compile_seconds()
