@@ -40,11 +40,18 @@ class Timing:
     """Timings in milliseconds. `speedup` is None when the device's timings are not comparable (cpu)."""
     device: str  # "cuda" | "cpu"
     comparable: bool
-    runs: int
+    runs: int  # timed runs of the kernel (adaptive: DESIGN 3.3 step 4)
     kernel_median_ms: float
     kernel_mean_ms: float
     ref_median_ms: float | None = None
     ref_mean_ms: float | None = None
+    warmup_runs: int = 0  # untimed runs of the kernel before `runs`
+    kernel_ci_ms: list[float] | None = None  # [low, high]: 95% confidence interval of the median
+    ci_rel_width: float | None = None  # (high - low) / kernel median
+    ref_runs: int = 0  # timed runs of the reference (measured once per worker and settings)
+    checked_runs: int = 0  # kernel runs whose outputs and guards were checked on the device
+    verified_runs: int = 0  # of those, runs compared in full with the reference
+    method: str = ""  # the timing method's version (harness.TIMING_METHOD)
     speedup: float | None = None
     suspicious: bool = False  # speedup > config.suspicious_speedup: re-verified on new inputs
     reverified: bool = False

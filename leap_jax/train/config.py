@@ -180,8 +180,11 @@ class EnvCfg:
     sizes: str = "eval"  # eval | small
     correctness_trials: int = 5
     timing: bool = True
-    warmup_runs: int = 10
-    timed_runs: int = 100
+    warmup_runs: int = 3
+    min_timed_runs: int = 10
+    timed_runs: int = 500  # the most timed runs; timing stops earlier once the median is tight
+    timing_ci_rel_width: float = 0.03
+    timing_budget_s: float = 1.0
     arch: str | None = None
     compile_timeout: float = 30.0
     correctness_timeout: float = 30.0

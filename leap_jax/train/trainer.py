@@ -93,7 +93,9 @@ def build_model(cfg: Config, tokenizer: Any, rng: jax.Array) -> tuple[ModelConfi
 def env_config(cfg: Config) -> EnvConfig:
     e = cfg.env
     return EnvConfig(backend=e.backend, arch=e.arch, sizes=e.sizes, correctness_trials=e.correctness_trials,
-                     timing=e.timing, warmup_runs=e.warmup_runs, timed_runs=e.timed_runs, seed=cfg.train.seed,
+                     timing=e.timing, warmup_runs=e.warmup_runs, min_timed_runs=e.min_timed_runs,
+                     timed_runs=e.timed_runs, timing_ci_rel_width=e.timing_ci_rel_width,
+                     timing_budget_s=e.timing_budget_s, seed=cfg.train.seed,
                      limits=StageLimits(compile=e.compile_timeout, correctness=e.correctness_timeout,
                                         timing=e.timing_timeout))
 
