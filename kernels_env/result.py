@@ -45,6 +45,13 @@ class Timing:
     kernel_mean_ms: float
     ref_median_ms: float | None = None
     ref_mean_ms: float | None = None
+    speedup: float | None = None
+    suspicious: bool = False  # speedup > config.suspicious_speedup: re-verified on new inputs
+    reverified: bool = False
+    # Informational only (the reward uses `speedup`, against the CuPy reference): torch eager's time for
+    # the task's KernelBench-style model where torch is installed, {"torch_median_ms", "speedup_vs_torch"}.
+    baseline: dict[str, float] | None = None
+    # How the kernel was timed (DESIGN 3.3.1); after the fields above to keep their positions.
     warmup_runs: int = 0  # untimed runs of the kernel before `runs`
     kernel_ci_ms: list[float] | None = None  # [low, high]: 95% confidence interval of the median
     ci_rel_width: float | None = None  # (high - low) / kernel median
@@ -52,12 +59,6 @@ class Timing:
     checked_runs: int = 0  # kernel runs whose outputs and guards were checked on the device
     verified_runs: int = 0  # of those, runs compared in full with the reference
     method: str = ""  # the timing method's version (harness.TIMING_METHOD)
-    speedup: float | None = None
-    suspicious: bool = False  # speedup > config.suspicious_speedup: re-verified on new inputs
-    reverified: bool = False
-    # Informational only (the reward uses `speedup`, against the CuPy reference): torch eager's time for
-    # the task's KernelBench-style model where torch is installed, {"torch_median_ms", "speedup_vs_torch"}.
-    baseline: dict[str, float] | None = None
 
 
 @dataclass
