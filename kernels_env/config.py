@@ -28,8 +28,15 @@ class EnvConfig:
     sizes: str = "eval"  # which size set of the task: eval | small
     correctness_trials: int = 5
     timing: bool = True
-    warmup_runs: int = 10
-    timed_runs: int = 100
+    # Timing (DESIGN 3.3 step 4): `warmup_runs` untimed runs, then at least `min_timed_runs` timed
+    # runs, then more in batches until the median's 95% confidence interval is within
+    # `timing_ci_rel_width` of it, `timing_budget_s` of timing has passed or `timed_runs` (the
+    # most timed runs; it also caps min_timed_runs) is reached.
+    warmup_runs: int = 3
+    min_timed_runs: int = 10
+    timed_runs: int = 500
+    timing_ci_rel_width: float = 0.03
+    timing_budget_s: float = 1.0
     flush_l2: bool = True
     suspicious_speedup: float = 10.0
     seed: int = 0
@@ -49,10 +56,7 @@ class EnvConfig:
             raise ValueError(f"EnvConfig.sizes={self.sizes!r}; expected one of {SIZE_SETS}")
         if self.correctness_trials < 1:
             raise ValueError(f"EnvConfig.correctness_trials={self.correctness_trials}; expected >= 1")
-        if self.timed_runs < 1 or self.warmup_runs < 0:
-            raise ValueError(
-                f"EnvConfig timed_runs={self.timed_runs}, warmup_runs={self.warmup_runs}; "
-                "expected timed_runs >= 1 and warmup_runs >= 0")
+        self._check_timing()
         if not isinstance(self.cache_expected, bool):
             raise ValueError(f"EnvConfig.cache_expected={self.cache_expected!r}; expected true or false")
         if (isinstance(self.expected_cache_bytes, bool) or not isinstance(self.expected_cache_bytes, int)
@@ -61,6 +65,25 @@ class EnvConfig:
                              "integer >= 0 (bytes of masked expected outputs kept per device)")
         if isinstance(self.limits, dict):  # allow from_dict / YAML
             object.__setattr__(self, "limits", StageLimits(**self.limits))
+
+    def _check_timing(self) -> None:
+        """Reject timing knobs that cannot work, naming the bad value."""
+        bad = [(f"timed_runs={self.timed_runs}", "an integer >= 1 (the most timed runs)")
+               if self.timed_runs < 1 else None,
+               (f"warmup_runs={self.warmup_runs}", "an integer >= 0") if self.warmup_runs < 0 else None,
+               (f"min_timed_runs={self.min_timed_runs}", "an integer >= 1")
+               if self.min_timed_runs < 1 else None,
+               (f"timing_ci_rel_width={self.timing_ci_rel_width}", "a fraction in (0, 1), e.g. 0.03")
+               if not 0 < self.timing_ci_rel_width < 1 else None,
+               (f"timing_budget_s={self.timing_budget_s}", "seconds > 0")
+               if not self.timing_budget_s > 0 else None]
+        for what, expected in filter(None, bad):
+            raise ValueError(f"EnvConfig.{what}; expected {expected}")
+
+    @property
+    def timing_min_runs(self) -> int:
+        """The fewest timed runs of a kernel that fits the limits: min_timed_runs capped by timed_runs."""
+        return min(self.min_timed_runs, self.timed_runs)
 
     def replace(self, **changes: Any) -> EnvConfig:
         return dataclasses.replace(self, **changes)

@@ -19,10 +19,11 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import secrets
 import statistics
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
@@ -39,6 +40,7 @@ from kernels_env.program import (Expr, KernelParam, KernelSignature, Launch, Nam
 from kernels_env.result import Mismatch, Result, Timing
 from kernels_env.status import Status
 from kernels_env.tasks.spec import Task
+from kernels_env.timing_stats import Plan, ci_rel_width, median_ci, next_batch
 
 # Output poison: NaN with a recognisable payload, so a surviving poison reads as "unwritten" and a
 # NaN the kernel computed reads as "nan_or_inf". Integer outputs get the most negative value.
@@ -47,6 +49,14 @@ POISON_BITS = {"float32": (np.uint32, 0x7FC0DEAD), "float16": (np.uint16, 0x7E5A
 INT_SENTINEL = {"int32": np.iinfo(np.int32).min, "int64": np.iinfo(np.int64).min}
 OUTPUT_GUARD_BYTES = 64 * 1024  # poisoned elements after each output; a write there is out of bounds
 REVERIFY_SEED_OFFSET = 1_000_003  # "another seed" for re-verifying a suspicious speedup
+# Timing (DESIGN 3.3 step 4): timing run r draws the inputs of trial TIMING_TRIAL_BASE + r (never a
+# correctness trial's); the reference's cache key names TIMING_METHOD (numbers of another method
+# are not comparable); a time_runs call enqueues at most MAX_BATCH_RUNS runs; a slow kernel may use
+# KERNEL_SHARE of the stage time left while the reference is still to be measured.
+TIMING_TRIAL_BASE = 1000
+TIMING_METHOD = "verified-adaptive-median/v2"
+MAX_BATCH_RUNS = 64
+KERNEL_SHARE = 0.5
 
 # CUDA's launch-configuration limits (compute capability >= 3.0); checked identically on all backends.
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -275,10 +285,26 @@ def _poison(device: Device, shape: tuple[int, ...], dtype: str, zero: bool = Fal
     scratch) between poisoned guard elements in the same allocation. Whether a write outside a
     buffer faults depends on what the allocator put there (a GPU memory pool often has live blocks
     next door); a changed guard catches it always, before the start as past the end."""
+    _, buf, guards = _alloc_poisoned(device, shape, dtype, zero)
+    return buf, guards
+
+
+def _alloc_poisoned(device: Device, shape: tuple[int, ...], dtype: str,
+                    zero: bool = False) -> tuple[Any, Any, tuple[Any, Any]]:
+    """(whole allocation, buffer, guards) of `_poison`; the allocation is kept by the timing stage
+    to re-poison it before every run."""
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    itemsize = np.dtype(dtype).itemsize
-    g = OUTPUT_GUARD_BYTES // itemsize
+    g = OUTPUT_GUARD_BYTES // np.dtype(dtype).itemsize
     full = device.empty((g + count + g,), dtype)
+    _fill_poison(full, dtype)
+    buf = full[g:g + count]
+    if zero:
+        buf.fill(0)
+    return full, buf.reshape(shape), (full[:g], full[g + count:])
+
+
+def _fill_poison(full: Any, dtype: str) -> None:
+    """Write the dtype's poison (POISON_BITS / INT_SENTINEL) into every element (asynchronously)."""
     if dtype in POISON_BITS:
         utype, bits = POISON_BITS[dtype]
         full.view(utype).fill(utype(bits))
@@ -286,10 +312,14 @@ def _poison(device: Device, shape: tuple[int, ...], dtype: str, zero: bool = Fal
         full.fill(INT_SENTINEL[dtype])
     else:
         raise _EnvFault(f"output dtype {dtype!r} has no poison value")
-    buf = full[g:g + count]
-    if zero:
-        buf.fill(0)
-    return buf.reshape(shape), (full[:g], full[g + count:])
+
+
+def _poison_count(xp: Any, a: Any, dtype: str) -> Any:
+    """How many elements of `a` still hold the poison, as a device scalar: no host sync."""
+    if dtype in POISON_BITS:
+        utype, bits = POISON_BITS[dtype]
+        return (_bits(xp, a) == utype(bits)).sum()
+    return (a == INT_SENTINEL[dtype]).sum()
 
 
 def _guard_changed(xp: Any, guard: Any, dtype: str) -> int:
@@ -586,6 +616,20 @@ class _Run:
                     return m
         return None
 
+    def verify_outputs(self, arrays: dict[str, Any], pristine: dict[str, Any], trial: int, seed: int,
+                       prefix: str) -> None:
+        """Raise _Failed (wrong_output, message starting with `prefix`) when an input of `arrays` was
+        modified or an output differs from the reference's for `pristine` (check_outputs: the
+        masked cache's fused check on a hit). Used by the correctness trials and the timed runs."""
+        dist = describe_distributions(self.task, trial)
+        for b in self.task.inputs:
+            m = check_input_unchanged(self.xp, b.name, pristine[b.name], arrays[b.name], trial, dist)
+            if m is not None:
+                raise _Failed(self.result(Status.WRONG_OUTPUT, prefix + mismatch_message(m), mismatch=m))
+        m = self.check_outputs(trial, seed, pristine, arrays, dist)
+        if m is not None:
+            raise _Failed(self.result(Status.WRONG_OUTPUT, prefix + mismatch_message(m), mismatch=m))
+
     def correctness(self, seed: int, stage: str) -> Result | None:
         """Run the trials; None when all pass, else the failing Result."""
         cfg = self.config
@@ -602,7 +646,6 @@ class _Run:
                                         - (time.monotonic() - launched_at[0]))
         try:
             for trial in range(cfg.correctness_trials):
-                dist = describe_distributions(self.task, trial)
                 arrays, pristine, guards = self.fresh_arrays(trial, seed)
                 self.trials += 1
                 launched_at[0] = time.monotonic()
@@ -624,15 +667,7 @@ class _Run:
                             f"{name!r} ({arrays[name].size} elements); {changed} of the "
                             f"{lead.size + trail.size} guard elements around it changed (trial {trial}). "
                             f"Check the bounds of every store against the {kind}'s size."))
-                for b in self.task.inputs:
-                    m = check_input_unchanged(self.xp, b.name, pristine[b.name], arrays[b.name], trial, dist)
-                    if m is not None:
-                        raise _Failed(self.result(Status.WRONG_OUTPUT, f"{stage}: {mismatch_message(m)}",
-                                                  mismatch=m))
-                m = self.check_outputs(trial, seed, pristine, arrays, dist)
-                if m is not None:
-                    raise _Failed(self.result(Status.WRONG_OUTPUT, f"{stage}: {mismatch_message(m)}",
-                                              mismatch=m))
+                self.verify_outputs(arrays, pristine, trial, seed, f"{stage}: ")
                 del arrays, pristine, guards
             return None
         except _StageTimeout as e:
@@ -648,48 +683,147 @@ class _Run:
             self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + time.monotonic() - start
 
     def timing(self) -> Timing | Result:
-        """Time the whole plan and the reference; a Result on failure or timeout."""
+        """Time the plan on verified runs (fresh inputs every run, outputs checked) and the reference,
+        adaptively (DESIGN 3.3 step 4); a Result when a timed run fails or hangs."""
         cfg, dev = self.config, self.device
         self.stage = "timing"
         start = time.monotonic()
         deadline = start + cfg.limits.timing
         try:
-            arrays, pristine, _ = self.fresh_arrays(0, cfg.seed)
-            def kernel_fn():
-                return _launch_all(dev, self.program, self.plan, arrays, None)
-            scalars = {s.name: s.value for s in self.task.scalars}
-            def ref_fn():
-                return self.task.reference(self.xp, **pristine, **scalars)
-            kernel_ms = self._timed(kernel_fn, deadline, "kernel")
-            try:
-                ref_ms = self._reference_times(ref_fn, deadline) if dev.timing_comparable else None
-            except (KernelRuntimeError, KernelTimeout, _StageTimeout):
-                raise
-            except Exception as e:
-                raise _EnvFault(f"timing the reference of task {self.task.name!r} raised "
-                                f"{type(e).__name__}: {e}") from e
-        except _StageTimeout as e:
-            return self.result(Status.TIMEOUT, f"timing: {e}")
+            buffers = _TimedBuffers(self)
+            # a slow kernel leaves room for the reference unless the reference is already measured
+            share = 1.0 if not dev.timing_comparable or self._reference_key() in self._reference_cache() \
+                else KERNEL_SHARE
+            kernel = self._time_kernel(buffers, deadline, share)
+            ref_ms = self._reference_times(deadline) if dev.timing_comparable else None
+        except _Failed as f:
+            return f.result
         except FatalDeviceError:
             raise
         except (KernelRuntimeError, KernelTimeout) as e:
             return self._device_failure(e, "timing")
         finally:
             self.stage_seconds["timing"] = time.monotonic() - start
-        k_med, k_mean = statistics.median(kernel_ms), statistics.fmean(kernel_ms)
-        timing = Timing(device=dev.timing_device, comparable=bool(dev.timing_comparable), runs=len(kernel_ms),
-                        kernel_median_ms=k_med, kernel_mean_ms=k_mean)
+        timing = _make_timing(dev, kernel, ref_ms)
         if ref_ms is not None:
-            timing.ref_median_ms = statistics.median(ref_ms)
-            timing.ref_mean_ms = statistics.fmean(ref_ms)
-            timing.speedup = timing.ref_median_ms / max(k_med, 1e-9)
-            timing.baseline = self._torch_baseline(pristine, deadline, k_med)
+            timing.baseline = self._torch_baseline(deadline, timing.kernel_median_ms)
         return timing
 
-    def _torch_baseline(self, inputs: dict[str, Any], deadline: float, kernel_ms: float) -> dict[str, float] | None:
+    def _time_runs(self, prepare: Callable[[int], Any], fn: Callable[[Any], None],
+                   check: Callable[[int, Any], None], warmup: int, runs: int, deadline: float) -> list[float]:
+        """device.time_runs with the stage's remaining time as its hang limit (where accepted)."""
+        dev, flush = self.device, self.config.flush_l2
+        if _takes_timeout(type(dev), "time_runs"):
+            times = dev.time_runs(prepare, fn, check, warmup, runs, flush,
+                                  timeout_s=max(0.0, deadline - time.monotonic()))
+        else:
+            times = dev.time_runs(prepare, fn, check, warmup, runs, flush)
+        return [float(t) for t in times]
+
+    def _time_kernel(self, buffers: _TimedBuffers, deadline: float, share: float) -> _Measured:
+        """The kernel's adaptive timing on verified runs; raises _Failed when a run is caught."""
+        measured = _Measured()
+        dev = self.device
+
+        def batch(first: int, warmup: int, runs: int) -> list[float]:
+            n = warmup + runs
+            counts = dev.zeros((n, len(buffers.checks)), "int64")
+            pick = secrets.randbelow(n)  # unpredictable: which run of the batch is compared in full
+            snaps: dict[int, dict[str, Any]] = {}
+
+            def check(i: int, arrays: dict[str, Any]) -> None:
+                buffers.count_into(counts[i])
+                if i == pick:
+                    snaps[first + i] = buffers.snapshot()
+
+            times = self._time_runs(lambda i: buffers.load(first + i),
+                                    lambda arrays: _launch_all(dev, self.program, self.plan, arrays, None),
+                                    check, warmup, runs, deadline)
+            self._verify_counts(buffers, first, dev.to_host(counts))
+            for index, snap in snaps.items():
+                self._verify_run(snap, index)
+            measured.checked += n
+            measured.verified += len(snaps)
+            measured.last = first + n - 1 if first + n - 1 not in snaps else -1
+            return times
+
+        measured.times, measured.warmup = self._adaptive(batch, deadline, share)
+        if measured.last >= 0:  # the final run, always compared in full: its outputs are still there
+            self._verify_run(buffers.arrays, measured.last)
+            measured.verified += 1
+        return measured
+
+    def _adaptive(self, batch: Callable[[int, int, int], list[float]], deadline: float,
+                  share: float) -> tuple[list[float], int]:
+        """(timed run times, warm-up runs): a probe run, then batches (timing_stats.next_batch) until
+        the median's CI is within `timing_ci_rel_width`, the budget or `timed_runs` is spent, or no
+        further run fits `share` of the stage time left. A kernel too slow for the minimum gets the
+        runs that fit: at least the probe, whose time is then the result (never a timeout)."""
+        cfg = self.config
+        start = time.monotonic()
+        allowance_end = start + share * max(0.0, deadline - start)
+        probe, spent = _costed(batch, 0, 0, 1)
+        per_run, done, warmup_done, warmup_left = spent, 1, 1, max(0, cfg.warmup_runs - 1)
+        timed: list[float] = []
+        while not (len(timed) >= cfg.timing_min_runs and ci_rel_width(timed) <= cfg.timing_ci_rel_width):
+            elapsed = max(time.monotonic() - start, spent)
+            w, n = next_batch(Plan(
+                timed=len(timed), warmup_left=warmup_left, per_run_s=per_run,
+                allowance_s=allowance_end - start - elapsed, budget_left_s=cfg.timing_budget_s - elapsed,
+                min_runs=cfg.timing_min_runs, max_runs=cfg.timed_runs, max_batch=MAX_BATCH_RUNS))
+            if n == 0:
+                break
+            ms, cost = _costed(batch, done, w, n)
+            spent, per_run = spent + cost, cost / (w + n)
+            done, warmup_done, warmup_left = done + w + n, warmup_done + w, 0
+            timed += ms
+        return (timed, warmup_done) if timed else (probe, 0)
+
+    def _verify_counts(self, buffers: _TimedBuffers, first: int, counts: Any) -> None:
+        """Raise _Failed for the first run of a batch whose device-side checks found a surviving
+        poison (wrong_output) or a changed guard (runtime_error)."""
+        for i, row in enumerate(np.asarray(counts)):
+            for (name, kind, test, _dtype, views), count in zip(buffers.checks, row, strict=True):
+                if count:
+                    raise _Failed(self._timed_run_failure(name, kind, test, views, int(count), first + i))
+
+    def _timed_run_failure(self, name: str, kind: str, test: str, views: tuple[Any, ...], count: int,
+                           index: int) -> Result:
+        """The Result of a timed run whose output was left unwritten or whose guard changed."""
+        trial = TIMING_TRIAL_BASE + index
+        head = (f"timing: the timed runs disagreed with the verified runs: timing run {index + 1} "
+                f"(fresh inputs of trial {trial})")
+        if test == "guard":
+            return self.result(Status.RUNTIME_ERROR, f"{head} wrote outside {kind} {name!r}: {count} of the "
+                                                     f"{sum(v.size for v in views)} guard elements around it "
+                                                     "changed. Check the bounds of every store.")
+        size = int(views[0].size)
+        m = Mismatch(reason="unwritten", buffer=name, trial=trial,
+                     distribution=describe_distributions(self.task, trial), frac_mismatched=count / size)
+        return self.result(Status.WRONG_OUTPUT, f"{head} left {count} of the {size} elements of output "
+                                                f"{name!r} unwritten (still the poison). Every launch must "
+                                                "compute all of its outputs from its inputs.", mismatch=m)
+
+    def _verify_run(self, arrays: dict[str, Any], index: int) -> None:
+        """Compare timing run `index`'s inputs and outputs (`arrays`) in full with the reference."""
+        trial, seed = TIMING_TRIAL_BASE + index, self.config.seed
+        pristine = self._inputs(trial, seed)
+        self.verify_outputs(arrays, pristine, trial, seed,
+                            f"timing: the timed runs disagreed with the verified runs: timing run "
+                            f"{index + 1} (fresh inputs of trial {trial}): ")
+
+    def _inputs(self, trial: int, seed: int) -> dict[str, Any]:
+        """make_inputs, its failures an environment fault."""
+        try:
+            return make_inputs(self.task, self.sizes, trial, seed, self.xp)
+        except Exception as e:
+            raise _EnvFault(f"could not make the inputs of task {self.task.name!r}: "
+                            f"{type(e).__name__}: {e}") from e
+
+    def _torch_baseline(self, deadline: float, kernel_ms: float) -> dict[str, float] | None:
         """torch eager's median time for the task's KernelBench-style model (`tasks/torch_models.py`)
-        on the timing inputs, cached like the reference's; None without torch, off the cupy backend,
-        with LEAP_TORCH_BASELINE=0, or on any failure (it never changes the status)."""
+        on the reference's timing inputs, cached like the reference's; None without torch, off the
+        cupy backend, with LEAP_TORCH_BASELINE=0, or on any failure (it never changes the status)."""
         import importlib.util
         import os
         from kernels_env.tasks.torch_models import TORCH_MODELS
@@ -699,61 +833,154 @@ class _Run:
             return None
         try:
             import torch
-            cfg = self.config
-            key = ("torch", self.task.name, tuple(sorted(self.sizes.items())), cfg.warmup_runs, cfg.timed_runs,
-                   cfg.flush_l2)
-            cache = self.device.__dict__.setdefault("_harness_reference_ms", {})
+            key = ("torch", *self._reference_key())
+            cache = self._reference_cache()
             if key not in cache:
                 stream = torch.cuda.ExternalStream(self.xp.cuda.get_current_stream().ptr)
+                inputs = self._inputs(TIMING_TRIAL_BASE, self.config.seed)
                 tensors = {k: torch.from_dlpack(v) for k, v in inputs.items()}
                 scalars = {s.name: s.value for s in self.task.scalars}
 
-                def run() -> None:
+                def run(_state: Any) -> None:
                     with torch.cuda.stream(stream):
                         model(torch, tensors, scalars)
 
-                cache[key] = self._timed(run, deadline, "torch baseline")
+                cache[key] = self._adaptive(_trusted_batch(self, run, deadline), deadline, 1.0)[0]
             med = statistics.median(cache[key])
             return {"torch_median_ms": med, "speedup_vs_torch": med / max(kernel_ms, 1e-9)}
         except Exception:
             return None
 
-    def _reference_times(self, ref_fn: Callable[[], Any], deadline: float) -> list[float]:
-        """The reference's run times, measured once per device, task, sizes and timing settings.
+    def _reference_key(self) -> tuple[Any, ...]:
+        """The reference timing cache's key: the method's version, task, sizes and timing settings."""
+        cfg = self.config
+        return (TIMING_METHOD, self.task.name, tuple(sorted(self.sizes.items())), cfg.warmup_runs,
+                cfg.timing_min_runs, cfg.timed_runs, cfg.timing_ci_rel_width, cfg.timing_budget_s, cfg.flush_l2)
+
+    def _reference_cache(self) -> dict[tuple[Any, ...], list[float]]:
+        """The per-device cache of reference run times (`device.__dict__['_harness_reference_ms']`)."""
+        try:
+            return self.device.__dict__.setdefault("_harness_reference_ms", {})
+        except AttributeError:  # a device without a __dict__: no caching
+            return {}
+
+    def _reference_times(self, deadline: float) -> list[float]:
+        """The reference's run times, measured once per device, task, sizes and timing settings with
+        the kernel's method. The reference is trusted: it runs on one input set, unchecked.
 
         The reference does not depend on the submission, so a long-lived worker times it once and
         reuses the numbers (the cache lives on the device object; a new device measures anew)."""
-        cfg = self.config
-        key = (self.task.name, tuple(sorted(self.sizes.items())), cfg.warmup_runs, cfg.timed_runs, cfg.flush_l2)
-        try:
-            cache = self.device.__dict__.setdefault("_harness_reference_ms", {})
-        except AttributeError:  # a device without a __dict__: no caching
-            cache = {}
+        key, cache = self._reference_key(), self._reference_cache()
         if key not in cache:
-            cache[key] = self._timed(ref_fn, deadline, "reference")
+            inputs = self._inputs(TIMING_TRIAL_BASE, self.config.seed)
+            scalars = {s.name: s.value for s in self.task.scalars}
+
+            def ref(_state: Any) -> None:
+                self.task.reference(self.xp, **inputs, **scalars)
+
+            try:
+                cache[key] = self._adaptive(_trusted_batch(self, ref, deadline), deadline, 1.0)[0]
+            except (KernelRuntimeError, KernelTimeout):
+                raise
+            except Exception as e:
+                raise _EnvFault(f"timing the reference of task {self.task.name!r} raised "
+                                f"{type(e).__name__}: {e}") from e
         return list(cache[key])
 
-    def _timed(self, fn: Callable[[], Any], deadline: float, what: str) -> list[float]:
-        """Probe one run to project the cost; refuse (timeout) what would overrun the stage limit."""
-        cfg, dev = self.config, self.device
-        bounded = _takes_timeout(type(dev), "time_ms")
 
-        def time_ms(warmup: int, runs: int) -> list[float]:
-            if not bounded:
-                return dev.time_ms(fn, warmup, runs, cfg.flush_l2)
-            return dev.time_ms(fn, warmup, runs, cfg.flush_l2, timeout_s=max(0.0, deadline - time.monotonic()))
+@dataclass
+class _Measured:
+    """The kernel's timing: timed run times and what was checked."""
+    times: list[float] = field(default_factory=list)
+    warmup: int = 0
+    checked: int = 0  # runs checked on the device (poison, guards)
+    verified: int = 0  # runs compared in full with the reference
+    last: int = -1  # the last run, when not already compared in full
 
-        probe = time_ms(0, 1)
-        per_run_s = max(probe) / 1000.0 if probe else 0.0
-        projected = per_run_s * (cfg.warmup_runs + cfg.timed_runs)
-        if time.monotonic() + projected > deadline:
-            raise _StageTimeout(f"the {what} takes {per_run_s * 1e3:.3g} ms per run; "
-                                f"{cfg.warmup_runs} warm-up + {cfg.timed_runs} timed runs would exceed the "
-                                f"{cfg.limits.timing:g} s limit")
-        times = time_ms(cfg.warmup_runs, cfg.timed_runs)
-        if time.monotonic() > deadline:
-            raise _StageTimeout(f"timing the {what} exceeded the {cfg.limits.timing:g} s limit")
-        return [float(t) for t in times]
+
+class _TimedBuffers:
+    """The buffers of the timing stage's verified runs, allocated once and refilled before every
+    run: fresh inputs (trial TIMING_TRIAL_BASE + run index, never a correctness trial's), poisoned
+    outputs and guards, zeroed scratch. Same pointers every run, new contents: memoising on either
+    buys nothing, and a run that skips its work leaves the poison."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        dev, sizes = run.device, run.sizes
+        self.inputs = {b.name: dev.empty(b.resolve_shape(sizes), b.dtype) for b in run.task.inputs}
+        self.arrays: dict[str, Any] = dict(self.inputs)
+        self.refills: list[tuple[Any, str, Any]] = []  # (allocation, dtype, scratch buffer to zero or None)
+        self.checks: list[tuple[str, str, str, str, tuple[Any, ...]]] = []  # (name, kind, test, dtype, views)
+        for b in run.task.outputs:
+            full, buf, guards = _alloc_poisoned(dev, b.resolve_shape(sizes), b.dtype)
+            self.arrays[b.name] = buf
+            self.refills.append((full, b.dtype, None))
+            self.checks += [(b.name, "output", "unwritten", b.dtype, (buf,)),
+                            (b.name, "output", "guard", b.dtype, guards)]
+        for name, dtype, count in run.plan.scratch:
+            full, buf, guards = _alloc_poisoned(dev, (count,), dtype, zero=True)
+            self.arrays[name] = buf
+            self.refills.append((full, dtype, buf))
+            self.checks.append((name, "scratch buffer", "guard", dtype, guards))
+
+    def load(self, index: int) -> dict[str, Any]:
+        """Enqueue run `index`'s fresh inputs, poison and zeroed scratch; the arrays to launch on."""
+        run = self.run
+        fresh = run._inputs(TIMING_TRIAL_BASE + index, run.config.seed)
+        for name, buf in self.inputs.items():
+            buf[...] = fresh[name]
+        for full, dtype, scratch in self.refills:
+            _fill_poison(full, dtype)
+            if scratch is not None:
+                scratch.fill(0)
+        return self.arrays
+
+    def count_into(self, row: Any) -> None:
+        """Enqueue the run's checks: row[j] = poisoned elements of output j / changed guard elements."""
+        xp = self.run.xp
+        for j, (_name, _kind, test, dtype, views) in enumerate(self.checks):
+            if test == "unwritten":
+                row[j] = _poison_count(xp, views[0], dtype)
+            else:
+                row[j] = sum(v.size - _poison_count(xp, v, dtype) for v in views)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Device copies of the inputs and outputs (for a full comparison after the batch)."""
+        names = [*self.inputs, *(b.name for b in self.run.task.outputs)]
+        return {name: self.arrays[name].copy() for name in names}
+
+
+def _costed(batch: Callable[[int, int, int], list[float]], first: int, warmup: int,
+            runs: int) -> tuple[list[float], float]:
+    """(times, cost in seconds): a batch's run times and its cost, the larger of its wall time and
+    its runs' device time (a fake device's runs take no wall time)."""
+    t0 = time.monotonic()
+    times = batch(first, warmup, runs)
+    return times, max(time.monotonic() - t0, sum(times) / 1e3)
+
+
+def _trusted_batch(run: _Run, fn: Callable[[Any], None], deadline: float) -> Callable[[int, int, int], list[float]]:
+    """A batch of the trusted reference (or torch baseline): nothing to prepare or check."""
+    def batch(first: int, warmup: int, runs: int) -> list[float]:
+        return run._time_runs(lambda i: None, fn, lambda i, state: None, warmup, runs, deadline)
+    return batch
+
+
+def _make_timing(dev: Device, kernel: _Measured, ref_ms: list[float] | None) -> Timing:
+    """The Timing of a measured kernel (and reference, where comparable)."""
+    times = kernel.times
+    lo, hi = median_ci(times)
+    k_med = statistics.median(times)
+    timing = Timing(device=dev.timing_device, comparable=bool(dev.timing_comparable), runs=len(times),
+                    kernel_median_ms=k_med, kernel_mean_ms=statistics.fmean(times), warmup_runs=kernel.warmup,
+                    kernel_ci_ms=[lo, hi], ci_rel_width=ci_rel_width(times), checked_runs=kernel.checked,
+                    verified_runs=kernel.verified, method=TIMING_METHOD)
+    if ref_ms is not None:
+        timing.ref_median_ms = statistics.median(ref_ms)
+        timing.ref_mean_ms = statistics.fmean(ref_ms)
+        timing.ref_runs = len(ref_ms)
+        timing.speedup = timing.ref_median_ms / max(k_med, 1e-9)
+    return timing
 
 
 def plan_callable(device: Device, program: Program, task: Task, submission: Submission,
@@ -844,14 +1071,19 @@ def _timing_message(t: Timing, trials: int) -> str:
                 f"not comparable: no speedup)")
     flag = " (suspicious, re-verified on new inputs)" if t.suspicious else ""
     return (f"correct on {trials} trials; {t.speedup:.3g}x speedup{flag}: kernel {t.kernel_median_ms:.4g} ms "
-            f"vs reference {t.ref_median_ms:.4g} ms (median of {t.runs})")
+            f"vs reference {t.ref_median_ms:.4g} ms (median of {t.runs} verified runs)")
 
 
 def _timing_details(t: Timing, config: EnvConfig) -> str:
-    return (f"timing: {config.warmup_runs} warm-up + {t.runs} timed runs on {t.device}, "
-            f"L2 flush before each run: {'on' if config.flush_l2 else 'off'}; kernel median "
-            f"{t.kernel_median_ms:.6g} ms, mean {t.kernel_mean_ms:.6g} ms"
-            + (f"; reference median {t.ref_median_ms:.6g} ms, mean {t.ref_mean_ms:.6g} ms"
+    ci = t.kernel_ci_ms or [t.kernel_median_ms, t.kernel_median_ms]
+    return (f"timing ({t.method}): {t.warmup_runs} warm-up + {t.runs} timed runs of the kernel on {t.device} "
+            f"(adaptive: at least {config.timing_min_runs}, at most {config.timed_runs}, until the median's "
+            f"95% CI is within {config.timing_ci_rel_width:.3g} of it or {config.timing_budget_s:g} s); "
+            f"every run on fresh inputs with poisoned outputs, checked on the device ({t.checked_runs} "
+            f"runs), {t.verified_runs} compared in full with the reference; L2 flush before each run: "
+            f"{'on' if config.flush_l2 else 'off'}; kernel median {t.kernel_median_ms:.6g} ms "
+            f"(95% CI [{ci[0]:.6g}, {ci[1]:.6g}] ms), mean {t.kernel_mean_ms:.6g} ms"
+            + (f"; reference median {t.ref_median_ms:.6g} ms over {t.ref_runs} runs, mean {t.ref_mean_ms:.6g} ms"
                if t.ref_median_ms is not None else "")
             + (f"; torch eager median {t.baseline['torch_median_ms']:.6g} ms (speedup vs torch "
                f"{t.baseline['speedup_vs_torch']:.3g}x, informational)" if t.baseline else ""))

@@ -40,7 +40,7 @@ class Timing:
     """Timings in milliseconds. `speedup` is None when the device's timings are not comparable (cpu)."""
     device: str  # "cuda" | "cpu"
     comparable: bool
-    runs: int
+    runs: int  # timed runs of the kernel (adaptive: DESIGN 3.3 step 4)
     kernel_median_ms: float
     kernel_mean_ms: float
     ref_median_ms: float | None = None
@@ -51,6 +51,14 @@ class Timing:
     # Informational only (the reward uses `speedup`, against the CuPy reference): torch eager's time for
     # the task's KernelBench-style model where torch is installed, {"torch_median_ms", "speedup_vs_torch"}.
     baseline: dict[str, float] | None = None
+    # How the kernel was timed (DESIGN 3.3.1); after the fields above to keep their positions.
+    warmup_runs: int = 0  # untimed runs of the kernel before `runs`
+    kernel_ci_ms: list[float] | None = None  # [low, high]: 95% confidence interval of the median
+    ci_rel_width: float | None = None  # (high - low) / kernel median
+    ref_runs: int = 0  # timed runs of the reference (measured once per worker and settings)
+    checked_runs: int = 0  # kernel runs whose outputs and guards were checked on the device
+    verified_runs: int = 0  # of those, runs compared in full with the reference
+    method: str = ""  # the timing method's version (harness.TIMING_METHOD)
 
 
 @dataclass

@@ -7,7 +7,7 @@ written once for every backend.
 from __future__ import annotations
 
 from typing import Any, Protocol
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kernels_env.config import EnvConfig
 from kernels_env.program import CompiledModule, KernelSignature
@@ -23,6 +23,13 @@ class KernelTimeout(Exception):
 
 class FatalDeviceError(KernelRuntimeError):
     """The device is unusable after this error (sticky CUDA error): the worker must be replaced."""
+
+
+def untimed_hooks(fn: Callable[[], Any]) -> tuple[Callable[[int], None], Callable[[Any], None],
+                                                  Callable[[int, Any], None]]:
+    """(prepare, fn, check) for `Device.time_runs` of `fn()` with nothing to prepare or check:
+    how every backend implements `time_ms`."""
+    return (lambda i: None), (lambda state: fn()), (lambda i, state: None)
 
 
 class Program(Protocol):
@@ -56,9 +63,23 @@ class Device(Protocol):
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any: ...
     def zeros(self, shape: tuple[int, ...], dtype: str) -> Any: ...
 
+    def time_runs(self, prepare: Callable[[int], Any], fn: Callable[[Any], None],
+                  check: Callable[[int, Any], None], warmup: int, runs: int, flush_l2: bool,
+                  timeout_s: float | None = None) -> list[float]:
+        """Time `warmup + runs` verified runs; return the milliseconds of the last `runs`.
+
+        Run i (0-based, warm-up included) is, in stream order: `state = prepare(i)` (enqueue fresh
+        inputs, poisoned outputs, zeroed scratch), an L2 flush when `flush_l2`, the timed window
+        around `fn(state)` (the plan's launches, nothing else), then `check(i, state)` (enqueue
+        device-side checks of the run's outputs). Only `fn` is inside the window. No host sync
+        happens between runs: the host may enqueue run i+1 while run i executes, and waits only
+        to bound how far it runs ahead and at the end of the call, polling `timeout_s` (the time
+        left in the stage): a run still going past it raises KernelTimeout (DeviceHang on a GPU).
+        Errors of the runs raise KernelRuntimeError / FatalDeviceError as synchronize() does."""
+        ...
+
     def time_ms(self, fn: Any, warmup: int, runs: int, flush_l2: bool) -> list[float]:
-        """Run `fn()` warmup + runs times; return per-run milliseconds of the timed runs
-        (device sync and, when asked, an L2 flush before each run; the flush is not timed)."""
+        """`time_runs` of `fn()` with nothing to prepare or check (benchmarks, trusted code)."""
         ...
 
     def close(self) -> None: ...

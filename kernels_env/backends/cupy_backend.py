@@ -32,11 +32,11 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
+from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout, untimed_hooks
 from kernels_env.config import EnvConfig
 from kernels_env.program import CompiledModule, KernelSignature
 from kernels_env.result import KernelResources
@@ -72,6 +72,18 @@ def _keep_pool_bytes(value: int | None) -> int:
         raise ValueError(f"keep_pool_bytes={value}; expected a byte count >= 0")
     return value
 
+
+# time_runs: the host enqueues at most IN_FLIGHT runs ahead of the GPU (CUDA's launch queue is
+# finite; a full queue would block the host in a launch, where no deadline can be polled). Before
+# each timed window the GPU spins for twice the host's last enqueue time of the plan, clamped.
+IN_FLIGHT = 8
+HOLD_FIRST_S, HOLD_MIN_S, HOLD_MAX_S = 50e-6, 10e-6, 5e-3
+HOLD_SOURCE = r'''
+extern "C" __global__ void leap_timing_hold(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}'''
 
 class DeviceHang(FatalDeviceError, KernelTimeout):
     """A kernel is still running past its time limit: the worker must be killed and replaced."""
@@ -249,6 +261,13 @@ class CupyDevice:
             return
         event = self.cp.cuda.Event(disable_timing=True)
         event.record(stream)
+        self._wait_event(event, deadline, spin_s)
+
+    def _wait_event(self, event: Any, deadline: float | None, spin_s: float = SPIN_S) -> None:
+        """Block until `event` has completed (`_wait` for one point of the stream)."""
+        if deadline is None:
+            event.synchronize()
+            return
         start = time.monotonic()
         spin_until = start + spin_s  # short kernels: poll without sleeping (a sleep is >= ~60 us)
         pause = 2e-5
@@ -288,31 +307,47 @@ class CupyDevice:
     # ---- timing ----------------------------------------------------------------------------------
     def time_ms(self, fn: Any, warmup: int, runs: int, flush_l2: bool,
                 timeout_s: float | None = None) -> list[float]:
-        """CUDA-event time of `fn()` per run on the current stream; before each run (warm-up too) the
-        L2 is flushed by writing `flush_bytes` (>= 2x L2) and the device synchronized, untimed.
-        With `timeout_s`, a run still going past that budget (a kernel that hangs only now and then,
-        e.g. a racy spin-wait) raises DeviceHang instead of blocking the worker for good."""
+        """`time_runs` of `fn()` with nothing to prepare or check (benchmarks, trusted code)."""
+        return self.time_runs(*untimed_hooks(fn), warmup, runs, flush_l2, timeout_s=timeout_s)
+
+    def time_runs(self, prepare: Callable[[int], Any], fn: Callable[[Any], None],
+                  check: Callable[[int, Any], None], warmup: int, runs: int, flush_l2: bool,
+                  timeout_s: float | None = None) -> list[float]:
+        """CUDA-event time of `fn(prepare(i))` per run on the current stream (Device.time_runs).
+
+        Per run, in stream order: prepare(i), an L2 flush (writing `flush_bytes` >= 2x L2), a short
+        device-side hold, the start event, fn, the end event, check(i). The hold keeps the GPU busy
+        while the host enqueues fn's launches, so Python's launch latency stays out of the window
+        (a start event on an idle GPU fires before the first launch arrives). Nothing synchronizes
+        between runs: the host waits only for the run IN_FLIGHT runs back (bounding the queue, and
+        polling `timeout_s` there) and for the last run at the end. A run still going past
+        `timeout_s` (a kernel that hangs only now and then) raises DeviceHang."""
         self._check_healthy()
         cp = self.cp
         stream = cp.cuda.get_current_stream()
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
         flush = cp.empty(self.flush_bytes, dtype=cp.uint8) if flush_l2 else None
-        starts = [cp.cuda.Event() for _ in range(runs)]
-        ends = [cp.cuda.Event() for _ in range(runs)]
+        total = warmup + runs
+        starts = [cp.cuda.Event() for _ in range(total)]
+        ends = [cp.cuda.Event() for _ in range(total)]
+        enqueue_s = HOLD_FIRST_S
         try:
-            for i in range(warmup + runs):
+            for i in range(total):
+                state = prepare(i)
                 if flush is not None:
                     cp.cuda.runtime.memsetAsync(flush.data.ptr, i & 0xFF, self.flush_bytes, stream.ptr)
                     self.flushes += 1
-                self._wait(stream, deadline, spin_s=math.inf)  # the timing loop owns this core
-                j = i - warmup
-                if j >= 0:
-                    starts[j].record(stream)
-                fn()
-                if j >= 0:
-                    ends[j].record(stream)
-            self._wait(stream, deadline, spin_s=math.inf)
-            times = [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=False)]
+                self._hold(min(HOLD_MAX_S, 2.0 * enqueue_s + HOLD_MIN_S))
+                starts[i].record(stream)
+                t0 = time.perf_counter()
+                fn(state)
+                enqueue_s = time.perf_counter() - t0
+                ends[i].record(stream)
+                check(i, state)
+                if i >= IN_FLIGHT:
+                    self._wait_event(ends[i - IN_FLIGHT], deadline, spin_s=math.inf)
+            self._wait(stream, deadline, spin_s=math.inf)  # the timing loop owns this core
+            times = [cp.cuda.get_elapsed_time(starts[i], ends[i]) for i in range(warmup, total)]
         except self._errors() as e:
             raise self._map(e, "kernel failed while being timed") from e
         finally:
@@ -320,6 +355,20 @@ class CupyDevice:
         self.last_timing = {"warmup": warmup, "runs": runs, "flush_l2": flush_l2,
                             "flush_bytes": self.flush_bytes if flush_l2 else 0, "l2_bytes": self.l2_bytes}
         return times
+
+    def _hold(self, seconds: float) -> None:
+        """Enqueue (on the current stream) a one-thread kernel spinning `seconds` on the GPU's global timer (no-op where it
+        cannot be built: then the flush alone covers the host's enqueue time)."""
+        kernel = self.__dict__.get("_hold_kernel")
+        if kernel is None:
+            try:
+                kernel = self.cp.RawKernel(HOLD_SOURCE, "leap_timing_hold")
+                kernel.compile()
+            except Exception:
+                kernel = False
+            self._hold_kernel = kernel
+        if kernel:
+            kernel((1,), (1,), (np.uint64(int(seconds * 1e9)),))  # on the current stream
 
     def end_job(self) -> None:
         """Between evaluations: keep the memory pool's blocks for the next job unless the pool holds

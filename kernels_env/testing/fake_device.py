@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from kernels_env.backends.base import untimed_hooks
 from kernels_env.config import EnvConfig
 from kernels_env.program import CompiledModule, KernelSignature
 
@@ -74,17 +75,25 @@ class FakeDevice:
         return np.zeros(shape, dtype=dtype)
 
     def time_ms(self, fn: Any, warmup: int, runs: int, flush_l2: bool) -> list[float]:
-        """Runs fn warmup + runs times; a run's fake time is the sum of its kernels' costs, or
-        `reference_ms` when it launched no kernel (the reference)."""
+        """`time_runs` of `fn()` with nothing to prepare or check."""
+        return self.time_runs(*untimed_hooks(fn), warmup, runs, flush_l2)
+
+    def time_runs(self, prepare: Callable[[int], Any], fn: Callable[[Any], None],
+                  check: Callable[[int, Any], None], warmup: int, runs: int, flush_l2: bool,
+                  timeout_s: float | None = None) -> list[float]:
+        """Runs prepare/fn/check warmup + runs times; a run's fake time is the sum of its kernels'
+        costs, or `reference_ms` when it launched no kernel (the reference)."""
         times = []
         for i in range(warmup + runs):
+            state = prepare(i)
             before = len(self.launches)
-            fn()
+            fn(state)
             launched = self.launches[before:]
             ms = sum(self.kernel_ms.get(k[0], 0.1) for k in launched) if launched else self.reference_ms
+            check(i, state)
             if i >= warmup:
                 times.append(ms)
-        self.time_calls.append({"warmup": warmup, "runs": runs, "flush_l2": flush_l2})
+        self.time_calls.append({"warmup": warmup, "runs": runs, "flush_l2": flush_l2, "timeout_s": timeout_s})
         return times
 
     def end_job(self) -> None:

@@ -181,8 +181,11 @@ class EnvCfg:
     # "auto": training rollouts are timed only when the algorithm's reward reads speedups
     # (algorithms.reward_reads_speedup); evaluations are always timed (fast_p). true/false: all
     timing: bool | str = "auto"
-    warmup_runs: int = 10
-    timed_runs: int = 100
+    warmup_runs: int = 3
+    min_timed_runs: int = 10
+    timed_runs: int = 500  # the most timed runs; timing stops earlier once the median is tight
+    timing_ci_rel_width: float = 0.03
+    timing_budget_s: float = 1.0
     arch: str | None = None
     compile_timeout: float = 30.0
     correctness_timeout: float = 30.0

@@ -108,7 +108,9 @@ def env_config(cfg: Config, purpose: str = "eval") -> EnvConfig:
     """The EnvConfig of `purpose`'s evaluations (see env_timing)."""
     e = cfg.env
     return EnvConfig(backend=e.backend, arch=e.arch, sizes=e.sizes, correctness_trials=e.correctness_trials,
-                     timing=env_timing(cfg, purpose), warmup_runs=e.warmup_runs, timed_runs=e.timed_runs, seed=cfg.train.seed,
+                     timing=env_timing(cfg, purpose), warmup_runs=e.warmup_runs, min_timed_runs=e.min_timed_runs,
+                     timed_runs=e.timed_runs, timing_ci_rel_width=e.timing_ci_rel_width,
+                     timing_budget_s=e.timing_budget_s, seed=cfg.train.seed,
                      limits=StageLimits(compile=e.compile_timeout, correctness=e.correctness_timeout,
                                         timing=e.timing_timeout))
 

@@ -75,6 +75,17 @@ def test_time_ms_with_a_budget_polls_and_returns_the_event_times():
     assert dev.cp.cuda.memsets == 7 and dev.flushes == 7 and dev.healthy
 
 
+def test_time_runs_orders_prepare_flush_window_check_and_waits_only_runs_behind():
+    dev = device(queries_until_idle=0)
+    log = []
+    memset = dev.cp.cuda.runtime.memsetAsync
+    dev.cp.cuda.runtime.memsetAsync = lambda *a: (log.append("flush"), memset(*a))
+    times = dev.time_runs(lambda i: log.append(f"prepare {i}") or i, lambda s: log.append(f"fn {s}"),
+                          lambda i, s: log.append(f"check {i}"), warmup=1, runs=2, flush_l2=True, timeout_s=5.0)
+    assert times == [0.25, 0.25]
+    assert log == [x for i in range(3) for x in (f"prepare {i}", "flush", f"fn {i}", f"check {i}")]
+
+
 def test_a_run_that_never_finishes_raises_device_hang_within_the_budget():
     dev = device(queries_until_idle=None)
     with pytest.raises(DeviceHang, match="still running"):

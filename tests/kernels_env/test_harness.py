@@ -180,11 +180,15 @@ def test_correct_kernel_is_correct_with_timing_and_speedup():
     assert res.status is Status.CORRECT, res.message
     assert res.trials == 5 and res.backend == "fake" and res.mismatch is None
     t = res.timing
-    assert t.runs == 100 and t.comparable and t.device == "cuda"
+    # constant fake times: the median's CI is exact at the minimum number of runs
+    assert t.runs == FAST.min_timed_runs and t.warmup_runs == 2 and t.comparable and t.device == "cuda"
     assert t.kernel_median_ms == pytest.approx(0.25) and t.ref_median_ms == pytest.approx(1.0)
-    assert t.speedup == pytest.approx(4.0) and not t.suspicious
-    timed = [c for c in dev.time_calls if c["runs"] == 100]
-    assert len(timed) == 2 and all(c["flush_l2"] and c["warmup"] == 2 for c in timed)
+    assert t.speedup == pytest.approx(4.0) and not t.suspicious and t.kernel_ci_ms == [0.25, 0.25]
+    assert t.checked_runs == 1 + 1 + 10 and t.verified_runs >= 2 and t.ref_runs == 10
+    probes = [c for c in dev.time_calls if c["runs"] == 1 and c["warmup"] == 0]
+    timed = [c for c in dev.time_calls if c["runs"] == 10]
+    assert len(probes) == 2 and len(timed) == 2 and all(c["flush_l2"] and c["warmup"] == 1 for c in timed)
+    assert "12 runs), " in res.details and "adaptive" in res.details
     assert set(res.stage_seconds) == {"correctness", "timing"}
     assert dev.jobs_ended == 1
     # every trial launched with the evaluated grid
@@ -426,6 +430,18 @@ def test_runtime_error_during_timing_is_reported():
     assert res.status is Status.RUNTIME_ERROR and res.message.startswith("timing")
 
 
+def test_slow_but_correct_kernel_is_correct_with_the_runs_that_fit():
+    """1 s per fake run and a 5 s stage: not the 2 warm-up + 10 timed runs, but not a timeout either."""
+    cfg = FAST.replace(limits=StageLimits(timing=5.0))
+    dev = device_with(add=(add_kernel, 1000.0))
+    res = run(dev, add_task(), ADD_SUB, config=cfg)
+    assert res.status is Status.CORRECT, res.message
+    assert 1 <= res.timing.runs < FAST.min_timed_runs and res.timing.kernel_median_ms == pytest.approx(1000.0)
+    dev = device_with(add=(add_kernel, 10_000.0))  # one run alone takes the whole stage: the probe's time
+    res = run(dev, add_task(), ADD_SUB, config=cfg)
+    assert res.status is Status.CORRECT and res.timing.runs == 1 and res.timing.warmup_runs == 0
+
+
 def test_env_faults_are_env_error():
     broken = add_task(reference=lambda xp, a, b: 1 / 0)
     res = run(device_with(add=add_kernel), broken, ADD_SUB)
@@ -471,11 +487,14 @@ def test_suspicious_speedup_is_reverified_and_kept_when_still_correct():
 
 
 def test_suspicious_speedup_that_fails_reverification_reports_the_failure():
+    honest = device_with(add=(add_kernel, 0.01))
+    run(honest, add_task(), ADD_SUB)
+    before_reverification = len(honest.launches) - 5  # correctness trials and timing runs
     calls = []
 
-    def cheat(grid, block, shared, a, b, y, n):  # right while checked, then writes garbage fast
+    def cheat(grid, block, shared, a, b, y, n):  # right until re-verified, then writes garbage
         calls.append(1)
-        if len(calls) <= 5:
+        if len(calls) <= before_reverification:
             add_kernel(grid, block, shared, a, b, y, n)
         else:
             y[:] = 0
@@ -522,14 +541,6 @@ def test_correctness_limit_charges_the_candidate_not_the_reference():
     assert res.status is Status.TIMEOUT and 1 <= res.trials <= 3
 
 
-def test_timing_stage_projection_is_timeout():
-    cfg = FAST.replace(limits=StageLimits(timing=5.0))
-    dev = device_with(add=(add_kernel, 1000.0))  # 1 s per fake run: 102 runs would take > 5 s
-    res = run(dev, add_task(), ADD_SUB, config=cfg)
-    assert res.status is Status.TIMEOUT and res.message.startswith("timing")
-    assert all(c["runs"] == 1 for c in dev.time_calls)  # only the probe ran
-
-
 def test_soft_timeout_is_passed_to_devices_that_accept_it():
     class TimedSyncDevice(FakeDevice):
         def synchronize(self, timeout_s=None):
@@ -560,11 +571,11 @@ def test_timing_runs_get_the_stage_budget_and_a_hang_there_is_a_fatal_timeout():
         pass
 
     class BoundedTimingDevice(FakeDevice):
-        def time_ms(self, fn, warmup, runs, flush_l2, timeout_s=None):
+        def time_runs(self, prepare, fn, check, warmup, runs, flush_l2, timeout_s=None):
             self.budgets = getattr(self, "budgets", []) + [timeout_s]
             if runs > 1:  # the probe passes; the real runs hang past the budget
                 raise Hang(f"the kernel is still running after {timeout_s:.3g} s")
-            return super().time_ms(fn, warmup, runs, flush_l2)
+            return super().time_runs(prepare, fn, check, warmup, runs, flush_l2)
 
     dev = BoundedTimingDevice()
     dev.register("add", add_kernel)

@@ -24,14 +24,6 @@ def test_solution_correct_on_cpu_backend(task, cpu_device):
     assert r.trials == 3
 
 
-@pytest.fixture(scope="module")
-def gpu_device():
-    from kernels_env.backends import get_device
-    dev = get_device("cupy", EnvConfig(backend="cupy"))
-    yield dev
-    dev.close()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("task", TASKS, ids=NAMES)
 def test_solution_correct_on_gpu_eval_sizes_and_reference_timeable(task, gpu_device):

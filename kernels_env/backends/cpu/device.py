@@ -10,6 +10,7 @@ asynchronous errors. Timings are CPU times and marked not comparable.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
+from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout, untimed_hooks
 from kernels_env.backends.cpu import build as _build
 from kernels_env.backends.cpu.memory import shared_empty, shared_lookup
 from kernels_env.backends.cpu.sandbox import Runner, RunnerError, RunnerLoadError, RunnerTimeout
@@ -213,18 +214,33 @@ class CpuDevice:
         return np.array(array, copy=True)
 
     # ---- timing ------------------------------------------------------------------------------
-    def time_ms(self, fn: Callable[[], Any], warmup: int, runs: int, flush_l2: bool) -> list[float]:
-        """CPU time per run of fn() (the runner's thread CPU clock); no L2 flush: not comparable."""
-        for _ in range(warmup):
-            fn()
-            self.synchronize()
+    def time_ms(self, fn: Callable[[], Any], warmup: int, runs: int, flush_l2: bool,
+                timeout_s: float | None = None) -> list[float]:
+        """`time_runs` of `fn()` with nothing to prepare or check."""
+        return self.time_runs(*untimed_hooks(fn), warmup, runs, flush_l2, timeout_s=timeout_s)
+
+    def time_runs(self, prepare: Callable[[int], Any], fn: Callable[[Any], None],
+                  check: Callable[[int, Any], None], warmup: int, runs: int, flush_l2: bool,
+                  timeout_s: float | None = None) -> list[float]:
+        """CPU time of `fn(prepare(i))` per run (the runner's thread CPU clock; Device.time_runs).
+
+        Launches run synchronously here, so reading a launch's error after it costs nothing; no L2
+        flush (timings are not comparable). Past `timeout_s` (checked after each run; a single
+        hanging launch is ended by the runner's own limit) a run raises KernelTimeout."""
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
         out = []
-        for _ in range(runs):
+        for i in range(warmup + runs):
+            state = prepare(i)
             self.synchronize()
             t0 = self._cpu_ns
-            fn()
+            fn(state)
             self.synchronize()
-            out.append((self._cpu_ns - t0) / 1e6)
+            if i >= warmup:
+                out.append((self._cpu_ns - t0) / 1e6)
+            check(i, state)
+            if deadline is not None and time.monotonic() > deadline:
+                raise KernelTimeout(f"timed run {i + 1} of {warmup + runs} ended past the {timeout_s:.3g} s "
+                                    "left in the stage")
         return out
 
     def close(self) -> None:

@@ -1,0 +1,174 @@
+"""The timing stage's statistics (kernels_env.timing_stats) and its verified runs on the numpy
+FakeDevice: cheats that pass the correctness trials must not pass the timed runs (DESIGN 3.3 step 4).
+The same cheats as real CUDA code run on the cpu and cupy backends in test_timing_cheats.py."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kernels_env.config import EnvConfig
+from kernels_env.harness import TIMING_TRIAL_BASE
+from kernels_env.program import Name, ScratchDecl, Num
+from kernels_env.status import Status
+from kernels_env.timing_stats import Plan, ci_rel_width, median_ci, next_batch
+from tests.kernels_env.test_harness import (ADD_SIG, ADD_SUB, FAST, add_kernel, add_task, device_with, launch,
+                                            ptr, run, submission, val)
+from kernels_env.program import KernelSignature
+
+
+# ---- statistics ---------------------------------------------------------------------------------
+def test_median_ci_uses_binomial_order_statistics():
+    xs = list(range(1, 11))  # n = 10: P(Bin(10, 1/2) <= 1) = 1.07% <= 2.5% < P(<= 2) = 5.5%
+    assert median_ci(xs) == (2, 9)
+    assert median_ci([5.0] * 3) == (5.0, 5.0)  # too few for 95%: the range
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    lo, hi = median_ci(list(range(5000)))  # normal approximation: about +-69 ranks around 2500
+    assert 2420 < lo < 2440 and 2560 < hi < 2580
+    with pytest.raises(ValueError, match="no samples"):
+        median_ci([])
+
+
+def test_ci_rel_width():
+    assert ci_rel_width([1.0] * 20) == 0.0
+    assert ci_rel_width([1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    assert ci_rel_width([0.0, 0.0, 1.0]) == math.inf
+
+
+def plan(**kw) -> Plan:
+    base = dict(timed=0, warmup_left=2, per_run_s=0.001, allowance_s=30.0, budget_left_s=1.0, min_runs=10,
+                max_runs=500, max_batch=64)
+    return Plan(**{**base, **kw})
+
+
+def test_next_batch_reaches_the_minimum_then_grows_within_the_budget():
+    assert next_batch(plan()) == (2, 10)
+    assert next_batch(plan(timed=10, warmup_left=0)) == (0, 5)
+    assert next_batch(plan(timed=100, warmup_left=0)) == (0, 50)
+    assert next_batch(plan(timed=100, warmup_left=0, max_batch=16)) == (0, 16)
+    assert next_batch(plan(timed=498, warmup_left=0)) == (0, 2)
+    assert next_batch(plan(timed=500, warmup_left=0)) == (0, 0)
+    assert next_batch(plan(timed=10, warmup_left=0, budget_left_s=0.0)) == (0, 0)  # budget spent
+
+
+def test_next_batch_of_a_slow_kernel_drops_the_warmup_and_takes_what_fits():
+    assert next_batch(plan(per_run_s=1.0, allowance_s=5.0)) == (2, 2)  # 4 fit: 2 warm-up + 2
+    assert next_batch(plan(per_run_s=1.0, allowance_s=2.5)) == (0, 2)
+    assert next_batch(plan(per_run_s=1.0, allowance_s=0.5)) == (0, 0)
+    # below the minimum the adaptive budget does not stop it; the stage allowance does
+    assert next_batch(plan(per_run_s=0.5, budget_left_s=-3.0, warmup_left=0)) == (0, 10)
+
+
+def test_config_validation_names_the_bad_value():
+    for bad in (dict(timed_runs=0), dict(min_timed_runs=0), dict(warmup_runs=-1),
+                dict(timing_ci_rel_width=0.0), dict(timing_ci_rel_width=1.5), dict(timing_budget_s=0)):
+        (name, value), = bad.items()
+        with pytest.raises(ValueError, match=f"{name}={value}"):
+            EnvConfig(**bad)
+    assert EnvConfig(timed_runs=3).timing_min_runs == 3
+
+
+# ---- verified runs on the FakeDevice --------------------------------------------------------------
+def test_timed_runs_get_fresh_inputs_every_run():
+    seen = []
+
+    def recording(grid, block, shared, a, b, y, n):
+        seen.append(float(a[0]))
+        add_kernel(grid, block, shared, a, b, y, n)
+
+    res = run(device_with(add=recording), add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT, res.message
+    assert len(set(seen)) == len(seen)  # every launch, trial or timed run, saw new inputs
+
+
+def test_work_skipped_in_timed_runs_is_wrong_output():
+    calls = []
+
+    def counting(grid, block, shared, a, b, y, n):  # a launch counter: work only in the 5 trials
+        calls.append(1)
+        if len(calls) <= FAST.correctness_trials:
+            add_kernel(grid, block, shared, a, b, y, n)
+
+    res = run(device_with(add=(counting, 0.01)), add_task(), ADD_SUB)
+    assert res.status is Status.WRONG_OUTPUT and res.timing is None
+    assert "timed runs disagreed with the verified runs" in res.message and "unwritten" in res.message
+    assert res.mismatch.reason == "unwritten" and res.mismatch.trial == TIMING_TRIAL_BASE
+
+
+def test_memoising_on_the_input_pointer_is_wrong_output():
+    memo: dict[int, np.ndarray] = {}
+    calls = []
+
+    def by_pointer(grid, block, shared, a, b, y, n):  # computes in the trials (new buffers each), then
+        calls.append(1)                                # trusts its memo of what was at that address
+        key = a.ctypes.data
+        if key not in memo or len(calls) <= FAST.correctness_trials + 1:
+            add_kernel(grid, block, shared, a, b, y, n)
+            memo[key] = y.copy()
+        y[:] = memo[key]
+
+    res = run(device_with(add=(by_pointer, 0.01)), add_task(), ADD_SUB)
+    assert res.status is Status.WRONG_OUTPUT and "timed runs disagreed" in res.message, res.message
+    assert res.mismatch.reason == "mismatch" and res.mismatch.trial >= TIMING_TRIAL_BASE
+
+
+def test_memoising_on_input_content_gains_nothing():
+    memo: dict[bytes, np.ndarray] = {}
+    computed = []
+
+    def by_content(grid, block, shared, a, b, y, n):
+        key = a.tobytes() + b.tobytes()
+        if key not in memo:
+            computed.append(1)
+            add_kernel(grid, block, shared, a, b, y, n)
+            memo[key] = y.copy()
+        y[:] = memo[key]
+
+    res = run(device_with(add=by_content), add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT and len(computed) == len(memo)  # every run computed anew
+
+
+def test_scratch_is_zeroed_before_every_timed_run():
+    fresh = []
+
+    def uses_scratch(grid, block, shared, a, b, y, n, s):
+        fresh.append(bool((s == 0).all()))
+        s[:] = 1
+        add_kernel(grid, block, shared, a, b, y, n)
+
+    sig = KernelSignature("add", (*ADD_SIG.params, ptr("s")))
+    sub = submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("N"), Name("s")))], [sig],
+                     scratch=[ScratchDecl("s", "float32", Num(16), 1)])
+    res = run(device_with(add=uses_scratch), add_task(), sub)
+    assert res.status is Status.CORRECT and all(fresh) and len(fresh) > FAST.correctness_trials
+
+
+def test_a_write_past_the_output_only_in_timed_runs_is_a_runtime_error():
+    calls = []
+
+    def late_oob(grid, block, shared, a, b, y, n):
+        calls.append(1)
+        add_kernel(grid, block, shared, a, b, y, n)
+        if len(calls) > FAST.correctness_trials:
+            y.base[y.size] = 0.0
+
+    res = run(device_with(add=late_oob), add_task(), ADD_SUB)
+    assert res.status is Status.RUNTIME_ERROR and "timed runs disagreed" in res.message
+    assert "wrote outside output 'y'" in res.message
+
+
+def test_int_outputs_are_checked_for_the_sentinel():
+    task = add_task("int32")
+    sig = KernelSignature("add", (ptr("a", "int", True), ptr("b", "int", True), ptr("y", "int"), val("n")))
+    calls = []
+
+    def counting(grid, block, shared, a, b, y, n):
+        calls.append(1)
+        if len(calls) <= FAST.correctness_trials:
+            add_kernel(grid, block, shared, a, b, y, n)
+
+    sub = submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("N")))], [sig])
+    assert run(device_with(add=add_kernel), task, sub).status is Status.CORRECT
+    res = run(device_with(add=counting), task, sub)
+    assert res.status is Status.WRONG_OUTPUT and res.mismatch.reason == "unwritten"
