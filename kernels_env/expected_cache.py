@@ -386,7 +386,8 @@ def scrub(xp: Any, arrays: Iterable[Any], keep: Iterable[Any] = (), force: bool 
         return
     kept = [k for k in keep if hasattr(k, "flags")]  # arrays only (a scalar shares no memory)
     for a in arrays:
-        if not hasattr(a, "fill") or not hasattr(a, "flags") or not a.flags.writeable:
+        # CuPy's flags have no `writeable` (device arrays always are); NumPy's may say read-only
+        if not hasattr(a, "fill") or not hasattr(a, "flags") or not getattr(a.flags, "writeable", True):
             continue
         if any(_may_share(xp, a, k) for k in kept):
             continue

@@ -154,6 +154,8 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
                 result = Result(Status.RUNTIME_ERROR, message=f"sticky CUDA error: {e}", details=str(e))
         if not isinstance(result, Result):
             raise TypeError(f"harness returned {type(result).__name__}, expected Result")
+        if not fatal and result.status is Status.ENV_ERROR:
+            fatal = _context_lost(device)
         if getattr(device, "healthy", True) is False:
             fatal = True
         if fatal:
@@ -164,7 +166,29 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
     except Exception:
         r = _env_error("load/evaluation", prepared.task, prepared.key, stages)
         r.backend = backend
-        return r, fatal
+        return r, fatal or _context_lost(device)
+
+
+def _context_lost(device: Any, timeout_s: float = 5.0) -> bool:
+    """After an env_error: whether the device hides a sticky error (a kernel's fault the failed
+    evaluation never synchronized on). A worker in that state would fail every later job, so it is
+    reported fatal and replaced."""
+    from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
+    sync = getattr(device, "synchronize", None)
+    if sync is None:
+        return False
+    try:
+        try:
+            sync(timeout_s=timeout_s)
+        except TypeError:  # a device without the timeout extension
+            sync()
+    except (FatalDeviceError, KernelTimeout):
+        return True
+    except KernelRuntimeError:
+        return getattr(device, "healthy", True) is False
+    except Exception:
+        return False
+    return getattr(device, "healthy", True) is False
 
 
 def _retain_on_unusable_device(device: Any, program: Any) -> None:

@@ -458,3 +458,21 @@ def test_gpu_cache_on_and_off_give_identical_results(cupy_device):
         runs.append([_outcome(score(t, text, cfg, device=cupy_device)) for t, text in cases])
     assert runs[0] == runs[1] == runs[2]
     assert cupy_device.__dict__["_harness_expected"].hits > 0
+
+
+def test_scrub_zeroes_arrays_whose_flags_have_no_writeable():
+    """CuPy arrays' flags have no `writeable` (they always are): scrub once raised AttributeError on
+    every CuPy evaluation (env_error everywhere on the H200). A stand-in with CuPy-like flags."""
+    class Flags:
+        c_contiguous = True
+
+    class DeviceLike:
+        def __init__(self, values):
+            self.values, self.flags = np.array(values, np.float32), Flags()
+
+        def fill(self, v):
+            self.values.fill(v)
+
+    a = DeviceLike([1.0, 2.0])
+    ec.scrub(np, [a], force=True)
+    assert a.values.tolist() == [0.0, 0.0]

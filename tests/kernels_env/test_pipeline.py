@@ -200,3 +200,21 @@ def test_warm_up_task_scores_correct_on_the_cpu_backend():
         device.close()
     assert result.status is Status.CORRECT, (result.message, result.details)
     assert result.trials == 4
+
+
+def test_env_error_over_a_lost_context_is_fatal():
+    """An environment fault can hide a kernel's sticky error that nobody synchronized on; the
+    worker must be replaced, not handed the next job (seen on the H200: every later job failed)."""
+    class LostContext(FakeDevice):
+        def synchronize(self, timeout_s=None):
+            raise FatalDeviceError("an illegal memory access was encountered")
+
+    def broken_evaluate(*args):
+        raise ZeroDivisionError("harness bug")
+    prep = prepare(TASK, submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);"), CFG)
+    d = LostContext()
+    d.register("add", fake_add, ms=0.5)
+    r, fatal = execute(prep, d, CFG, evaluate=broken_evaluate, task=TASK)
+    assert r.status is Status.ENV_ERROR and fatal
+    r, fatal = execute(prep, device(), CFG, evaluate=broken_evaluate, task=TASK)
+    assert r.status is Status.ENV_ERROR and not fatal
