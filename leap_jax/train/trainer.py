@@ -23,7 +23,7 @@ from kernels_env.config import EnvConfig, StageLimits
 from leap_jax.models.config import ModelConfig
 from leap_jax.parallel.placement import MeshPlacement
 from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups
-from leap_jax.rollout.policy import MixedPolicy, SamplerPolicy, ScriptedPolicy
+from leap_jax.rollout.policy import MixedPolicy, Policy, SamplerPolicy, ScriptedPolicy
 from leap_jax.sampling.buckets import batch_buckets, prompt_buckets
 from leap_jax.train import algorithms
 from leap_jax.train.checkpoint import Checkpointer
@@ -220,7 +220,7 @@ class Trainer:
     with scripted responses when `rollout.scripted_mix.enabled`).
     """
 
-    def __init__(self, cfg: Config, *, evaluator: Any = None, policy: Any = None, resume: bool = False):
+    def __init__(self, cfg: Config, *, evaluator: Any = None, policy: Policy | None = None, resume: bool = False):
         self.cfg = cfg
         self.run_dir = Path(cfg.train.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -306,7 +306,8 @@ class Trainer:
                                     steps_per_iter=self.cfg.sampling.steps_per_iter)
         return SamplerPolicy(self._sampler, self.tokenizer, sampling, end_ids=self.streams.end_ids)
 
-    def _policy(self, sampling: Any, allow_scripted_mix: bool = True) -> Any:
+    def _policy(self, sampling: Any, allow_scripted_mix: bool = True) -> Policy:
+        pol: Policy
         if self._policy_override is not None:
             pol = self._policy_override
         else:
@@ -315,11 +316,7 @@ class Trainer:
             if mix.enabled and allow_scripted_mix:
                 scripted = ScriptedPolicy(self.tokenizer, p_good=mix.p_good, end_ids=[self.streams.im_end])
                 pol = MixedPolicy(pol, scripted, mix.fraction)
-        if hasattr(pol, "params"):
-            pol.params = self.params["model"]
-        base = getattr(pol, "base", None)
-        if base is not None and hasattr(base, "params"):
-            base.params = self.params["model"]
+        pol.set_params(self.params["model"])
         return pol
 
     def _sampling(self, temperature: float | None = None) -> Any:
