@@ -175,13 +175,6 @@ def unstack_cache(cache: KVCache) -> KVCache:
     return KVCache(tuple(cache.k), tuple(cache.v), cache.seg)
 
 
-def stack_cache(cache: KVCache) -> KVCache:
-    """Inverse of `unstack_cache`."""
-    if not isinstance(cache.k, (list, tuple)):
-        return cache
-    return KVCache(jnp.stack(cache.k), jnp.stack(cache.v), cache.seg)
-
-
 def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: jax.Array, *,
             segment_ids: jax.Array | None = None, cache: KVCache | None = None,
             cache_index: jax.Array | int | None = None, return_hidden: bool = False,
