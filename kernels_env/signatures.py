@@ -64,20 +64,6 @@ def _coverage(n: int, regions: list[tuple[int, int]]) -> list[int]:
 MAX_PARAMS_CHARS = 4096  # a parameter list (or __launch_bounds__) longer than this is not scanned
 
 
-def _balanced(src: str, start: int) -> int:
-    """Index just past the ')' matching the '(' at `start`, or -1 (also when it is further away
-    than MAX_PARAMS_CHARS: scanning is bounded, so many unclosed '(' cost linear time)."""
-    depth = 0
-    for j in range(start, min(len(src), start + MAX_PARAMS_CHARS)):
-        if src[j] == "(":
-            depth += 1
-        elif src[j] == ")":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-    return -1
-
-
 def _paren_matches(src: str) -> dict[int, int]:
     """Offset of every '(' -> offset just past its matching ')' (one linear pass; unmatched: absent)."""
     out: dict[int, int] = {}
@@ -278,23 +264,3 @@ def find_hidden_kernels(src: str) -> list[str]:
     """Names of `__global__` kernels that are not extern "C" (mangled, not launchable)."""
     found, hidden = _scan(src)
     return [h for h in hidden if h not in found]
-
-
-# numpy dtype name a scalar parameter is passed as (what the harness casts values to)
-SCALAR_NUMPY_DTYPES = {
-    "float": "float32", "double": "float64", "__half": "float16", "half": "float16",
-    "int": "int32", "int32_t": "int32", "unsigned int": "uint32", "uint32_t": "uint32",
-    "long long": "int64", "int64_t": "int64", "long": "int64", "unsigned long long": "uint64",
-    "uint64_t": "uint64", "size_t": "uint64", "unsigned long": "uint64",
-    "short": "int16", "unsigned short": "uint16", "char": "int8", "signed char": "int8",
-    "unsigned char": "uint8", "bool": "bool",
-}
-
-
-def scalar_numpy_dtype(param: KernelParam) -> str:
-    """The numpy dtype a scalar (non-pointer) parameter is passed as; raises for unsupported types."""
-    try:
-        return SCALAR_NUMPY_DTYPES[param.base_type]
-    except KeyError:
-        raise ValueError(f"parameter {param.name!r} has type {param.base_type!r}, which cannot be passed "
-                         f"as a scalar; expected one of {sorted(SCALAR_NUMPY_DTYPES)}") from None

@@ -20,7 +20,7 @@ stage() {  # stage NAME LIMIT_S CMD...
 }
 for s in "$@"; do
   case $s in
-    info) stage info 60 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c "import jax,cupy,flax,optax,orbax.checkpoint as o,transformers,torch;print(jax.__version__,jax.devices(),cupy.__version__,flax.__version__,transformers.__version__,torch.__version__)"' ;;
+    info) stage info 60 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c "import jax,cupy,optax,orbax.checkpoint as o,transformers,torch;print(jax.__version__,jax.devices(),cupy.__version__,optax.__version__,transformers.__version__,torch.__version__)"' ;;
     tests) stage tests ${TESTS_S:-480} python3 -m pytest -q -rfE --durations=12 --timeout=200 -p no:cacheprovider \
              -m "gpu or parity" tests ;;
     tests-all) stage tests-all 540 python3 -m pytest -q --timeout=300 -p no:cacheprovider tests ;;

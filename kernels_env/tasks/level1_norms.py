@@ -65,12 +65,6 @@ def _log_softmax_ref(xp, x):
     return (z - xp.log(xp.sum(xp.exp(z), axis=1, keepdims=True))).astype(xp.float32, copy=False)
 
 
-def _layer_norm_ref(xp, x, weight, bias, eps):
-    mu = xp.mean(x, axis=1, keepdims=True)
-    var = xp.mean((x - mu) ** 2, axis=1, keepdims=True)
-    return ((x - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32, copy=False)
-
-
 def _rms_norm_ref(xp, x, eps):
     """KernelBench 36_RMSNorm_: x / sqrt(mean(x ** 2, dim=1, keepdim=True) + eps), no weight."""
     ms = xp.mean(x * x, axis=1, keepdims=True)

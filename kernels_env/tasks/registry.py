@@ -24,11 +24,6 @@ def register(task: Task) -> Task:
     return task
 
 
-def register_all(tasks: Iterable[Task]) -> list[Task]:
-    """Register every task of an iterable; returns them as a list."""
-    return [register(t) for t in tasks]
-
-
 def get_task(name: str) -> Task:
     """The task called `name`; unknown names raise KeyError with the closest known names. Generated
     names (`gen_...`, kernels_env.tasks.generated) are built on first use and cached, not registered."""

@@ -25,34 +25,15 @@ import hashlib
 import json
 import random
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from collections.abc import Iterable, Sequence
 
 from leap_jax.bootstrap.mutations import MUTATIONS, join_blocks, mutate, split_blocks
+from leap_jax.train.config import CorpusCfg
 
 VARIANTS_FILE, EXAMPLES_FILE, MANIFEST_FILE = "variants.jsonl", "examples.jsonl", "manifest.json"
-
-
-@dataclass
-class CorpusCfg:
-    """How the corpus is generated and verified (also the `corpus:` section of the SFT config)."""
-    tasks: list[str] = field(default_factory=list)  # empty: every task of the suite
-    seed: int = 0
-    variants_per_task: int = 24  # mutation attempts per task (duplicates are dropped)
-    # mutants (and so multi-turn examples) for at most this many tasks, a seeded sample; the others
-    # give their scored canonical solution only. 0: every task. Thousands of generated tasks need it.
-    mutant_tasks: int = 0
-    max_chain: int = 2  # mutations applied in a row at most
-    multiturn_per_task: int = 6  # multi-turn examples per task at most
-    prompt_sizes: str = "eval"  # the size set the prompts show (the RL run's env.sizes)
-    backend: str = "cpu"  # scoring backend: cpu | cupy | auto
-    sizes: str = "small"  # size set used to score
-    correctness_trials: int = 2
-    feedback_budget_chars: int = 800
-    pool_mode: str = "process"  # process | inline
-    workers: int = 1  # exec (and compile) workers of the pool
 
 
 def _check(cfg: CorpusCfg) -> None:

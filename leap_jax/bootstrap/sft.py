@@ -187,7 +187,8 @@ def build_sft_tokenizer(cfg: Config, examples: Sequence[dict[str, Any]], tasks: 
     """kind=bpe: a BPE of tokenizer.vocab_size trained on the corpus and the training tasks' prompts
     (saved to out_path); kind=file|hf: the configured tokenizer, copied to out_path. `tasks`: Tasks
     or task names."""
-    from leap_jax.bootstrap.tokenizer_train import corpus_texts, train_tokenizer
+    from leap_jax.bootstrap.tokenizer_train import corpus_texts
+    from leap_jax.models.bpe import train_tokenizer
     t = cfg.tokenizer
     if t.kind == "bpe":
         return train_tokenizer(corpus_texts(examples, tasks), t.vocab_size, out_path)
@@ -221,10 +222,10 @@ def _pass_rates(results_by_task: dict[str, list[str]]) -> dict[str, Any]:
 
 def make_eval_sampler(cfg: Config, model_config: Any, tokenizer: Any) -> Any:
     """The Sampler the pass-rate evaluations share (built once: one compilation per shape)."""
+    from leap_jax.sampling.buckets import prompt_buckets
     from leap_jax.sampling.sampler import Sampler
-    from leap_jax.train.trainer import _prompt_buckets
     return Sampler(model_config, max_batch=cfg.sft.eval_batch,
-                   prompt_buckets=_prompt_buckets(cfg.rollout.max_context_tokens),
+                   prompt_buckets=prompt_buckets(cfg.rollout.max_context_tokens),
                    max_new_tokens=cfg.sampling.max_new_tokens, pad_id=tokenizer.pad_id)
 
 

@@ -1,6 +1,6 @@
 """The Llama/Qwen2-family decoder as pure functions over a plain dict pytree of parameters.
 
-Design choice: pure JAX, not Flax NNX modules. The parameter layout is fixed by
+Design choice (DESIGN 4.1): pure JAX, not Flax modules. The parameter layout is fixed by
 `leap_jax.models.config` (a nested dict, layers stacked on a leading axis) because the HF
 import/export code and the trainer address tensors by those names, and the layer stack runs under
 `lax.scan` so compile time does not grow with depth. An NNX module tree would have to be split into
@@ -173,13 +173,6 @@ def unstack_cache(cache: KVCache) -> KVCache:
     if isinstance(cache.k, (list, tuple)):
         return cache
     return KVCache(tuple(cache.k), tuple(cache.v), cache.seg)
-
-
-def stack_cache(cache: KVCache) -> KVCache:
-    """Inverse of `unstack_cache`."""
-    if not isinstance(cache.k, (list, tuple)):
-        return cache
-    return KVCache(jnp.stack(cache.k), jnp.stack(cache.v), cache.seg)
 
 
 def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: jax.Array, *,

@@ -50,12 +50,6 @@ def resolve_shape(spec: Any, n_devices: int) -> tuple[int, int, int]:
     return named["data"], named["fsdp"], named["tensor"]
 
 
-def mesh_size(spec: Any, n_devices: int | None = None) -> int:
-    """Devices the spec uses (-1 resolved against `n_devices`, default all visible devices)."""
-    n = jax.device_count() if n_devices is None else n_devices
-    return int(np.prod(resolve_shape(spec, n)))
-
-
 def make_mesh(spec: Any = (1, -1, 1), devices: Sequence[Any] | None = None) -> jax.sharding.Mesh:
     """The mesh for `spec` (a MeshCfg-like object, a dict or a (data, fsdp, tensor) tuple) over
     `devices` (default: every device of the process group)."""

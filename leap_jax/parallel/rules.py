@@ -125,7 +125,3 @@ def batch_sharding(mesh: jax.sharding.Mesh, shape: tuple[int, ...]) -> NamedShar
 def shard_batch(batch: dict[str, Any], mesh: jax.sharding.Mesh) -> dict[str, Any]:
     """An update batch (dict of [B, ...] arrays and scalars) placed with `batch_sharding`."""
     return {k: jax.device_put(v, batch_sharding(mesh, tuple(np.shape(v)))) for k, v in batch.items()}
-
-
-def data_parallel_size(mesh: jax.sharding.Mesh) -> int:
-    return _axis_size(mesh, BATCH_AXES)

@@ -1,6 +1,8 @@
 """The policy interface of the rollout, and its implementations.
 
-`Policy.generate(requests, seed) -> responses`: one response per request (a prompt token stream).
+`Policy.generate(requests, seed) -> responses`: one response per request (a prompt token stream);
+`Policy.set_params(params)`: the model params the next generations use (the trainer calls it before
+each rollout; a policy that reads no params ignores them).
 - `SamplerPolicy`: the JAX sampler over the current params (the real policy).
 - `ScriptedPolicy`: a stand-in that answers with the task's known-good solution or a known-bad
   variant of it (compile error / format error) with set probabilities per task and turn. It goes
@@ -43,6 +45,10 @@ class GenResponse:
 
 class Policy(Protocol):
     def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]: ...
+
+    def set_params(self, params: Any) -> None:
+        """Generate with `params` (the decoder's parameter pytree) from now on."""
+        ...
 
 
 def _unit(seed: int, *key: Any) -> float:
@@ -88,6 +94,9 @@ class ScriptedPolicy:
         kind = self.bad_kinds[int(_unit(seed, "kind", request.key) * len(self.bad_kinds))]
         return BAD_VARIANTS[kind](solution)
 
+    def set_params(self, params: Any) -> None:
+        """Scripted answers read no params."""
+
     def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]:
         out = []
         for r in requests:
@@ -105,6 +114,9 @@ class MixedPolicy:
             raise ValueError(f"scripted fraction={fraction!r}; expected a probability in [0, 1]")
         self.base, self.scripted, self.fraction = base, scripted, fraction
 
+    def set_params(self, params: Any) -> None:
+        self.base.set_params(params)
+
     def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]:
         use = [_unit(seed, "mix", r.key) < self.fraction for r in requests]
         out: list[GenResponse | None] = [None] * len(requests)
@@ -120,19 +132,22 @@ class MixedPolicy:
 
 
 class SamplerPolicy:
-    """The JAX sampler over `self.params` (set by the trainer before each rollout)."""
+    """The JAX sampler over `self.params` (given at construction or by `set_params`)."""
 
     def __init__(self, sampler: Any, tokenizer: Any, sampling: Any, params: Any = None,
                  end_ids: Sequence[int] = ()):
         self.sampler, self.tokenizer, self.sampling, self.params = sampler, tokenizer, sampling, params
         self.end_ids = set(int(i) for i in end_ids)
 
+    def set_params(self, params: Any) -> None:
+        self.params = params
+
     def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]:
         import jax
         if not requests:
             return []
         if self.params is None:
-            raise RuntimeError("SamplerPolicy.params is None; the trainer must set params before generating")
+            raise RuntimeError("SamplerPolicy has no params; call set_params(params) before generating")
         prompts = [list(r.prompt_ids) for r in requests]
         out = self.sampler.generate(self.params, prompts, self.sampling, jax.random.key(seed % (2 ** 31)))
         responses = []

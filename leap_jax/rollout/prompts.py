@@ -6,8 +6,10 @@ any task's own solution, so the prompt never leaks an answer.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+
 from kernels_env.tasks.spec import Task
-from leap_jax.models.chat import Message
+from leap_jax.models.chat import Message, render_text
 
 SYSTEM_PROMPT = (
     "You are an expert CUDA engineer. You write correct, fast CUDA kernels. "
@@ -59,10 +61,22 @@ def feedback_message(feedback_text: str) -> Message:
     return Message("user", f"{feedback_text.strip()}\n\n{FEEDBACK_SUFFIX}")
 
 
-def corpus_texts(tasks: list[Task], sizes: str = "eval") -> list[str]:
-    """Texts a run-time tokenizer is trained on: prompts, solutions, the format example, feedback words."""
-    out = [SYSTEM_PROMPT, FORMAT_RULES, FORMAT_EXAMPLE, FEEDBACK_SUFFIX]
+def prompt_texts(tasks: Iterable[Task | str], sizes: str | Sequence[str] = ("eval", "small")) -> Iterator[str]:
+    """The text a run-time tokenizer is trained on (`leap_jax.models.bpe`): the feedback request, then
+    for every task (a Task or a task name) its first-turn prompt (system + user + generation prompt,
+    ChatML-rendered) for each size set, and its known-good solution. A bad size set raises now."""
+    size_sets = (sizes,) if isinstance(sizes, str) else tuple(sizes)
+    for s in size_sets:
+        if s not in ("eval", "small"):
+            raise ValueError(f"prompt size set {s!r}; expected 'eval' or 'small'")
+    return _prompt_texts(tasks, size_sets)
+
+
+def _prompt_texts(tasks: Iterable[Task | str], size_sets: tuple[str, ...]) -> Iterator[str]:
+    from kernels_env.tasks import get_task
+    yield FEEDBACK_SUFFIX
     for t in tasks:
-        out.append(task_prompt(t, sizes))
-        out.append(t.solution)
-    return out
+        task = get_task(t) if isinstance(t, str) else t
+        for s in size_sets:
+            yield render_text(initial_messages(task, s), add_generation_prompt=True)
+        yield task.solution

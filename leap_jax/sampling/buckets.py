@@ -18,6 +18,16 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
     return tuple(out) + (max_batch,)
 
 
+def prompt_buckets(max_context: int) -> tuple[int, ...]:
+    """Powers of two from 128 below max_context, plus max_context itself (e.g. 1000 -> 128, 256, 512,
+    1000; 100 -> 100): the prompt lengths a sampler of context max_context compiles for."""
+    out, b = [], 128
+    while b < max_context:
+        out.append(b)
+        b *= 2
+    return tuple(out) + (max_context,)
+
+
 def validate_buckets(name: str, buckets: Sequence[int]) -> tuple[int, ...]:
     """Sorted unique positive ints, or a ValueError naming the bad value."""
     bs = tuple(sorted(set(int(b) for b in buckets)))

@@ -41,7 +41,7 @@ import numpy as np
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.layers import ATTN_IMPLS
 from leap_jax.models.decoder import (KVCache, Params, cast_for_compute, forward, fuse_projections, init_cache,
-                                     logits_from_hidden, unstack_layers)
+                                     logits_from_hidden, unstack_cache, unstack_layers)
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
 from leap_jax.sampling.params import SamplingParams
@@ -360,9 +360,7 @@ class Sampler:
             self._cache = None  # free the old shape's buffer before allocating the new one
             cache = init_cache(self.config, batch, slots, self.cache_dtype)
             if self.layer_loop == "unrolled":  # one buffer per layer
-                cache = KVCache(tuple(cache.k[i] for i in range(self.config.num_layers)),
-                                tuple(cache.v[i] for i in range(self.config.num_layers)),
-                                cache.seg)
+                cache = unstack_cache(cache)
         self._cache = None
         return cache
 

@@ -65,16 +65,3 @@ def _abstract(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return jax.ShapeDtypeStruct(x.shape, x.dtype)
     return x
-
-
-def read_meta(run_dir: str | Path, step: int | None = None) -> tuple[dict[str, Any], int]:
-    """The JSON part of a checkpoint, without restoring arrays (e.g. to rebuild the config first)."""
-    ck = Checkpointer(run_dir)
-    try:
-        step = ck.latest_step() if step is None else step
-        if step is None:
-            raise FileNotFoundError(f"no checkpoint found under {str(ck.directory)!r}")
-        out = ck._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        return dict(out["meta"]), step
-    finally:
-        ck.close()

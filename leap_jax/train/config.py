@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import yaml
 
-from leap_jax.bootstrap.corpus import CorpusCfg
 from leap_jax.train.algorithms import ALGORITHMS
 
 MODES = ("rl", "sft")
@@ -269,6 +268,27 @@ class EvalCfg:
     # evaluate at most this many tasks of each split (a fixed seeded sample; None: all of them), for
     # thousands of generated tasks; the SFT run's pass-rate evaluations use it too
     max_tasks: int | None = None
+
+
+@dataclass
+class CorpusCfg:
+    """How the bootstrap corpus (`leap_jax.bootstrap.corpus`) is generated and verified: the `corpus:`
+    section of the SFT config, and the corpus CLI's settings."""
+    tasks: list[str] = field(default_factory=list)  # empty: every task of the suite
+    seed: int = 0
+    variants_per_task: int = 24  # mutation attempts per task (duplicates are dropped)
+    # mutants (and so multi-turn examples) for at most this many tasks, a seeded sample; the others
+    # give their scored canonical solution only. 0: every task. Thousands of generated tasks need it.
+    mutant_tasks: int = 0
+    max_chain: int = 2  # mutations applied in a row at most
+    multiturn_per_task: int = 6  # multi-turn examples per task at most
+    prompt_sizes: str = "eval"  # the size set the prompts show (the RL run's env.sizes)
+    backend: str = "cpu"  # scoring backend: cpu | cupy | auto
+    sizes: str = "small"  # size set used to score
+    correctness_trials: int = 2
+    feedback_budget_chars: int = 800
+    pool_mode: str = "process"  # process | inline
+    workers: int = 1  # exec (and compile) workers of the pool
 
 
 @dataclass

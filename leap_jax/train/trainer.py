@@ -23,7 +23,8 @@ from kernels_env.config import EnvConfig, StageLimits
 from leap_jax.models.config import ModelConfig
 from leap_jax.parallel.placement import MeshPlacement
 from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups
-from leap_jax.rollout.policy import MixedPolicy, SamplerPolicy, ScriptedPolicy
+from leap_jax.rollout.policy import MixedPolicy, Policy, SamplerPolicy, ScriptedPolicy
+from leap_jax.sampling.buckets import batch_buckets, prompt_buckets
 from leap_jax.train import algorithms
 from leap_jax.train.checkpoint import Checkpointer
 from leap_jax.train.compile_clock import compile_seconds
@@ -43,7 +44,7 @@ FINISHED_FILE = "finished.json"  # written when a run reaches train.steps or tra
 # ---- construction helpers ---------------------------------------------------------------------
 def build_tokenizer(cfg: Config, run_dir: Path, tasks: Sequence[Any]):
     """The run's tokenizer. kind=bpe trains a byte-level BPE on the suite's chat-templated prompts and
-    solutions (`leap_jax.bootstrap.tokenizer_train`, ChatML special tokens included) once and caches
+    solutions (`leap_jax.models.bpe`, ChatML special tokens included) once and caches
     it as RUN_DIR/tokenizer.json."""
     from leap_jax.models.tokenizer import Tokenizer
     t = cfg.tokenizer
@@ -56,10 +57,11 @@ def build_tokenizer(cfg: Config, run_dir: Path, tasks: Sequence[Any]):
         if not t.path:
             raise ConfigError("tokenizer.kind=file needs tokenizer.path (a tokenizer.json)")
         return Tokenizer.from_file(t.path, eos_token="<|im_end|>")
-    from leap_jax.bootstrap.tokenizer_train import corpus_texts, load_trained, train_tokenizer
+    from leap_jax.models.bpe import load_trained, train_tokenizer
+    from leap_jax.rollout.prompts import prompt_texts
     path = run_dir / "tokenizer.json"
     if not path.is_file():
-        return train_tokenizer(corpus_texts([], list(tasks), cfg.env.sizes), t.vocab_size, path)
+        return train_tokenizer(prompt_texts(list(tasks), cfg.env.sizes), t.vocab_size, path)
     return load_trained(path)
 
 
@@ -150,27 +152,17 @@ def validation_tasks(cfg: Config) -> list[str]:
     return names[t.generated_held_out:]
 
 
-def _prompt_buckets(max_context: int) -> tuple[int, ...]:
-    out, b = [], 128
-    while b < max_context:
-        out.append(b)
-        b *= 2
-    out.append(max_context if not out or max_context > out[-1] else b)
-    return tuple(out)
-
-
 def _coarse_prompt_buckets(max_context: int) -> tuple[int, ...]:
     """512, 1024, ... up to max_context (a prompt bucket pair compiles prefill + decode once)."""
-    return tuple(b for b in _prompt_buckets(max_context) if b >= min(512, max_context))
+    return tuple(b for b in prompt_buckets(max_context) if b >= min(512, max_context))
 
 
 def sampler_buckets(cfg: Config, max_batch: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(batch buckets, prompt buckets) of the rollout sampler from sampling.buckets /
     sampling.batch_buckets / sampling.prompt_buckets (see SamplingCfg)."""
-    from leap_jax.sampling.buckets import batch_buckets
     s, ctx = cfg.sampling, cfg.rollout.max_context_tokens
     if s.buckets == "fine":
-        bb, pb = batch_buckets(max_batch), _prompt_buckets(ctx)
+        bb, pb = batch_buckets(max_batch), prompt_buckets(ctx)
     else:
         bb = tuple(sorted({max(max_batch // 4, 1), max(max_batch // 2, 1), max_batch}))
         # a later turn's prompt is at most max_context - max_new_tokens long (the rollout's rule):
@@ -230,7 +222,7 @@ class Trainer:
     with scripted responses when `rollout.scripted_mix.enabled`).
     """
 
-    def __init__(self, cfg: Config, *, evaluator: Any = None, policy: Any = None, resume: bool = False):
+    def __init__(self, cfg: Config, *, evaluator: Any = None, policy: Policy | None = None, resume: bool = False):
         self.cfg = cfg
         self.run_dir = Path(cfg.train.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -316,7 +308,8 @@ class Trainer:
                                     steps_per_iter=self.cfg.sampling.steps_per_iter)
         return SamplerPolicy(self._sampler, self.tokenizer, sampling, end_ids=self.streams.end_ids)
 
-    def _policy(self, sampling: Any, allow_scripted_mix: bool = True) -> Any:
+    def _policy(self, sampling: Any, allow_scripted_mix: bool = True) -> Policy:
+        pol: Policy
         if self._policy_override is not None:
             pol = self._policy_override
         else:
@@ -325,11 +318,7 @@ class Trainer:
             if mix.enabled and allow_scripted_mix:
                 scripted = ScriptedPolicy(self.tokenizer, p_good=mix.p_good, end_ids=[self.streams.im_end])
                 pol = MixedPolicy(pol, scripted, mix.fraction)
-        if hasattr(pol, "params"):
-            pol.params = self.params["model"]
-        base = getattr(pol, "base", None)
-        if base is not None and hasattr(base, "params"):
-            base.params = self.params["model"]
+        pol.set_params(self.params["model"])
         return pol
 
     def _sampling(self, temperature: float | None = None) -> Any:

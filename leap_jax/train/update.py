@@ -171,10 +171,6 @@ def build_batch(rows: Sequence[Any], advantages: np.ndarray, row_mask: np.ndarra
     return out
 
 
-def missing_old_logprobs(batch: dict[str, np.ndarray]) -> bool:
-    return bool(np.any(batch["mask"] & ~np.isfinite(batch["old_logp"])))
-
-
 def make_logprob_fn(model_config: ModelConfig, attn_impl: str = "einsum") -> Callable:
     """Jitted (params, batch) -> fp32 [B, L] log-probs of the targets under `params`."""
     @jax.jit

@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 
 from kernels_env.program import KernelParam
-from kernels_env.signatures import (find_hidden_kernels, find_kernels, parse_param, scalar_numpy_dtype,
-                                    strip_comments_and_strings)
+from kernels_env.signatures import (find_hidden_kernels, find_kernels, parse_param, strip_comments_and_strings)
 
 SRC = r'''
 #include <cuda_fp16.h>
@@ -65,13 +64,6 @@ def test_comments_and_strings_are_blanked_keeping_lines():
 ])
 def test_parse_param(text, want):
     assert parse_param(text, 3) == want
-
-
-def test_scalar_numpy_dtype():
-    ks = find_kernels(SRC)["k1"].params
-    assert [scalar_numpy_dtype(p) for p in ks if not p.pointer] == ["int32", "uint32", "int64", "uint64", "uint64"]
-    with pytest.raises(ValueError, match="'float4', which cannot be passed as a scalar"):
-        scalar_numpy_dtype(KernelParam("v", "float4", "float4", False, False))
 
 
 def test_suite_solutions_have_kernels():

@@ -13,7 +13,7 @@ import optax
 import pytest
 
 from leap_jax.bootstrap import sft
-from leap_jax.bootstrap.tokenizer_train import train_tokenizer
+from leap_jax.models.bpe import train_tokenizer
 from leap_jax.models import decoder
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.tokenizer import Tokenizer

@@ -9,6 +9,7 @@ import pytest
 
 from kernels_env.tasks import get_task, list_tasks
 from leap_jax.bootstrap import tokenizer_train as TT
+from leap_jax.models import bpe
 from leap_jax.bootstrap.corpus import EXAMPLES_FILE, generate_variants, write_jsonl
 from leap_jax.models.chat import END_OF_TEXT, IM_END, IM_START, Message, render_chat, render_text, stop_token_ids
 from leap_jax.models.tokenizer import Tokenizer
@@ -45,7 +46,7 @@ def examples():
 @pytest.fixture(scope="module")
 def tok(examples, train_tasks, tmp_path_factory):
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    t = TT.train_tokenizer(TT.corpus_texts(examples, train_tasks), 1024, path)
+    t = bpe.train_tokenizer(TT.corpus_texts(examples, train_tasks), 1024, path)
     t.path = path  # for the tests below
     return t
 
@@ -67,7 +68,7 @@ def test_round_trip_is_lossless(tok, examples, train_tasks):
 
 
 def test_special_tokens_are_atomic(tok, examples, train_tasks):
-    special = {s: tok.token_id(s) for s in TT.SPECIAL_TOKENS}
+    special = {s: tok.token_id(s) for s in bpe.SPECIAL_TOKENS}
     assert len(set(special.values())) == 3
     for s, i in special.items():
         assert tok.encode(s) == [i] and tok.decode([i]) == s and tok.id_to_token(i) == s
@@ -81,26 +82,26 @@ def test_special_tokens_are_atomic(tok, examples, train_tasks):
         assert not set(tok.encode(t, allow_special=False)) & set(special.values())
     # no learned merge contains a piece of a special token (training text is cut at them)
     vocab = tok.hf.get_vocab(with_added_tokens=False)
-    for piece in set(vocab) - set(TT.SPECIAL_TOKENS):
+    for piece in set(vocab) - set(bpe.SPECIAL_TOKENS):
         for frag in ("im_start", "im_end", "endoftext", "<|", "|>"):
             assert frag not in piece, piece
     assert tok.eos_ids == (special[IM_END],) and tok.pad_id == special[END_OF_TEXT]
     assert stop_token_ids(tok)[:2] == (special[IM_END], special[END_OF_TEXT])
 
 
-@pytest.mark.parametrize("vocab", [TT.MIN_VOCAB, 300, 700])
+@pytest.mark.parametrize("vocab", [bpe.MIN_VOCAB, 300, 700])
 def test_vocab_size_is_respected(vocab, train_tasks):
-    t = TT.train_tokenizer(TT.corpus_texts([], train_tasks), vocab)
+    t = bpe.train_tokenizer(TT.corpus_texts([], train_tasks), vocab)
     assert t.vocab_size == vocab  # the suite has more than enough text to fill these
     assert len(t.hf.get_vocab(with_added_tokens=True)) == vocab
-    if vocab == TT.MIN_VOCAB:  # bytes + specials only: every byte is still encodable
+    if vocab == bpe.MIN_VOCAB:  # bytes + specials only: every byte is still encodable
         assert t.decode(t.encode(UNICODE)) == UNICODE
         assert len(t.encode("abc")) == 3
 
 
 def test_small_corpus_gives_at_most_the_asked_vocab():
-    t = TT.train_tokenizer(["tiny text", "tiny"], 4096)
-    assert TT.MIN_VOCAB <= t.vocab_size < 4096
+    t = bpe.train_tokenizer(["tiny text", "tiny"], 4096)
+    assert bpe.MIN_VOCAB <= t.vocab_size < 4096
     assert t.decode(t.encode(UNICODE)) == UNICODE  # the byte alphabet is always complete
 
 
@@ -110,12 +111,12 @@ def test_small_corpus_gives_at_most_the_asked_vocab():
     (512.0, TypeError, "vocab_size=512.0"), (True, TypeError, "vocab_size=True")])
 def test_bad_vocab_sizes_are_named(bad, err, match):
     with pytest.raises(err, match=match):
-        TT.train_tokenizer(["some text"], bad)
+        bpe.train_tokenizer(["some text"], bad)
 
 
 def test_bad_training_input_is_named():
     with pytest.raises(TypeError, match="training text #1 is a bytes"):
-        TT.train_tokenizer(["ok", b"bytes"], 300)
+        bpe.train_tokenizer(["ok", b"bytes"], 300)
     with pytest.raises(ValueError, match="corpus example #0 has no 'messages'"):
         list(TT.corpus_texts([{"task": "relu"}], []))
     with pytest.raises(ValueError, match="prompt size set 'huge'"):
@@ -124,10 +125,10 @@ def test_bad_training_input_is_named():
 
 def test_training_is_deterministic(examples, train_tasks, tmp_path):
     a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
-    TT.train_tokenizer(TT.corpus_texts(examples, train_tasks), 800, a)
-    TT.train_tokenizer(TT.corpus_texts(examples, train_tasks), 800, b)
+    bpe.train_tokenizer(TT.corpus_texts(examples, train_tasks), 800, a)
+    bpe.train_tokenizer(TT.corpus_texts(examples, train_tasks), 800, b)
     assert a.read_bytes() == b.read_bytes()
-    TT.train_tokenizer(TT.corpus_texts(examples[:2], train_tasks[:5]), 800, c)
+    bpe.train_tokenizer(TT.corpus_texts(examples[:2], train_tasks[:5]), 800, c)
     assert c.read_bytes() != a.read_bytes()
     assert not list(tmp_path.glob("*.tmp*"))
 
@@ -135,7 +136,7 @@ def test_training_is_deterministic(examples, train_tasks, tmp_path):
 def test_saved_file_loads_with_tokenizer_from_file(tok):
     assert json.loads(tok.path.read_text())["model"]["type"] == "BPE"
     plain = Tokenizer.from_file(str(tok.path))
-    again = TT.load_trained(tok.path)
+    again = bpe.load_trained(tok.path)
     for t in (UNICODE, get_task("softmax").solution, f"{IM_START}user\nx{IM_END}"):
         assert plain.encode(t) == tok.encode(t) == again.encode(t)
     assert plain.vocab_size == tok.vocab_size == again.vocab_size
@@ -163,7 +164,7 @@ def test_compact_on_code_and_prompts(tok):
         assert len(tok.encode(sol)) < 0.5 * len(sol.encode()), name
         assert len(tok.encode(prompt)) < 0.45 * len(prompt.encode()), name
     # and clearly better than the untrained byte-level baseline (bytes + specials only)
-    base = TT.train_tokenizer([], TT.MIN_VOCAB)
+    base = bpe.train_tokenizer([], bpe.MIN_VOCAB)
     sol = get_task("softmax").solution
     assert len(base.encode(sol)) == len(sol.encode())
 
@@ -183,7 +184,7 @@ def test_cli_trains_on_a_corpus_dir(examples, tmp_path, capsys):
     out = tmp_path / "tk" / "tokenizer.json"
     assert TT.main(["--corpus", str(tmp_path), "--vocab", "600", "--out", str(out)]) == 0
     assert "600 ids" in capsys.readouterr().out
-    t = TT.load_trained(out)
+    t = bpe.load_trained(out)
     assert t.vocab_size == 600 and t.decode(t.encode(UNICODE)) == UNICODE
     with pytest.raises(SystemExit):
         TT.main(["--corpus", str(tmp_path), "--vocab", "100"])

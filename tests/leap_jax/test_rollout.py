@@ -14,7 +14,7 @@ from kernels_env.status import Status
 from kernels_env.tasks import get_task
 from leap_jax.rollout.multiturn import (DEBUG, EASY, HOPELESS, ChatStreams, MultiTurnRollout, outcome_metrics,
                                         select_groups)
-from leap_jax.rollout.policy import GenRequest, MixedPolicy, ScriptedPolicy, bad_compile, bad_format
+from leap_jax.rollout.policy import GenRequest, MixedPolicy, SamplerPolicy, ScriptedPolicy, bad_compile, bad_format
 from leap_jax.rollout.prompts import initial_messages, task_prompt
 from leap_jax.train.config import load_config
 from leap_jax.train.trainer import build_tokenizer
@@ -244,3 +244,16 @@ def test_bad_variants_are_bad_for_the_real_parser():
     with pytest.raises(FormatError):
         parse_submission(bad_format(sol))
     assert "#error" in bad_compile(sol) and bad_compile(sol) != sol
+
+
+def test_set_params_reaches_the_policy_that_samples(tokenizer):
+    params = {"w": np.ones(2)}
+    sampled = SamplerPolicy(sampler=None, tokenizer=tokenizer, sampling=None)
+    with pytest.raises(RuntimeError, match="set_params"):
+        sampled.generate([GenRequest([1], "relu", 1, (0, 0, 1))], seed=0)
+    scripted = ScriptedPolicy(tokenizer, p_good=1.0)
+    mixed = MixedPolicy(sampled, scripted, fraction=0.5)
+    mixed.set_params(params)  # through the mix to its sampled side; the scripted side reads none
+    assert sampled.params is params
+    scripted.set_params(params)
+    assert not hasattr(scripted, "params")

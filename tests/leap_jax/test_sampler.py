@@ -9,7 +9,7 @@ import pytest
 
 from leap_jax.models import decoder
 from leap_jax.models.logprobs import token_logprobs
-from leap_jax.sampling.buckets import batch_buckets, pick_bucket
+from leap_jax.sampling.buckets import batch_buckets, pick_bucket, prompt_buckets
 from leap_jax.sampling.params import SamplingParams
 from leap_jax.sampling.sampler import Sampler, _filter_top_k_top_p, sample_from_logits
 from tests.leap_jax.test_decoder import CFG, random_params
@@ -246,6 +246,13 @@ def test_sample_from_logits_respects_top_k_support():
     assert np.mean([t not in row for t, row in zip(tok_all, top3, strict=False)]) > 0.1
     greedy = np.asarray(f(logits, jax.random.PRNGKey(0), 0.0, 1.0, 0))
     np.testing.assert_array_equal(greedy, np.argmax(np.asarray(logits), -1))
+
+
+def test_prompt_buckets_double_from_128_up_to_the_context():
+    assert prompt_buckets(1000) == (128, 256, 512, 1000)
+    assert prompt_buckets(1024) == (128, 256, 512, 1024)
+    assert prompt_buckets(128) == (128,)
+    assert prompt_buckets(100) == (100,)
 
 
 def test_buckets_and_validation(params, sampler):

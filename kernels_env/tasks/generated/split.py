@@ -20,7 +20,6 @@ import hashlib
 from functools import lru_cache, cache
 
 from kernels_env.tasks.generated.grammar import Spec, all_specs, parse_name
-from kernels_env.tasks.generated.ops import BINARY, ROWOPS, UNARY
 
 HELD_OUT_PAIR_FRACTION = 0.2
 SPLITS = ("train", "held_out", "all")
@@ -90,7 +89,3 @@ def generated_task_names(count: int, seed: int = 0, split: str = "train") -> lis
     if count > len(names):
         raise ValueError(f"count={count} exceeds the {len(names)} generated tasks of split {split!r}")
     return names[:count]
-
-
-def op_vocabulary() -> tuple[str, ...]:
-    return tuple(UNARY) + tuple(BINARY) + ROWOPS
