@@ -23,13 +23,14 @@ import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from collections.abc import Callable
 
 import numpy as np
 
 from kernels_env import expected_cache
-from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
+from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program,
+                                       TimedSync)
 from kernels_env.config import EnvConfig
 from kernels_env.gpu_lock import gpu_access
 from kernels_env.inputs import describe_distributions, make_inputs
@@ -117,7 +118,7 @@ def _sync(device: Device, timeout_s: float | None) -> None:
     """device.synchronize(), passing a soft timeout where the backend accepts one
     (`synchronize(timeout_s=...)` is an optional extension of the Device protocol)."""
     if _takes_timeout(type(device), "synchronize"):
-        device.synchronize(timeout_s=timeout_s)
+        cast(TimedSync, device).synchronize(timeout_s=timeout_s)
     else:
         device.synchronize()
 
@@ -134,7 +135,7 @@ def _launch_all(device: Device, program: Program, plan: ResolvedPlan, arrays: di
                 _sync(device, sync_timeout())
         except (KernelRuntimeError, KernelTimeout) as e:
             if not getattr(e, "where", None):
-                e.where = bl.where  # type: ignore[attr-defined]
+                e.where = bl.where
             raise
 
 
@@ -866,7 +867,7 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
     is also a KernelTimeout: a hung kernel) Result to report. The pipeline/pool must return that
     result and replace the worker, whose CUDA context is unusable.
     """
-    run = _Run(device, program, task, None, sizes, config)  # type: ignore[arg-type]
+    run = _Run(device, program, task, ResolvedPlan((), ()), sizes, config)  # _evaluate binds the plan
     try:
         res = _evaluate(run, submission)
         res.stage_seconds = {**res.stage_seconds, **run.stage_seconds}  # include the stage that failed
@@ -875,7 +876,7 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
     except FatalDeviceError as e:
         res = run._device_failure(e, run.stage)
         res.message += " (sticky CUDA error: the worker's context is unusable)"
-        e.result = res  # type: ignore[attr-defined]
+        e.result = res
         raise
     except _EnvFault as e:
         return Result.env_error(str(e), task=task.name, details=traceback.format_exc(limit=3))

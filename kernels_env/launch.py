@@ -86,32 +86,36 @@ def tokenize(text: str) -> list[Token]:
         elif c in _DIGITS or (c == "." and i + 1 < n and text[i + 1] in _DIGITS):
             m_int = _INT_RE.match(text, i)
             m_flt = _FLOAT_RE.match(text, i)
-            span = max(m_int.end() if m_int else i, m_flt.end() if m_flt else i) - i
+            assert m_flt is not None  # a digit, or '.' and a digit, always starts a float
+            span = max(m_int.end() if m_int else i, m_flt.end()) - i
             if span > MAX_NUMBER_CHARS:
                 raise FormatError(f"line {line}: a number of {span} characters; numbers in the launch "
                                   f"block have at most {MAX_NUMBER_CHARS} characters")
+            value: int | float
             if m_int is not None and m_int.group()[:2].lower() == "0x":
                 s = m_int.group()
-                toks.append(Token("int", s, line, int(s, 16)))
+                value = int(s, 16)
                 i = m_int.end()
             elif m_int is None or m_flt.end() > m_int.end():
                 s = m_flt.group()
-                toks.append(Token("float", s, line, float(s.rstrip("fF"))))
+                value = float(s.rstrip("fF"))
                 i = m_flt.end()
             else:
                 s = m_int.group()
-                toks.append(Token("int", s, line, int(s)))
+                value = int(s)
                 i = m_int.end()
+            toks.append(Token("int" if isinstance(value, int) else "float", s, line, value))
             if i < n and text[i] in _IDENT_CHARS:
                 j = i
                 while j < n and text[j] in _IDENT_CHARS:
                     j += 1
                 raise FormatError(f"line {line}: malformed number {text[i - len(s):j]!r}; expected an "
                                   "integer like 256 or a float like 0.5, 1e-5 or 0.5f")
-            if toks[-1].kind == "int" and toks[-1].value > INT64_MAX:
+            if isinstance(value, int) and value > INT64_MAX:
                 raise FormatError(f"line {line}: integer literal {s} does not fit in 64 bits")
         elif c in _IDENT_START:
             m = _IDENT_RE.match(text, i)
+            assert m is not None  # c starts an identifier
             toks.append(Token("ident", m.group(), line))
             i = m.end()
         else:
@@ -291,7 +295,7 @@ class _Parser:
 
     def _primary(self) -> tuple[Expr, int]:
         t = self.tok
-        if t.kind in ("int", "float"):
+        if t.value is not None:  # an "int" or "float" token
             self.pos += 1
             return Num(t.value), 1
         if t.kind == "ident":
@@ -363,24 +367,18 @@ def eval_expr(expr: Expr, env: Mapping[str, int | float]) -> int | float:
         return _check_int(-v, "negation") if isinstance(v, int) else -v
     if isinstance(expr, BinOp):
         a, b = eval_expr(expr.left, env), eval_expr(expr.right, env)
-        both_int = isinstance(a, int) and isinstance(b, int)
-        if expr.op in "/%" and b == 0:
-            raise ExprError(f"{'division' if expr.op == '/' else 'modulo'} by zero in {render_expr(expr)}")
-        if expr.op == "+":
-            r = a + b
-        elif expr.op == "-":
-            r = a - b
-        elif expr.op == "*":
-            r = a * b
-        elif expr.op == "/":
-            r = _cdiv_trunc(a, b) if both_int else a / b
-        elif expr.op == "%":
-            if not both_int:
-                raise ExprError(f"'%' needs integers, got {a!r} % {b!r}")
-            r = a - _cdiv_trunc(a, b) * b
-        else:  # pragma: no cover - the parser builds only the ops above
-            raise ExprError(f"unknown operator {expr.op!r}")
-        return _check_int(r, render_expr(expr)) if both_int else float(r)
+        op = expr.op
+        if op not in ("+", "-", "*", "/", "%"):  # pragma: no cover - the parser builds only these
+            raise ExprError(f"unknown operator {op!r}")
+        if op in "/%" and b == 0:
+            raise ExprError(f"{'division' if op == '/' else 'modulo'} by zero in {render_expr(expr)}")
+        if isinstance(a, int) and isinstance(b, int):
+            r = (a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else
+                 _cdiv_trunc(a, b) if op == "/" else a - _cdiv_trunc(a, b) * b)
+            return _check_int(r, render_expr(expr))
+        if op == "%":
+            raise ExprError(f"'%' needs integers, got {a!r} % {b!r}")
+        return float(a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else a / b)
     if isinstance(expr, Call):
         vals = [eval_expr(a, env) for a in expr.args]
         if expr.func == "cdiv":
@@ -390,8 +388,8 @@ def eval_expr(expr: Expr, env: Mapping[str, int | float]) -> int | float:
             if b == 0:
                 raise ExprError(f"division by zero in {render_expr(expr)}")
             return _check_int(-((-a) // b), render_expr(expr))
-        r = min(vals) if expr.func == "min" else max(vals)
-        return r if all(isinstance(v, int) for v in vals) else float(r)
+        best = min(vals) if expr.func == "min" else max(vals)
+        return best if all(isinstance(v, int) for v in vals) else float(best)
     raise ExprError(f"not an expression: {expr!r}")
 
 
