@@ -183,7 +183,7 @@ def independent_timing(opts: dict[str, Any]) -> dict[str, Any]:
 
     from kernels_env.backends.cupy_backend import CupyDevice
     from kernels_env.config import EnvConfig
-    from kernels_env.harness import bind_plan
+    from kernels_env.harness import bind_plan, launch_args
     from kernels_env.inputs import make_inputs
     from kernels_env.pipeline import Prepared, prepare
     tasks, sizes = workload_tasks("suite", opts.get("limit"), opts.get("only"))
@@ -211,11 +211,11 @@ def independent_timing(opts: dict[str, Any]) -> dict[str, Any]:
                 arrays[name] = cp.zeros((count,), dtype=dtype)
             calls = []
             for bl in plan.launches:
-                fn = program.functions[bl.launch.kernel]
-                if bl.shared > 48 * 1024:
-                    drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bl.shared)
-                args = tuple(arrays[v] if k == "buf" else (cp.uint64(0) if k == "null" else v) for k, v in bl.args)
-                calls.append((fn, bl.grid, bl.block, args, bl.shared))
+                fn = program.functions[bl.kernel]
+                if bl.shared_bytes > 48 * 1024:
+                    drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bl.shared_bytes)
+                args = tuple(cp.uint64(0) if a is None else a for a in launch_args(bl, arrays))
+                calls.append((fn, bl.grid, bl.block, args, bl.shared_bytes))
 
             def kernel_fn(calls: list = calls) -> None:
                 for fn, grid, block, args, shared in calls:

@@ -108,10 +108,10 @@ def cmd_score(args: argparse.Namespace, out: Any) -> int:
     from kernels_env.feedback import render_feedback
     from kernels_env.pool import EvalPool, Job
     cfg = _config(args)
-    workers = {"gpu_workers": 1} if args.backend == "cupy" else {"cpu_workers": 1}
+    gpu_workers, cpu_workers = (1, None) if args.backend == "cupy" else (None, 1)
     # process mode (default): a hang or crash of the kernel is contained and time-limited
     with EvalPool(mode="inline" if args.inline else "process", backend=args.backend, config=cfg, cache=False,
-                  compile_workers=1, **workers) as pool:
+                  compile_workers=1, gpu_workers=gpu_workers, cpu_workers=cpu_workers) as pool:
         result = pool.map([Job(task.name, text, cfg)])[0]
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str), file=out)

@@ -199,7 +199,8 @@ def parse_ptxas_resources(log: str) -> dict[str, KernelResources]:
 
 def _split_log(log: str) -> tuple[str, str]:
     """(compiler diagnostics, ptxas info lines)."""
-    diag, info = [], []
+    diag: list[str] = []
+    info: list[str] = []
     for line in log.splitlines():
         (info if line.startswith("ptxas") else diag).append(line)
     return "\n".join(diag).strip(), "\n".join(info)

@@ -18,27 +18,30 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import secrets
 import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from collections.abc import Callable
 
 import numpy as np
 
 from kernels_env import expected_cache
-from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
+from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program,
+                                       TimedSync)
 from kernels_env.config import EnvConfig
 from kernels_env.gpu_lock import gpu_access
 from kernels_env.inputs import describe_distributions, make_inputs
-from kernels_env.launch import is_null_pointer
-from kernels_env.program import (Expr, KernelParam, KernelSignature, Launch, Name,
-                                 Submission)
+from kernels_env.launch import SCALAR_TYPES, FormatError, ResolvedLaunch, ResolvedPlan, check_plan
+from kernels_env.launch import eval_expr as eval_expr  # re-exported (tests)
+from kernels_env.launch import scalar_type as launch_scalar_type
+from kernels_env.program import KernelParam, KernelSignature, Submission
 from kernels_env.result import Mismatch, Result, Timing
+from kernels_env.signatures import find_hidden_kernels
 from kernels_env.status import Status
+from kernels_env.submission import in_launch_block
 from kernels_env.tasks.spec import Task
 from kernels_env.timing_stats import Plan, ci_rel_width, median_ci, next_batch
 
@@ -58,33 +61,6 @@ TIMING_METHOD = "verified-adaptive-median/v2"
 MAX_BATCH_RUNS = 64
 KERNEL_SHARE = 0.5
 
-# CUDA's launch-configuration limits (compute capability >= 3.0); checked identically on all backends.
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_BLOCK = (1024, 1024, 64)
-MAX_THREADS_PER_BLOCK = 1024
-
-_C_SCALAR_TYPES: dict[str, type] = {
-    "int": np.int32, "signed": np.int32, "signed int": np.int32, "int32_t": np.int32,
-    "unsigned": np.uint32, "unsigned int": np.uint32, "uint32_t": np.uint32,
-    "long long": np.int64, "long long int": np.int64, "signed long long": np.int64,
-    "long": np.int64, "long int": np.int64, "int64_t": np.int64, "size_t": np.int64,
-    "ptrdiff_t": np.int64, "ssize_t": np.int64,
-    "unsigned long long": np.uint64, "unsigned long": np.uint64, "uint64_t": np.uint64,
-    "short": np.int16, "int16_t": np.int16, "unsigned short": np.uint16, "uint16_t": np.uint16,
-    "char": np.int8, "signed char": np.int8, "int8_t": np.int8,
-    "unsigned char": np.uint8, "uint8_t": np.uint8, "bool": np.bool_,
-    "float": np.float32, "double": np.float64, "__half": np.float16, "half": np.float16,
-}
-_QUALIFIERS = ("const", "volatile", "__restrict__", "__restrict", "restrict")
-
-
-class PlanError(ValueError):
-    """The launch plan cannot be evaluated with these sizes (a policy error: format_error)."""
-
-
-class ConfigError(ValueError):
-    """A launch configuration CUDA would reject (a policy error: runtime_error)."""
-
 
 class _StageTimeout(Exception):
     pass
@@ -102,147 +78,30 @@ class _Failed(Exception):
         self.result = result
 
 
-# ---- launch-plan evaluation -------------------------------------------------------------------
-def eval_expr(expr: Expr, env: dict[str, int | float]) -> int | float:
-    """`kernels_env.launch.eval_expr` (C integer semantics) with its errors as PlanError."""
-    from kernels_env.launch import ExprError, eval_expr as _eval
-    try:
-        return _eval(expr, env)
-    except ExprError as e:
-        raise PlanError(str(e)) from None
+# ---- launch-plan binding ----------------------------------------------------------------------
+def bind_plan(submission: Submission, task: Task, sizes: dict[str, int],
+              kernels: dict[str, KernelSignature]) -> ResolvedPlan:
+    """The submission's launch plan resolved with these sizes by `launch.check_plan`, the one
+    resolver the parse-time static checks call too: the same plan gets the same status
+    (`format_error`) and message on both paths. Raises FormatError."""
+    return check_plan(submission.plan, kernels, task, sizes, find_hidden_kernels(submission.cuda_source))
 
 
 def scalar_type(param: KernelParam) -> type:
-    """The numpy type a scalar argument is cast to, from the kernel parameter's C type."""
-    words = [w for w in param.base_type.replace("*", " ").split() if w not in _QUALIFIERS]
-    key = " ".join(words)
-    if key not in _C_SCALAR_TYPES:
-        raise PlanError(f"parameter {param.name!r} has type {param.ctype!r}, which cannot take a "
-                        f"scalar argument; supported: {', '.join(sorted(set(_C_SCALAR_TYPES)))}")
-    return _C_SCALAR_TYPES[key]
+    """The numpy type a scalar argument is cast to, from the kernel parameter's C type
+    (`launch.SCALAR_TYPES`); FormatError for a type the launch block cannot pass."""
+    st = launch_scalar_type(param)
+    if st is None:
+        raise FormatError(f"parameter {param.name!r} has type {param.ctype!r}, which cannot take a "
+                          f"scalar argument; supported: {', '.join(sorted(SCALAR_TYPES))}")
+    return np.dtype(st.dtype).type
 
 
-def _cast_scalar(value: int | float, param: KernelParam, where: str) -> Any:
-    typ = scalar_type(param)
-    if np.issubdtype(typ, np.integer) or typ is np.bool_:
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise PlanError(f"{where}: {value} passed to integer parameter {param.ctype} {param.name}")
-            value = int(value)  # C truncates toward zero
-        if typ is not np.bool_:
-            info = np.iinfo(typ)
-            if not info.min <= value <= info.max:
-                raise PlanError(f"{where}: value {value} does not fit parameter {param.ctype} "
-                                f"{param.name} (range [{info.min}, {info.max}])")
-    return typ(value)
-
-
-def _as_dim(values: list[int | float], what: str, where: str) -> tuple[int, int, int]:
-    out = []
-    for v in values:
-        if isinstance(v, float) and not v.is_integer():
-            raise PlanError(f"{where}: {what} dimension {v} is not an integer")
-        out.append(int(v))
-    return tuple(out)  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class _BoundLaunch:
-    index: int
-    launch: Launch
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared: int
-    args: tuple[tuple[str, Any], ...]  # ("buf", name), ("null", None) or ("val", numpy scalar)
-
-    @property
-    def where(self) -> str:
-        return f"launch {self.index + 1} ({self.launch.kernel}, line {self.launch.line})"
-
-
-@dataclass(frozen=True)
-class _BoundPlan:
-    launches: tuple[_BoundLaunch, ...]
-    scratch: tuple[tuple[str, str, int], ...]  # (name, dtype, count)
-
-
-def bind_plan(submission: Submission, task: Task, sizes: dict[str, int],
-              kernels: dict[str, KernelSignature]) -> _BoundPlan:
-    """Evaluate every expression of the launch plan with the sizes; check arguments against signatures.
-
-    Raises PlanError (format_error) for plans that cannot run and ConfigError (runtime_error) for
-    launch configurations CUDA would reject.
-    """
-    env: dict[str, int | float] = {k: int(v) for k, v in sizes.items()}
-    for s in task.scalars:
-        env[s.name] = s.value
-    buffer_names = {b.name for b in task.buffers}
-    scratch = []
-    for decl in submission.plan.scratch:
-        where = f"scratch {decl.name} (line {decl.line})"
-        if decl.name in buffer_names or decl.name in env:
-            raise PlanError(f"{where}: the name {decl.name!r} is already a task buffer, size or scalar")
-        count = eval_expr(decl.count, env)
-        if isinstance(count, float) and not count.is_integer() or count < 0:
-            raise PlanError(f"{where}: element count {count}; expected an integer >= 0")
-        if decl.dtype not in ("float32", "float16", "int32", "int64"):
-            raise PlanError(f"{where}: dtype {decl.dtype!r}; expected float32, float16, int32 or int64")
-        scratch.append((decl.name, decl.dtype, int(count)))
-    arrays = buffer_names | {s[0] for s in scratch}
-    if not submission.plan.launches:
-        raise PlanError("the launch block launches no kernel; expected at least one `kernel<<<grid, block>>>(...)`")
-    bound = []
-    for i, launch in enumerate(submission.plan.launches):
-        where = f"launch {i + 1} ({launch.kernel}, line {launch.line})"
-        sig = kernels.get(launch.kernel)
-        if sig is None:
-            raise PlanError(f"{where}: no extern \"C\" __global__ kernel named {launch.kernel!r}; "
-                            f"the code defines {', '.join(sorted(kernels)) or 'none'}")
-        grid = _as_dim([eval_expr(e, env) for e in (launch.grid.x, launch.grid.y, launch.grid.z)], "grid", where)
-        block = _as_dim([eval_expr(e, env) for e in (launch.block.x, launch.block.y, launch.block.z)],
-                        "block", where)
-        shared = 0 if launch.shared_bytes is None else eval_expr(launch.shared_bytes, env)
-        if isinstance(shared, float) and not shared.is_integer():
-            raise PlanError(f"{where}: dynamic shared memory {shared} is not a whole number of bytes")
-        shared = int(shared)
-        _check_config(grid, block, shared, where)
-        if len(launch.args) != len(sig.params):
-            raise PlanError(f"{where}: {len(launch.args)} arguments for {launch.kernel}, which takes "
-                            f"{len(sig.params)} ({', '.join(p.ctype + ' ' + p.name for p in sig.params)})")
-        args: list[tuple[str, Any]] = []
-        for j, (expr, param) in enumerate(zip(launch.args, sig.params, strict=False)):
-            awhere = f"{where}, argument {j + 1}"
-            if param.pointer and is_null_pointer(expr) and not (isinstance(expr, Name) and expr.name in arrays):
-                args.append(("null", None))  # the device passes a null pointer
-            elif isinstance(expr, Name) and expr.name in arrays:
-                if not param.pointer:
-                    raise PlanError(f"{awhere}: buffer {expr.name!r} passed to non-pointer parameter "
-                                    f"{param.ctype} {param.name}")
-                args.append(("buf", expr.name))
-            else:
-                if param.pointer:
-                    raise PlanError(f"{awhere}: pointer parameter {param.ctype} {param.name} needs a "
-                                    f"buffer ({', '.join(sorted(arrays))}), got an expression")
-                args.append(("val", _cast_scalar(eval_expr(expr, env), param, awhere)))
-        bound.append(_BoundLaunch(i, launch, grid, block, shared, tuple(args)))
-    return _BoundPlan(tuple(bound), tuple(scratch))
-
-
-def _check_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared: int, where: str) -> None:
-    bad = None
-    if any(g < 1 for g in grid) or any(b < 1 for b in block):
-        bad = "every grid and block dimension must be >= 1"
-    elif any(g > m for g, m in zip(grid, MAX_GRID, strict=False)):
-        bad = f"grid exceeds the maximum {MAX_GRID}"
-    elif any(b > m for b, m in zip(block, MAX_BLOCK, strict=False)):
-        bad = f"block exceeds the maximum {MAX_BLOCK}"
-    elif block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
-        bad = f"{block[0] * block[1] * block[2]} threads per block exceed {MAX_THREADS_PER_BLOCK}"
-    elif shared < 0:
-        bad = "dynamic shared memory must be >= 0 bytes"
-    if bad:
-        raise ConfigError(f"{where}: invalid configuration argument: grid={grid}, block={block}, "
-                          f"shared={shared}: {bad}")
+def launch_args(launch: ResolvedLaunch, arrays: dict[str, Any]) -> list[Any]:
+    """A resolved launch's device arguments: the array of a buffer or scratch buffer, None for a
+    null pointer, a value as a numpy scalar of its parameter's type."""
+    return [arrays[a.name] if a.kind in ("buffer", "scratch") else
+            None if a.kind == "null" else np.dtype(a.dtype).type(a.value) for a in launch.args]
 
 
 # ---- device helpers -----------------------------------------------------------------------------
@@ -259,24 +118,24 @@ def _sync(device: Device, timeout_s: float | None) -> None:
     """device.synchronize(), passing a soft timeout where the backend accepts one
     (`synchronize(timeout_s=...)` is an optional extension of the Device protocol)."""
     if _takes_timeout(type(device), "synchronize"):
-        device.synchronize(timeout_s=timeout_s)
+        cast(TimedSync, device).synchronize(timeout_s=timeout_s)
     else:
         device.synchronize()
 
 
-def _launch_all(device: Device, program: Program, plan: _BoundPlan, arrays: dict[str, Any],
+def _launch_all(device: Device, program: Program, plan: ResolvedPlan, arrays: dict[str, Any],
                 sync_timeout: Callable[[], float | None] | None) -> None:
     """Launch the plan in order. With `sync_timeout`, synchronize after each launch so an error is
     attributed to its launch; without, launch asynchronously (timing)."""
     for bl in plan.launches:
-        args = [arrays[v] if kind == "buf" else v for kind, v in bl.args]
+        args = launch_args(bl, arrays)
         try:
-            device.launch(program, bl.launch.kernel, bl.grid, bl.block, bl.shared, args)
+            device.launch(program, bl.kernel, bl.grid, bl.block, bl.shared_bytes, args)
             if sync_timeout is not None:
                 _sync(device, sync_timeout())
         except (KernelRuntimeError, KernelTimeout) as e:
             if not getattr(e, "where", None):
-                e.where = bl.where  # type: ignore[attr-defined]
+                e.where = bl.where
             raise
 
 
@@ -469,7 +328,7 @@ def _reference_outputs(task: Task, xp: Any, inputs: dict[str, Any]) -> list[Any]
 class _Run:
     """State of one evaluate() call: device, plan, limits, bookkeeping."""
 
-    def __init__(self, device: Device, program: Program, task: Task, plan: _BoundPlan,
+    def __init__(self, device: Device, program: Program, task: Task, plan: ResolvedPlan,
                  sizes: dict[str, int], config: EnvConfig) -> None:
         self.device, self.program, self.task, self.plan = device, program, task, plan
         self.sizes, self.config, self.xp = sizes, config, device.xp
@@ -986,7 +845,7 @@ def _make_timing(dev: Device, kernel: _Measured, ref_ms: list[float] | None) -> 
 def plan_callable(device: Device, program: Program, task: Task, submission: Submission,
                   sizes: dict[str, int], config: EnvConfig, trial: int = 0) -> Callable[[], None]:
     """A zero-argument function that launches the whole plan (no sync) on fresh trial inputs: exactly
-    what the timing stage measures. For benchmarks; raises PlanError / ConfigError for bad plans."""
+    what the timing stage measures. For benchmarks; raises FormatError for bad plans."""
     kernels = dict(getattr(program, "kernels", {}) or {})
     kernels.update(submission.kernels)
     plan = bind_plan(submission, task, sizes, kernels)
@@ -999,15 +858,16 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
     """Correctness trials, then timing, of a loaded submission on `device` (DESIGN 3.3 steps 3-4).
 
     Returns `correct` (with Timing when config.timing), `wrong_output` (with a Mismatch),
-    `runtime_error`, `timeout`, `format_error` (a launch plan that cannot be evaluated with these
-    sizes) or `env_error` (the reference or the backend failed).
+    `runtime_error`, `timeout`, `format_error` (a launch plan `launch.check_plan` rejects with these
+    sizes, a launch configuration CUDA would reject included: the same status and message as the
+    parse-time checks) or `env_error` (the reference or the backend failed).
 
     Contract for sticky device errors: a `FatalDeviceError` from the device is NOT returned; it is
     re-raised with an attribute `.result` holding the `runtime_error` (or `timeout`, when the error
     is also a KernelTimeout: a hung kernel) Result to report. The pipeline/pool must return that
     result and replace the worker, whose CUDA context is unusable.
     """
-    run = _Run(device, program, task, None, sizes, config)  # type: ignore[arg-type]
+    run = _Run(device, program, task, ResolvedPlan((), ()), sizes, config)  # _evaluate binds the plan
     try:
         res = _evaluate(run, submission)
         res.stage_seconds = {**res.stage_seconds, **run.stage_seconds}  # include the stage that failed
@@ -1016,7 +876,7 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
     except FatalDeviceError as e:
         res = run._device_failure(e, run.stage)
         res.message += " (sticky CUDA error: the worker's context is unusable)"
-        e.result = res  # type: ignore[attr-defined]
+        e.result = res
         raise
     except _EnvFault as e:
         return Result.env_error(str(e), task=task.name, details=traceback.format_exc(limit=3))
@@ -1039,10 +899,8 @@ def _evaluate(run: _Run, submission: Submission) -> Result:
     kernels.update(submission.kernels)
     try:
         run.plan = bind_plan(submission, task, run.sizes, kernels)
-    except PlanError as e:
-        return run.result(Status.FORMAT_ERROR, f"launch plan: {e}", details=str(e))
-    except ConfigError as e:
-        return run.result(Status.RUNTIME_ERROR, str(e), details=str(e))
+    except FormatError as e:  # the message `prepare` gives the same plan (see bind_plan)
+        return run.result(Status.FORMAT_ERROR, in_launch_block(str(e)))
     with gpu_access(run.device, exclusive=False):  # other workers' timing waits; trials overlap
         failure = run.correctness(config.seed, "correctness")
     if failure is not None:

@@ -6,9 +6,10 @@ The launch block is the host side of a submission, interpreted here (never execu
     sum_kernel<<<cdiv(N, 256), 256, 256 * 4>>>(x, partial, N);
 
 `parse_launch(text) -> LaunchPlan` builds the AST of `kernels_env.program`; `eval_expr` evaluates an
-expression with C semantics; `check_plan` checks a plan against the kernels' C signatures and the
-task and returns a `ResolvedPlan` whose numbers are all evaluated. Every failure raises
-`FormatError` with a message naming the line and what was expected.
+expression with C semantics; `check_plan` is the one resolver of a plan: it checks it against the
+kernels' C signatures and the task's sizes and returns the `ResolvedPlan` (every number evaluated)
+that the harness launches; the parse-time static checks and the harness both call it. Every failure
+raises `FormatError` (status `format_error`) with a message naming the line and what was expected.
 """
 from __future__ import annotations
 
@@ -85,32 +86,36 @@ def tokenize(text: str) -> list[Token]:
         elif c in _DIGITS or (c == "." and i + 1 < n and text[i + 1] in _DIGITS):
             m_int = _INT_RE.match(text, i)
             m_flt = _FLOAT_RE.match(text, i)
-            span = max(m_int.end() if m_int else i, m_flt.end() if m_flt else i) - i
+            assert m_flt is not None  # a digit, or '.' and a digit, always starts a float
+            span = max(m_int.end() if m_int else i, m_flt.end()) - i
             if span > MAX_NUMBER_CHARS:
                 raise FormatError(f"line {line}: a number of {span} characters; numbers in the launch "
                                   f"block have at most {MAX_NUMBER_CHARS} characters")
+            value: int | float
             if m_int is not None and m_int.group()[:2].lower() == "0x":
                 s = m_int.group()
-                toks.append(Token("int", s, line, int(s, 16)))
+                value = int(s, 16)
                 i = m_int.end()
             elif m_int is None or m_flt.end() > m_int.end():
                 s = m_flt.group()
-                toks.append(Token("float", s, line, float(s.rstrip("fF"))))
+                value = float(s.rstrip("fF"))
                 i = m_flt.end()
             else:
                 s = m_int.group()
-                toks.append(Token("int", s, line, int(s)))
+                value = int(s)
                 i = m_int.end()
+            toks.append(Token("int" if isinstance(value, int) else "float", s, line, value))
             if i < n and text[i] in _IDENT_CHARS:
                 j = i
                 while j < n and text[j] in _IDENT_CHARS:
                     j += 1
                 raise FormatError(f"line {line}: malformed number {text[i - len(s):j]!r}; expected an "
                                   "integer like 256 or a float like 0.5, 1e-5 or 0.5f")
-            if toks[-1].kind == "int" and toks[-1].value > INT64_MAX:
+            if isinstance(value, int) and value > INT64_MAX:
                 raise FormatError(f"line {line}: integer literal {s} does not fit in 64 bits")
         elif c in _IDENT_START:
             m = _IDENT_RE.match(text, i)
+            assert m is not None  # c starts an identifier
             toks.append(Token("ident", m.group(), line))
             i = m.end()
         else:
@@ -290,7 +295,7 @@ class _Parser:
 
     def _primary(self) -> tuple[Expr, int]:
         t = self.tok
-        if t.kind in ("int", "float"):
+        if t.value is not None:  # an "int" or "float" token
             self.pos += 1
             return Num(t.value), 1
         if t.kind == "ident":
@@ -362,24 +367,18 @@ def eval_expr(expr: Expr, env: Mapping[str, int | float]) -> int | float:
         return _check_int(-v, "negation") if isinstance(v, int) else -v
     if isinstance(expr, BinOp):
         a, b = eval_expr(expr.left, env), eval_expr(expr.right, env)
-        both_int = isinstance(a, int) and isinstance(b, int)
-        if expr.op in "/%" and b == 0:
-            raise ExprError(f"{'division' if expr.op == '/' else 'modulo'} by zero in {render_expr(expr)}")
-        if expr.op == "+":
-            r = a + b
-        elif expr.op == "-":
-            r = a - b
-        elif expr.op == "*":
-            r = a * b
-        elif expr.op == "/":
-            r = _cdiv_trunc(a, b) if both_int else a / b
-        elif expr.op == "%":
-            if not both_int:
-                raise ExprError(f"'%' needs integers, got {a!r} % {b!r}")
-            r = a - _cdiv_trunc(a, b) * b
-        else:  # pragma: no cover - the parser builds only the ops above
-            raise ExprError(f"unknown operator {expr.op!r}")
-        return _check_int(r, render_expr(expr)) if both_int else float(r)
+        op = expr.op
+        if op not in ("+", "-", "*", "/", "%"):  # pragma: no cover - the parser builds only these
+            raise ExprError(f"unknown operator {op!r}")
+        if op in "/%" and b == 0:
+            raise ExprError(f"{'division' if op == '/' else 'modulo'} by zero in {render_expr(expr)}")
+        if isinstance(a, int) and isinstance(b, int):
+            r = (a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else
+                 _cdiv_trunc(a, b) if op == "/" else a - _cdiv_trunc(a, b) * b)
+            return _check_int(r, render_expr(expr))
+        if op == "%":
+            raise ExprError(f"'%' needs integers, got {a!r} % {b!r}")
+        return float(a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else a / b)
     if isinstance(expr, Call):
         vals = [eval_expr(a, env) for a in expr.args]
         if expr.func == "cdiv":
@@ -389,8 +388,8 @@ def eval_expr(expr: Expr, env: Mapping[str, int | float]) -> int | float:
             if b == 0:
                 raise ExprError(f"division by zero in {render_expr(expr)}")
             return _check_int(-((-a) // b), render_expr(expr))
-        r = min(vals) if expr.func == "min" else max(vals)
-        return r if all(isinstance(v, int) for v in vals) else float(r)
+        best = min(vals) if expr.func == "min" else max(vals)
+        return best if all(isinstance(v, int) for v in vals) else float(best)
     raise ExprError(f"not an expression: {expr!r}")
 
 
@@ -422,7 +421,15 @@ def expr_names(expr: Expr) -> set[str]:
     return set()
 
 
-# ---- static checks --------------------------------------------------------------------------
+# ---- the plan resolver ----------------------------------------------------------------------
+# `check_plan` is the one resolver of a launch plan: the static checks at parse time
+# (`pipeline.prepare`) and the harness's binding at evaluation time (`harness.bind_plan`) both call
+# it, and the harness launches the ResolvedPlan it returns. Every rule lives here: the launch
+# configuration limits, the scalar types of kernel parameters, scratch sizes, argument arity and
+# kinds, null pointers. Every failure is a FormatError (status `format_error`), a launch
+# configuration CUDA would reject included: it is decided from the launch block and the task's
+# sizes alone, before anything is compiled or launched. (A limit only the device knows, such as a
+# GPU's opt-in shared memory, is still the device's `runtime_error` at launch.)
 NULL_NAMES = ("nullptr", "NULL")
 
 
@@ -436,11 +443,12 @@ def is_null_pointer(expr: Expr) -> bool:
 @dataclass(frozen=True)
 class Arg:
     """One resolved launch argument: a buffer/scratch by name, a null pointer, or a number for a
-    scalar param."""
+    scalar param (passed to the kernel as numpy dtype `dtype`, see SCALAR_TYPES)."""
     kind: str  # "buffer" | "scratch" | "null" | "value"
     name: str = ""
     value: int | float | None = None
     param: KernelParam | None = None
+    dtype: str = ""  # for "value": the numpy dtype name the value is passed as
 
 
 @dataclass(frozen=True)
@@ -451,11 +459,17 @@ class ResolvedLaunch:
     shared_bytes: int
     args: tuple[Arg, ...]
     line: int
+    index: int = 0  # position in the plan, from 0
+
+    @property
+    def where(self) -> str:
+        """How a runtime error names this launch."""
+        return f"launch {self.index + 1} ({self.kernel}, line {self.line})"
 
 
 @dataclass(frozen=True)
 class ResolvedPlan:
-    """A checked plan with every number evaluated: what a harness needs to allocate and launch."""
+    """A checked plan with every number evaluated: what a harness allocates and launches."""
     scratch: tuple[tuple[str, str, int], ...]  # (name, dtype, element count)
     launches: tuple[ResolvedLaunch, ...]
 
@@ -472,16 +486,49 @@ _POINTEE_OK: dict[str, tuple[str, ...] | None] = {
     "int8_t": None,
 }
 _C_FOR_DTYPE = {"float32": "float", "float16": "__half", "int32": "int", "int64": "long long"}
-INT_SCALARS = {
-    "int": (-(2 ** 31), 2 ** 31 - 1), "int32_t": (-(2 ** 31), 2 ** 31 - 1),
-    "unsigned int": (0, 2 ** 32 - 1), "uint32_t": (0, 2 ** 32 - 1),
-    "long long": (INT64_MIN, INT64_MAX), "int64_t": (INT64_MIN, INT64_MAX), "long": (INT64_MIN, INT64_MAX),
-    "unsigned long long": (0, 2 ** 64 - 1), "uint64_t": (0, 2 ** 64 - 1), "size_t": (0, 2 ** 64 - 1),
-    "unsigned long": (0, 2 ** 64 - 1),
-    "short": (-(2 ** 15), 2 ** 15 - 1), "unsigned short": (0, 2 ** 16 - 1),
-    "char": (-128, 127), "signed char": (-128, 127), "unsigned char": (0, 255), "bool": (0, 1),
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    """How a scalar (non-pointer) kernel parameter of a C type is passed: as numpy dtype `dtype`;
+    an integer type takes integers in lo..hi, a floating type any number."""
+    dtype: str
+    integer: bool = True
+    lo: int = 0
+    hi: int = 0
+
+
+def _int_type(dtype: str, lo: int | None = None, hi: int | None = None) -> ScalarType:
+    bits = 1 if dtype == "bool" else int(dtype.removeprefix("u").removeprefix("int"))
+    signed = not dtype.startswith(("u", "bool"))
+    lo_, hi_ = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2 ** bits - 1)
+    return ScalarType(dtype, True, lo_ if lo is None else lo, hi_ if hi is None else hi)
+
+
+_I8, _U8, _I16, _U16 = _int_type("int8"), _int_type("uint8"), _int_type("int16"), _int_type("uint16")
+_I32, _U32, _I64, _U64 = _int_type("int32"), _int_type("uint32"), _int_type("int64"), _int_type("uint64")
+# C base type (qualifiers dropped) -> how a scalar parameter of that type is passed. size_t is
+# unsigned in C but passed as int64 (the same bits for 0..2^63-1, the values it accepts).
+SCALAR_TYPES: dict[str, ScalarType] = {
+    "int": _I32, "signed": _I32, "signed int": _I32, "int32_t": _I32,
+    "unsigned": _U32, "unsigned int": _U32, "uint32_t": _U32,
+    "long long": _I64, "long long int": _I64, "signed long long": _I64, "long": _I64, "long int": _I64,
+    "int64_t": _I64, "ptrdiff_t": _I64, "ssize_t": _I64, "size_t": _int_type("int64", 0),
+    "unsigned long long": _U64, "unsigned long": _U64, "uint64_t": _U64,
+    "short": _I16, "int16_t": _I16, "unsigned short": _U16, "uint16_t": _U16,
+    "char": _I8, "signed char": _I8, "int8_t": _I8, "unsigned char": _U8, "uint8_t": _U8,
+    "bool": _int_type("bool"),
+    "float": ScalarType("float32", False), "double": ScalarType("float64", False),
+    "__half": ScalarType("float16", False), "half": ScalarType("float16", False),
 }
-FLOAT_SCALARS = ("float", "double", "__half", "half")
+_QUALIFIERS = ("const", "volatile", "__restrict__", "__restrict", "restrict")
+
+
+def scalar_type(param: KernelParam) -> ScalarType | None:
+    """How a scalar argument for `param` is passed (its base type without qualifiers); None for a
+    type the launch block cannot pass."""
+    words = [w for w in param.base_type.replace("*", " ").split() if w not in _QUALIFIERS]
+    return SCALAR_TYPES.get(" ".join(words))
 
 
 def format_signature(sig: KernelSignature) -> str:
@@ -494,7 +541,9 @@ def _nargs(n: int) -> str:
 
 def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task: Any,
                sizes: Mapping[str, int], hidden_kernels: Iterable[str] = ()) -> ResolvedPlan:
-    """Check a plan against the kernels' signatures and the task; return it fully evaluated.
+    """Resolve a plan against the kernels' signatures and the task with these sizes: check every
+    rule and return it fully evaluated (what the harness launches). Raises FormatError naming the
+    line, the bad value and what was expected.
 
     `task` has `.inputs`, `.outputs` (buffers with `.name`, `.dtype`) and `.scalars` (`.name`,
     `.value`); `sizes` are the task's sizes for this run; `hidden_kernels` are `__global__` kernels
@@ -505,14 +554,15 @@ def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task
     scalars = {s.name: s.value for s in getattr(task, "scalars", ())}
     sizes = {k: int(v) for k, v in sizes.items()}
     numeric_env: dict[str, int | float] = {**sizes, **scalars}
+    scratch_dt: dict[str, str] = {}
 
-    def ev(e: Expr, line: int, what: str, env: Mapping[str, int | float] = numeric_env) -> int | float:
+    def ev(e: Expr, line: int, what: str) -> int | float:
         for nm in expr_names(e):
             if nm in buffers or nm in scratch_dt:
                 raise FormatError(f"line {line}: {what} uses buffer {nm!r}; only sizes "
                                   f"({', '.join(sizes) or 'none'}) and numbers may appear here")
         try:
-            return eval_expr(e, env)
+            return eval_expr(e, numeric_env)
         except ExprError as err:
             raise FormatError(f"line {line}: {what}: {err}") from None
 
@@ -522,13 +572,18 @@ def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task
             raise FormatError(f"line {line}: {what} must be an integer, got {v!r}")
         return v
 
-    scratch_dt: dict[str, str] = {}
+    def dim3(d: Dim3, line: int, what: str) -> tuple[int, int, int]:
+        return (ev_int(d.x, line, f"{what}.x"), ev_int(d.y, line, f"{what}.y"), ev_int(d.z, line, f"{what}.z"))
+
     scratch_out: list[tuple[str, str, int]] = []
     for s in plan.scratch:
         taken = ("task buffer" if s.name in buffers else "size" if s.name in sizes else
                  "task scalar" if s.name in scalars else "scratch buffer" if s.name in scratch_dt else None)
         if taken:
             raise FormatError(f"line {s.line}: scratch name {s.name!r} is already a {taken}; choose another name")
+        if s.dtype not in DTYPE_BYTES:  # the parser normalises C spellings; a hand-built plan may not
+            raise FormatError(f"line {s.line}: scratch {s.name!r} has dtype {s.dtype!r}; expected one of "
+                              f"{', '.join(DTYPE_BYTES)}")
         count = ev_int(s.count, s.line, f"the element count of scratch {s.name!r}")
         nbytes = count * DTYPE_BYTES[s.dtype]
         if count <= 0 or nbytes > MAX_SCRATCH_BYTES:
@@ -541,7 +596,7 @@ def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task
         raise FormatError("the launch block launches no kernel; expected at least one "
                           "`kernel<<<grid, block>>>(args);`")
     out: list[ResolvedLaunch] = []
-    for ln in plan.launches:
+    for index, ln in enumerate(plan.launches):
         line = ln.line
         sig = signatures.get(ln.kernel)
         if sig is None:
@@ -552,75 +607,84 @@ def check_plan(plan: LaunchPlan, signatures: Mapping[str, KernelSignature], task
             known = ", ".join(sorted(signatures)) or "none"
             raise FormatError(f"line {line}: no extern \"C\" __global__ kernel named {ln.kernel!r} in the "
                               f"cuda block (kernels found: {known})")
-        grid = tuple(ev_int(d, line, f"grid.{ax}") for d, ax in zip((ln.grid.x, ln.grid.y, ln.grid.z), "xyz", strict=False))
-        block = tuple(ev_int(d, line, f"block.{ax}") for d, ax in zip((ln.block.x, ln.block.y, ln.block.z), "xyz", strict=False))
-        for ax, g, lim in zip("xyz", grid, MAX_GRID_DIMS, strict=False):
-            if not 1 <= g <= lim:
-                raise FormatError(f"line {line}: grid.{ax} = {g}; expected 1..{lim}")
-        for ax, b, lim in zip("xyz", block, MAX_BLOCK_DIMS, strict=False):
-            if not 1 <= b <= lim:
-                raise FormatError(f"line {line}: block.{ax} = {b}; expected 1..{lim}")
-        threads = block[0] * block[1] * block[2]
-        if threads > MAX_BLOCK_THREADS:
-            raise FormatError(f"line {line}: block has {threads} threads ({block[0]}x{block[1]}x{block[2]}); "
-                              f"at most {MAX_BLOCK_THREADS} per block")
+        grid, block = dim3(ln.grid, line, "grid"), dim3(ln.block, line, "block")
+        _check_config(grid, block, line)
         shared = 0 if ln.shared_bytes is None else ev_int(ln.shared_bytes, line, "shared memory bytes")
         if not 0 <= shared <= MAX_SHARED_BYTES:
             raise FormatError(f"line {line}: dynamic shared memory = {shared} bytes; expected 0..{MAX_SHARED_BYTES}")
         if len(ln.args) != len(sig.params):
             raise FormatError(f"line {line}: kernel {ln.kernel!r} takes {_nargs(len(sig.params))} "
-                              f"({format_signature(sig)}), the launch passes {len(ln.args)}")
+                              f"({format_signature(sig)}), the launch passes {_nargs(len(ln.args))}")
         args: list[Arg] = []
-        for i, (a, p) in enumerate(zip(ln.args, sig.params, strict=False), 1):
+        for i, (a, p) in enumerate(zip(ln.args, sig.params, strict=True), 1):
             pdesc = f"argument {i} of {ln.kernel!r} ({p.ctype} {p.name})".replace(" )", ")")
-            if p.pointer and is_null_pointer(a):
-                if p.ctype.count("*") > 1:
-                    raise FormatError(f"line {line}: {pdesc}: pointer-to-pointer parameters are not supported")
-                args.append(Arg("null", "", None, p))
-            elif p.pointer:
-                if not isinstance(a, Name):
-                    raise FormatError(f"line {line}: {pdesc} is a pointer; expected a buffer name "
-                                      f"({', '.join(list(buffers) + list(scratch_dt))}) or nullptr, got "
-                                      f"{render_expr(a)}")
-                if a.name in buffers:
-                    kind, dt = "buffer", buffers[a.name]
-                elif a.name in scratch_dt:
-                    kind, dt = "scratch", scratch_dt[a.name]
-                else:
-                    what = "a size" if a.name in sizes else "a scalar" if a.name in scalars else "unknown"
-                    raise FormatError(f"line {line}: {pdesc} is a pointer; {a.name!r} is {what}, expected one "
-                                      f"of the buffers {', '.join(list(buffers) + list(scratch_dt))}")
-                if p.ctype.count("*") > 1:
-                    raise FormatError(f"line {line}: {pdesc}: pointer-to-pointer parameters are not supported")
-                ok = _POINTEE_OK.get(p.base_type, ())
-                if not ok and ok is not None:
-                    raise FormatError(f"line {line}: {pdesc} points to {p.base_type!r}, which matches no buffer "
-                                      f"dtype; {kind} {a.name!r} is {dt}: declare it as {_C_FOR_DTYPE[dt]}* "
-                                      "(or void*)")
-                if ok is not None and dt not in ok:
-                    raise FormatError(f"line {line}: {pdesc} points to {p.base_type} ({'/'.join(ok)} data), but "
-                                      f"{kind} {a.name!r} is {dt}")
-                args.append(Arg(kind, a.name, None, p))
+            if p.pointer:
+                args.append(_pointer_arg(a, p, f"line {line}: {pdesc}", buffers, scratch_dt, sizes, scalars))
+                continue
+            if isinstance(a, Name) and a.name in NULL_NAMES:
+                raise FormatError(f"line {line}: {pdesc} is not a pointer; {a.name} can only be passed "
+                                  "to a pointer parameter")
+            for nm in expr_names(a):
+                if nm in buffers or nm in scratch_dt:
+                    raise FormatError(f"line {line}: {pdesc} is a scalar; expected a number or size, got "
+                                      f"buffer {nm!r} (a buffer goes to a pointer parameter, declared with *; "
+                                      "this one is a non-pointer)")
+            st = scalar_type(p)
+            if st is None:
+                raise FormatError(f"line {line}: {pdesc}: parameter type {p.base_type!r} cannot be passed "
+                                  "from the launch block; use int, long long, float, double or a pointer")
+            v = ev(a, line, pdesc)
+            if st.integer:
+                if not isinstance(v, int):
+                    raise FormatError(f"line {line}: {pdesc} is an integer; got the non-integer value {v!r}")
+                if not st.lo <= v <= st.hi:
+                    raise FormatError(f"line {line}: {pdesc}: value {v} does not fit {p.base_type} "
+                                      f"({st.lo}..{st.hi})")
             else:
-                if isinstance(a, Name) and a.name in NULL_NAMES:
-                    raise FormatError(f"line {line}: {pdesc} is not a pointer; {a.name} can only be passed "
-                                      "to a pointer parameter")
-                for nm in expr_names(a):
-                    if nm in buffers or nm in scratch_dt:
-                        raise FormatError(f"line {line}: {pdesc} is a scalar; expected a number or size, got "
-                                          f"buffer {nm!r} (pointer parameters are declared with *)")
-                v = ev(a, line, pdesc)
-                if p.base_type in INT_SCALARS:
-                    if not isinstance(v, int):
-                        raise FormatError(f"line {line}: {pdesc} is an integer; got the non-integer value {v!r}")
-                    lo, hi = INT_SCALARS[p.base_type]
-                    if not lo <= v <= hi:
-                        raise FormatError(f"line {line}: {pdesc}: value {v} does not fit {p.base_type} ({lo}..{hi})")
-                elif p.base_type in FLOAT_SCALARS:
-                    v = float(v)
-                else:
-                    raise FormatError(f"line {line}: {pdesc}: parameter type {p.base_type!r} cannot be passed "
-                                      "from the launch block; use int, long long, float, double or a pointer")
-                args.append(Arg("value", "", v, p))
-        out.append(ResolvedLaunch(ln.kernel, grid, block, shared, tuple(args), line))
+                v = float(v)
+            args.append(Arg("value", "", v, p, st.dtype))
+        out.append(ResolvedLaunch(ln.kernel, grid, block, shared, tuple(args), line, index))
     return ResolvedPlan(tuple(scratch_out), tuple(out))
+
+
+def _check_config(grid: tuple[int, int, int], block: tuple[int, int, int], line: int) -> None:
+    """CUDA's launch-configuration limits (compute capability >= 3.0), the same on every backend."""
+    for ax, g, lim in zip("xyz", grid, MAX_GRID_DIMS, strict=True):
+        if not 1 <= g <= lim:
+            raise FormatError(f"line {line}: grid.{ax} = {g}; expected 1..{lim}")
+    for ax, b, lim in zip("xyz", block, MAX_BLOCK_DIMS, strict=True):
+        if not 1 <= b <= lim:
+            raise FormatError(f"line {line}: block.{ax} = {b}; expected 1..{lim}")
+    threads = block[0] * block[1] * block[2]
+    if threads > MAX_BLOCK_THREADS:
+        raise FormatError(f"line {line}: block has {threads} threads ({block[0]}x{block[1]}x{block[2]}); "
+                          f"at most {MAX_BLOCK_THREADS} per block")
+
+
+def _pointer_arg(a: Expr, p: KernelParam, where: str, buffers: Mapping[str, str], scratch_dt: Mapping[str, str],
+                 sizes: Mapping[str, int], scalars: Mapping[str, int | float]) -> Arg:
+    """The argument `a` for pointer parameter `p`: a null pointer or a buffer whose dtype matches."""
+    if is_null_pointer(a):
+        if p.ctype.count("*") > 1:
+            raise FormatError(f"{where}: pointer-to-pointer parameters are not supported")
+        return Arg("null", "", None, p)
+    names = ", ".join(list(buffers) + list(scratch_dt))
+    if not isinstance(a, Name):
+        raise FormatError(f"{where} is a pointer; expected a buffer name ({names}) or nullptr, got "
+                          f"{render_expr(a)} (a pointer parameter needs a buffer)")
+    if a.name in buffers:
+        kind, dt = "buffer", buffers[a.name]
+    elif a.name in scratch_dt:
+        kind, dt = "scratch", scratch_dt[a.name]
+    else:
+        what = "a size" if a.name in sizes else "a scalar" if a.name in scalars else "unknown"
+        raise FormatError(f"{where} is a pointer; {a.name!r} is {what}, expected one of the buffers {names}")
+    if p.ctype.count("*") > 1:
+        raise FormatError(f"{where}: pointer-to-pointer parameters are not supported")
+    ok = _POINTEE_OK.get(p.base_type, ())
+    if ok == ():
+        raise FormatError(f"{where} points to {p.base_type!r}, which matches no buffer dtype; {kind} "
+                          f"{a.name!r} is {dt}: declare it as {_C_FOR_DTYPE[dt]}* (or void*)")
+    if ok is not None and dt not in ok:
+        raise FormatError(f"{where} points to {p.base_type} ({'/'.join(ok)} data), but {kind} {a.name!r} is {dt}")
+    return Arg(kind, a.name, None, p)

@@ -144,14 +144,14 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
                           f"{log.splitlines()[0] if log else ''}"[:300], details=log), False
         stages["load"] = time.perf_counter() - t0
         if evaluate is None:
-            from kernels_env.harness import evaluate
+            from kernels_env.harness import evaluate as harness_evaluate
+            evaluate = harness_evaluate
         try:
             result = evaluate(device, program, task, prepared.submission, dict(prepared.sizes), config)
         except FatalDeviceError as e:
             fatal = True
-            result = getattr(e, "result", None)
-            if not isinstance(result, Result):
-                result = Result(Status.RUNTIME_ERROR, message=f"sticky CUDA error: {e}", details=str(e))
+            result = (e.result if isinstance(e.result, Result) else
+                      Result(Status.RUNTIME_ERROR, message=f"sticky CUDA error: {e}", details=str(e)))
         if not isinstance(result, Result):
             raise TypeError(f"harness returned {type(result).__name__}, expected Result")
         if not fatal and result.status is Status.ENV_ERROR:

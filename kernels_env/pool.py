@@ -356,6 +356,7 @@ class _Pending:
 
 class EvalPool:
     """Score jobs in worker processes (or inline), with a result cache; see the module docstring."""
+    _gpu_count: int  # set by _probe_gpus once probed
 
     def __init__(self, mode: str = "process", backend: str = "auto", gpu_workers: int | None = None,
                  compile_workers: int | None = None, cache: bool | ResultCache = True,
@@ -748,7 +749,7 @@ class EvalPool:
         lim = cfg.limits
         if self.evaluator is not None:
             limit = lim.parse + lim.compile + lim.correctness + lim.timing
-            request = ("evaluate", (pend.job.task, pend.job.text, cfg))
+            request: tuple[str, tuple[Any, ...]] = ("evaluate", (pend.job.task, pend.job.text, cfg))
         else:
             limit = lim.compile + lim.correctness + lim.timing  # load (cpu builds C++) + trials + timing
             request = ("execute", (pend.payload, cfg))

@@ -77,7 +77,9 @@ def _paren_matches(src: str) -> dict[int, int]:
 
 
 def _split_top(s: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch in "(<[":
             depth += 1
@@ -136,9 +138,9 @@ def find_type_aliases(clean: str, raw: str = "") -> dict[str, tuple[str, ...]]:
                 and any(t in _ALIAS_WORDS for t in toks):
             found.append((m.start(), m.group(1), body))
     for _, name, body in sorted(found):
-        toks = tuple(_TOKEN_RE.findall(body))
-        if toks and name not in toks and "&" not in toks:
-            out[name] = toks
+        definition = tuple(_TOKEN_RE.findall(body))
+        if definition and name not in definition and "&" not in definition:
+            out[name] = definition
     return out
 
 

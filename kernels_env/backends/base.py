@@ -15,14 +15,17 @@ from kernels_env.program import CompiledModule, KernelSignature
 
 class KernelRuntimeError(Exception):
     """The candidate failed while running (illegal address, misaligned access, launch failure...)."""
+    where: str = ""  # the launch it happened in, set by the harness ("launch 2 (k, line 3)")
 
 
 class KernelTimeout(Exception):
     """The candidate exceeded its time limit (a hang)."""
+    where: str = ""  # as KernelRuntimeError.where
 
 
 class FatalDeviceError(KernelRuntimeError):
     """The device is unusable after this error (sticky CUDA error): the worker must be replaced."""
+    result: Any = None  # the Result to report, set by harness.evaluate before re-raising
 
 
 def untimed_hooks(fn: Callable[[], Any]) -> tuple[Callable[[int], None], Callable[[Any], None],
@@ -35,6 +38,13 @@ def untimed_hooks(fn: Callable[[], Any]) -> tuple[Callable[[int], None], Callabl
 class Program(Protocol):
     """A loaded module: kernels by name, ready to launch."""
     kernels: dict[str, KernelSignature]
+
+
+class TimedSync(Protocol):
+    """The optional extension `synchronize(timeout_s=...)`: wait at most about `timeout_s`
+    (None: no limit), raising KernelTimeout past it (the harness checks that a backend has it)."""
+
+    def synchronize(self, timeout_s: float | None = None) -> None: ...
 
 
 class Device(Protocol):

@@ -140,7 +140,7 @@ class CupyDevice:
                 raise ValueError(f"memory_limit={memory_limit!r}; expected a fraction in (0, 1] or bytes > 0")
 
     # ---- errors ----------------------------------------------------------------------------------
-    def _errors(self) -> tuple[type, ...]:
+    def _errors(self) -> tuple[type[Exception], ...]:
         return (self.cp.cuda.driver.CUDADriverError, self.cp.cuda.runtime.CUDARuntimeError)
 
     def _map(self, e: Exception, what: str) -> Exception:
@@ -359,16 +359,15 @@ class CupyDevice:
     def _hold(self, seconds: float) -> None:
         """Enqueue (on the current stream) a one-thread kernel spinning `seconds` on the GPU's global timer (no-op where it
         cannot be built: then the flush alone covers the host's enqueue time)."""
-        kernel = self.__dict__.get("_hold_kernel")
-        if kernel is None:
+        if "_hold_kernel" not in self.__dict__:  # built once; None where it cannot be built
             try:
                 kernel = self.cp.RawKernel(HOLD_SOURCE, "leap_timing_hold")
                 kernel.compile()
             except Exception:
-                kernel = False
+                kernel = None
             self._hold_kernel = kernel
-        if kernel:
-            kernel((1,), (1,), (np.uint64(int(seconds * 1e9)),))  # on the current stream
+        if self._hold_kernel is not None:
+            self._hold_kernel((1,), (1,), (np.uint64(int(seconds * 1e9)),))  # on the current stream
 
     def end_job(self) -> None:
         """Between evaluations: keep the memory pool's blocks for the next job unless the pool holds

@@ -443,7 +443,8 @@ def pool3d_task(op: str) -> Task:
         return {"N": n, "C": c, "D": d, "H": h, "W": w, "OD": _pool3d_out(d, ks, st, pad, dil),
                 "OH": _pool3d_out(h, ks, st, pad, dil), "OW": _pool3d_out(w, ks, st, pad, dil)}
 
-    scalars = (Scalar("kernel_size", "int32", ks), Scalar("stride", "int32", st), Scalar("padding", "int32", pad))
+    scalars: tuple[Scalar, ...] = (Scalar("kernel_size", "int32", ks), Scalar("stride", "int32", st),
+                                   Scalar("padding", "int32", pad))
     if op == "max":
         scalars += (Scalar("dilation", "int32", dil),)
         what = ("torch.nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3) as in KernelBench "

@@ -55,7 +55,7 @@ class FakeDevice:
 
     def launch(self, program: Any, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int],
                shared_bytes: int, args: Sequence[Any]) -> None:
-        self.launches.append((kernel, tuple(grid), tuple(block), int(shared_bytes)))
+        self.launches.append((kernel, (grid[0], grid[1], grid[2]), (block[0], block[1], block[2]), int(shared_bytes)))
         fn = program.functions[kernel] if hasattr(program, "functions") else self.kernels[kernel]
         fn(tuple(grid), tuple(block), int(shared_bytes), *args)
 

@@ -221,7 +221,10 @@ def test_fp16_and_custom_tolerance():
     def add16(grid, block, shared, a, b, y, n):
         y[:] = (a.astype(np.float32) + b.astype(np.float32)).astype(np.float16)
 
-    assert run(device_with(add=add16), add_task("float16"), ADD_SUB).status is Status.CORRECT
+    sig16 = KernelSignature("add", (ptr("a", "__half", const=True), ptr("b", "__half", const=True),
+                                    ptr("y", "__half"), val("n")))  # a float* would not take fp16 buffers
+    sub16 = submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("N")))], [sig16])
+    assert run(device_with(add=add16), add_task("float16"), sub16).status is Status.CORRECT
 
     def off_by_5e3(grid, block, shared, a, b, y, n):
         y[:] = a + b + np.float32(5e-3)
@@ -468,11 +471,13 @@ def test_plan_errors_are_format_errors(sub, needle):
     assert res.status is Status.FORMAT_ERROR and needle in res.message, res.message
 
 
-def test_invalid_launch_configuration_is_runtime_error():
+def test_invalid_launch_configuration_is_format_error():
+    """A configuration CUDA would reject is decided from the plan and the sizes before anything runs:
+    format_error, as the parse-time checks say (launch.check_plan, the one resolver)."""
     sub = submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("N")), block=2048)], [ADD_SIG])
     dev = device_with(add=add_kernel)
     res = run(dev, add_task(), sub)
-    assert res.status is Status.RUNTIME_ERROR and "invalid configuration argument" in res.message
+    assert res.status is Status.FORMAT_ERROR and "block.x = 2048; expected 1..1024" in res.message
     assert dev.launches == []
 
 

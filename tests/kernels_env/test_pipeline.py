@@ -77,6 +77,40 @@ def test_static_check_error_names_the_line():
                                 "(const float* a, const float* b, float* c, int n), the launch passes 3")
 
 
+MANGLED = CUDA + "__global__ void mangled(float* c) {}\n"
+
+
+@pytest.mark.parametrize("launch, cuda, fragment", [
+    ("add<<<cdiv(N, 2048), 2048>>>(a, b, c, N);", CUDA, "line 1: block.x = 2048; expected 1..1024"),
+    ("add<<<1, dim3(64, 32)>>>(a, b, c, N);", CUDA, "block has 2048 threads (64x32x1); at most 1024"),
+    ("add<<<N - N, 128>>>(a, b, c, N);", CUDA, "grid.x = 0; expected 1..2147483647"),
+    ("add<<<dim3(1, 70000), 128>>>(a, b, c, N);", CUDA, "grid.y = 70000; expected 1..65535"),
+    ("add<<<1, 128, 300000>>>(a, b, c, N);", CUDA, "dynamic shared memory = 300000 bytes"),
+    ("add<<<1, 128>>>(a, b, c, N * 0.5);", CUDA, "is an integer; got the non-integer value 150.0"),
+    ("add<<<1, 128>>>(a, b, c, N * 10000000);", CUDA, "value 3000000000 does not fit int"),
+    ("add<<<1, 128>>>(a, 3, c, N);", CUDA, "is a pointer; expected a buffer name"),
+    ("add<<<1, 128>>>(a, b, c, a);", CUDA, "is a scalar; expected a number or size, got buffer 'a'"),
+    ("add<<<1, 128>>>(a, b, c);", CUDA, "the launch passes 3 arguments"),
+    ("scratch float t[N - N];\nadd<<<1, 128>>>(a, b, c, N);", CUDA, "line 1: scratch 't' has 0 elements"),
+    ("add<<<1, 128>>>(a, b, nullptr, NULL);", CUDA, "NULL can only be passed to a pointer parameter"),
+    ("\nmangled<<<1, 1>>>(c);", MANGLED, "line 2: kernel 'mangled' is not declared extern \"C\""),
+])
+def test_a_bad_plan_gets_one_status_and_message_through_score_and_evaluate(launch, cuda, fragment):
+    """launch.check_plan is the one resolver: the static checks of `score` and the binding of
+    `harness.evaluate` say the same about the same plan (a configuration CUDA would reject
+    included: format_error, decided before anything runs)."""
+    from kernels_env.harness import evaluate
+    from kernels_env.submission import parse_submission
+    text = submission(launch, cuda)
+    scored = score(TASK, text, CFG, device())
+    dev = device()
+    evaluated = evaluate(dev, None, TASK, parse_submission(text), TASK.size_set(CFG.sizes), CFG)
+    assert scored.status is evaluated.status is Status.FORMAT_ERROR, (scored.message, evaluated.message)
+    assert scored.message == evaluated.message and fragment in scored.message, scored.message
+    assert scored.message.startswith("launch block line ")
+    assert "compile" not in scored.stage_seconds and dev.launches == []
+
+
 def test_compile_error_has_cleaned_log():
     bad = CUDA.replace("a[i] + b[i]", "a[i] + bogus[i]")
     r = score(TASK, submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);", bad), CFG, device())

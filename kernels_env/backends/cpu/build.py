@@ -138,7 +138,8 @@ def _limit_compiler(timeout_s: float, exe: str | None = None):
 
     def limit() -> None:
         import resource
-        if root is not None:  # a file system holding only the allowed paths (where namespaces work)
+        if root is not None and paths is not None:  # a file system holding only the allowed paths
+            # (where namespaces work; root is set only with paths)
             landlock.private_root(*paths, root=root)
         resource.setrlimit(resource.RLIMIT_AS, (COMPILER_AS_BYTES, COMPILER_AS_BYTES))
         cpu = int(timeout_s) + 5
@@ -179,8 +180,16 @@ def _tool(name: str) -> str | None:
     return shutil.which(name)
 
 
+def _required_tool(name: str) -> str:
+    """The path of a binutils tool; callers run only where check_user_symbols found them."""
+    path = _tool(name)
+    if path is None:
+        raise FileNotFoundError(f"{name} is not on PATH")
+    return path
+
+
 def _undefined_and_init(obj: str) -> tuple[set[str], bool]:
-    nm, readelf = _tool("nm"), _tool("readelf")
+    nm, readelf = _required_tool("nm"), _required_tool("readelf")
     out = subprocess.run([nm, "-u", "--format=posix", obj], capture_output=True, text=True, timeout=60).stdout
     syms = {ln.split()[0].split("@")[0] for ln in out.splitlines() if ln.strip()}
     sections = subprocess.run([readelf, "-S", "-W", obj], capture_output=True, text=True, timeout=60).stdout
@@ -197,7 +206,7 @@ def _libm_symbols() -> frozenset:
         for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"):
             cand = os.path.join(d, path or "")
             if path and os.path.exists(cand):
-                out = subprocess.run([_tool("nm"), "-D", "--defined-only", "--format=posix", cand],
+                out = subprocess.run([_required_tool("nm"), "-D", "--defined-only", "--format=posix", cand],
                                      capture_output=True, text=True, timeout=60).stdout
                 names |= {ln.split()[0].split("@")[0] for ln in out.splitlines() if ln.strip()}
                 break

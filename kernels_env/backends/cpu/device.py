@@ -141,11 +141,11 @@ class CpuDevice:
         if kernel not in program.entries:
             raise KernelRuntimeError(f"no kernel named {kernel!r} in the module; it has "
                                      f"{sorted(program.entries)}")
-        grid = tuple(int(g) for g in grid)
-        block = tuple(int(b) for b in block)
-        if len(grid) != 3 or len(block) != 3 or min(grid) < 1 or min(block) < 1 \
-                or block[0] * block[1] * block[2] > 1024 or block[2] > 64:
-            raise KernelRuntimeError(f"invalid configuration argument: grid={grid}, block={block}")
+        gdims = tuple(int(g) for g in grid)
+        bdims = tuple(int(b) for b in block)
+        if len(gdims) != 3 or len(bdims) != 3 or min(gdims) < 1 or min(bdims) < 1 \
+                or bdims[0] * bdims[1] * bdims[2] > 1024 or bdims[2] > 64:
+            raise KernelRuntimeError(f"invalid configuration argument: grid={gdims}, block={bdims}")
         wire = self._marshal(program.kernels[kernel], args)
         with _LAUNCH_LOCK:
             # each kernel of a program cycles through the orders on its own, so a kernel launched
@@ -158,7 +158,7 @@ class CpuDevice:
             wall = 2.0 * program.timeout_s + 2.0
             try:
                 code, msg, near, cpu_ns = program.runner.launch(
-                    kernel, [*grid, *block], int(shared_bytes), int(program.uses_sync), order,
+                    kernel, [*gdims, *bdims], int(shared_bytes), int(program.uses_sync), order,
                     program.timeout_s, wire, wall)
             except RunnerTimeout as e:
                 self._pending = KernelTimeout(f"{kernel}: the kernel ran longer than {wall:.3g} s ({e})")

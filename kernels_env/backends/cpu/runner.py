@@ -14,6 +14,7 @@ buffer) can only change the bytes of the buffers the judge gave it, which the ju
 its own copies, or make this process hang or die, which the judge turns into timeout/runtime_error.
 """
 import ctypes
+from collections.abc import Callable
 import json
 import os
 import platform
@@ -97,7 +98,7 @@ class Buffers:
     """Judge buffers mapped here: [guard page][data pages (the memfd)][TRAIL_PAGES guard pages]."""
 
     def __init__(self) -> None:
-        self.live = {}  # key -> (base, total, start, nbytes)
+        self.live: dict[str, tuple[int, int, int, int]] = {}  # key -> (base, total, start, nbytes)
 
     def add(self, key, fd, data_pages, offset, nbytes) -> None:
         total = (1 + data_pages + TRAIL_PAGES) * PAGE
@@ -137,7 +138,7 @@ class Buffers:
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     bufs = Buffers()
-    run = None
+    run: Callable[..., int] | None = None  # the loaded library's __cpu_launch
     entries = {}
     while True:
         try:
@@ -170,7 +171,7 @@ def main() -> None:
                 bufs.free(key)
             for (key, data_pages, offset, nbytes), fd in zip(req.get("bufs", ()), fds, strict=False):
                 bufs.add(key, fd, data_pages, offset, nbytes)
-            cells = []
+            cells: list[ctypes.c_uint64 | ctypes.Array[ctypes.c_char]] = []
             for a in req["args"]:
                 if a[0] == "b":
                     cells.append(ctypes.c_uint64(bufs.live[a[1]][2] + a[2]))
@@ -182,6 +183,7 @@ def main() -> None:
             dims = (ctypes.c_longlong * 6)(*req["dims"])
             msg = ctypes.create_string_buffer(MSG_LEN)
             addr = ctypes.c_ulonglong(0)
+            assert run is not None, "a launch before any load"  # the device loads a module first
             t0 = time.thread_time_ns()
             code = run(entries[req["kernel"]], ptrs, dims, req["shared"], req["sync"], req["order"],
                        req["timeout"], msg, MSG_LEN, ctypes.byref(addr))

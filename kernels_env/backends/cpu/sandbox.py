@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from kernels_env.backends.cpu.memory import shared_is_live
 
@@ -187,7 +188,8 @@ class Runner:
             self.start()
         free = [k for k in self.sent if not shared_is_live(k)]
         self.sent.difference_update(free)
-        bufs, fds, wire = [], [], []
+        bufs: list[list[Any]] = []
+        fds, wire = [], []
         for a in args:
             if a[0] == "b":
                 _, key, off, fd, data_pages, offset, nbytes = a

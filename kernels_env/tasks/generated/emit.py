@@ -240,7 +240,7 @@ def solution_text(spec: Spec) -> str:
     params, args = _params(spec)
     has_u = spec.bcast is not None
     if spec.row is None:
-        idx = BCAST[spec.bcast][1] if has_u else ""
+        idx = BCAST[spec.bcast][1] if spec.bcast is not None else ""
         operand = "" if not has_u else (", c" if spec.bcast == "sc" else f", {_ld(spec, idx)}")
         mn = "        int m = i / N, n = i % N;\n" if spec.bcast in ("row", "col") else ""
         cuda = (f"{hdr}{_device_fn('f', spec.pre, has_u)}"
@@ -250,7 +250,7 @@ def solution_text(spec: Spec) -> str:
                 f"    }}\n}}")
         launch = f"ew_kernel<<<min(cdiv(M * N, 256), 8192), 256>>>({args});"
         return common.solution(cuda, launch)
-    idx = BCAST[spec.bcast][2] if has_u else ""
+    idx = BCAST[spec.bcast][2] if spec.bcast is not None else ""
     operand = "" if not has_u else (", c" if spec.bcast == "sc" else f", {_ld(spec, idx)}")
     ft = f"f({_ld(spec, 'x[m * N + n]')}{operand})"
     loop = "    for (int n = threadIdx.x; n < N; n += blockDim.x) "
@@ -302,8 +302,9 @@ def _tolerance(spec: Spec) -> dict[str, tuple[float, float]]:
 def build_task(spec: Spec) -> Task:
     dt = DTYPES[spec.dtype]
     inputs = [Buffer("x", dt, ("M", "N"))]
-    if spec.bcast and spec.bcast != "sc":
-        inputs.append(Buffer("v", dt, BCAST[spec.bcast][0]))
+    v_shape = BCAST[spec.bcast][0] if spec.bcast else None
+    if v_shape is not None:  # None: the scalar operand ("sc"), which has no buffer
+        inputs.append(Buffer("v", dt, v_shape))
     if spec.row in ("rms", "ln"):
         inputs.append(Buffer("w", dt, ("N",)))
     if spec.row == "ln":
