@@ -99,6 +99,9 @@ def test_sigterm_saves_and_stops(tmp_path):
                 os.kill(os.getpid(), signal.SIGTERM)
             return base.generate(requests, seed)
 
+        def set_params(self, params):  # the Policy interface (rollout.policy.Policy)
+            base.set_params(params)
+
     tr._policy_override = Interrupting()
     records = tr.train()
     tr.close()
