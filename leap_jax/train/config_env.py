@@ -1,10 +1,10 @@
-"""Run-config sections of the environment: the evaluation pool (`env`, whose kernels_env.EnvConfig is
-built in one place, `leap_jax.train.trainer.env_config`) and the task selection (`tasks`)."""
+"""Run-config sections of the environment: the evaluation pool (`env`, which builds kernels_env's
+EnvConfig in one place, `EnvCfg.env_config`) and the task selection (`tasks`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernels_env.config import BACKENDS, SIZE_SETS
+from kernels_env.config import BACKENDS, SIZE_SETS, EnvConfig, StageLimits
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
 POOL_MODES = ("process", "inline")  # kernels_env.pool.MODES (that module is too heavy to import here)
@@ -42,6 +42,16 @@ class EnvCfg:
         positive(self.correctness_trials, "env.correctness_trials")
         if not 0 < self.jax_mem_fraction <= 1:
             raise ConfigError(f"env.jax_mem_fraction={self.jax_mem_fraction}: expected in (0, 1]")
+
+    def env_config(self, timing: bool, seed: int) -> EnvConfig:
+        """kernels_env's EnvConfig of these settings (`timing` resolved: leap_jax.train.trainer.env_timing)."""
+        return EnvConfig(backend=self.backend, arch=self.arch, sizes=self.sizes,
+                         correctness_trials=self.correctness_trials, timing=timing, warmup_runs=self.warmup_runs,
+                         min_timed_runs=self.min_timed_runs, timed_runs=self.timed_runs,
+                         timing_ci_rel_width=self.timing_ci_rel_width, timing_budget_s=self.timing_budget_s,
+                         seed=seed, limits=StageLimits(compile=self.compile_timeout,
+                                                       correctness=self.correctness_timeout,
+                                                       timing=self.timing_timeout))
 
 
 @dataclass

@@ -3,8 +3,13 @@ range checks of its own fields (`check()`); rules across sections live in `confi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from leap_jax.train.config_loader import ConfigError, choice, positive
+
+if TYPE_CHECKING:
+    from leap_jax.sampling.params import SamplingParams
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -86,6 +91,13 @@ class SamplingCfg:
         positive(self.top_k, "sampling.top_k", allow_zero=True)
         positive(self.max_new_tokens, "sampling.max_new_tokens")
         choice(self.buckets, ("coarse", "fine"), "sampling.buckets")
+
+    def params(self, stop_token_ids: Sequence[int], temperature: float | None = None) -> SamplingParams:
+        """The Sampler's per-call SamplingParams of this section (`temperature` overrides its own)."""
+        from leap_jax.sampling.params import SamplingParams  # imports numpy: only when sampling
+        return SamplingParams(temperature=self.temperature if temperature is None else temperature,
+                              top_p=self.top_p, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
+                              stop_token_ids=tuple(stop_token_ids))
 
 
 @dataclass
