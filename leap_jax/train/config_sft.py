@@ -34,7 +34,7 @@ class CorpusCfg:
         choice(self.pool_mode, POOL_MODES, f"{where}.pool_mode")
         for n in ("prompt_sizes", "sizes"):
             choice(getattr(self, n), SIZE_SETS, f"{where}.{n}")
-        for n in ("variants_per_task", "multiturn_per_task"):
+        for n in ("variants_per_task", "mutant_tasks", "multiturn_per_task"):
             positive(getattr(self, n), f"{where}.{n}", allow_zero=True)
         positive(self.max_chain, f"{where}.max_chain")
         positive(self.correctness_trials, f"{where}.correctness_trials")
