@@ -3,9 +3,10 @@
 `load_config(path, overrides)` reads a YAML file (`base:` inheritance), applies `a.b=value` overrides,
 type-checks every leaf (the generic loader, `leap_jax.train.config_loader`), then `validate`s: each
 section checks its own fields (`check()` next to its dataclass: the policy's sections in
-`config_policy`, the environment's in `config_env`, the SFT ones in `config_sft`, the RL and run
-sections here) and `validate` adds the rules across sections (e.g. G < 2 for a group method; the
-per-algorithm rules read the table `leap_jax.train.algorithms.ALGORITHMS`).
+`config_policy`, the environment's in `config_env`, the run's length, checkpoints, logging and
+evaluation in `config_run`, the SFT ones in `config_sft`, the RL sections here) and `validate` adds
+the rules across sections (e.g. G < 2 for a group method; the per-algorithm rules read the table
+`leap_jax.train.algorithms.ALGORITHMS`).
 `to_dict` / `save_config` write the resolved config back out so a run directory is self-describing.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from leap_jax.train.config_env import EnvCfg, TasksCfg
 from leap_jax.train.config_loader import (ConfigError, apply_overrides, build, choice, positive, read_yaml,
                                           save_yaml, to_dict)
 from leap_jax.train.config_policy import MeshCfg, ModelCfg, SamplingCfg, TokenizerCfg
+from leap_jax.train.config_run import CheckpointCfg, EvalCfg, LoggingCfg, TrainCfg
 from leap_jax.train.config_sft import CorpusCfg, SFTCfg
 
 __all__ = ["AlgorithmCfg", "CheckpointCfg", "Config", "ConfigError", "CorpusCfg", "DCPCfg", "EnvCfg", "EvalCfg",
@@ -99,6 +101,19 @@ class DCPCfg:
     t_max: int | float | None = None
     history: bool = False  # per-task recovery-rate history (extension; off keeps paper behaviour)
 
+    def check(self, group_size: int, uses_dcp: bool) -> None:
+        """Both thresholds against G (rollout.group_size); with DCP on, some group must be debuggable."""
+        if self.t_min is None:
+            raise ConfigError("dcp.t_min=None: expected an int count or a float fraction of G")
+        check_threshold(self.t_min, group_size, "dcp.t_min")
+        check_threshold(self.t_max, group_size, "dcp.t_max")
+        lo = self.t_min if isinstance(self.t_min, int) else -(-self.t_min * group_size // 1)
+        hi = (group_size - 1 if self.t_max is None else
+              self.t_max if isinstance(self.t_max, int) else self.t_max * group_size // 1)
+        if uses_dcp and lo > hi:
+            raise ConfigError(f"dcp.t_min={self.t_min} (= {lo:g} failed of G={group_size}) > dcp.t_max="
+                              f"{self.t_max} (= {hi:g}): no group could ever be debugged")
+
 
 @dataclass
 class LossCfg:
@@ -159,89 +174,6 @@ class OptimizerCfg:
         if self.pack_len is not None:
             positive(self.pack_len, "optimizer.pack_len")
         positive(self.pad_to_multiple, "optimizer.pad_to_multiple")
-
-
-@dataclass
-class TrainCfg:
-    steps: int = 100
-    seed: int = 0
-    run_dir: str = "runs/default"
-    # wall-clock budget of one train() call (s): checkpoint and stop after the step once the next one
-    # (estimated as the longest of the last eval.interval steps, evaluation included) would pass it,
-    # so a time-limited device call can be continued later with --resume (None: no budget)
-    max_wall_s: float | None = None
-    # training-time budget of the whole run (s, summed over resumes): the run is complete once its
-    # net step time (time/step minus JAX compilation, time/train_total) reaches it, like reaching
-    # train.steps. Gives every arm of an experiment the same wall-clock. None: steps only.
-    time_budget_s: float | None = None
-    # JAX's persistent compilation cache: a resumed or repeated run reuses every program compiled
-    # before (None: RUN_DIR/../.jax_cache; an existing jax_compilation_cache_dir setting wins)
-    compile_cache: bool = True
-    compile_cache_dir: str | None = None
-
-    def check(self) -> None:
-        positive(self.steps, "train.steps", allow_zero=True)
-        for n in ("max_wall_s", "time_budget_s"):
-            if getattr(self, n) is not None:
-                positive(getattr(self, n), f"train.{n}")
-
-
-@dataclass
-class CheckpointCfg:
-    interval: int = 10  # steps between checkpoints (the last step always saves)
-    keep_last: int = 3
-    enabled: bool = True
-
-    def check(self) -> None:
-        positive(self.interval, "checkpoint.interval")
-        positive(self.keep_last, "checkpoint.keep_last")
-
-
-@dataclass
-class LoggingCfg:
-    jsonl: bool = True
-    tensorboard: bool = True
-    progress_bar: bool = True
-    report: bool = True  # write the report PNGs + summary at the end
-
-
-@dataclass
-class EvalCfg:
-    only: bool = False
-    checkpoint: str | None = None  # run dir or checkpoint dir; None: latest of train.run_dir
-    turns: int = 3
-    samples: int = 1  # rollouts per held-out task
-    temperature: float = 0.0  # greedy by default
-    # during training: held-out Acc@1..turns every `interval` steps and at the last step, logged as
-    # heldout/acc@t in that step's record (None: off; its time is time/heldout_eval, not time/step)
-    interval: int | None = None
-    # with `interval`: also evaluate the training tasks the same way (train_eval/acc@t), the
-    # experiment's accuracy measure (the held-out split is small)
-    train_tasks: bool = False
-    # with `interval`: also evaluate before the first update, logged as a record of step -1
-    # (and written to RUN_DIR/start_eval.json, which other runs of the same policy can reuse)
-    at_start: bool = False
-    # with `at_start`: the step -1 record comes from this start_eval.json of another run of the same
-    # policy, tasks and eval settings (checked) instead of a new evaluation: the experiment measures
-    # its shared starting policy once, not once per arm and seed
-    start_metrics: str | None = None
-    # evaluate at most this many tasks of each split (a fixed seeded sample; None: all of them), for
-    # thousands of generated tasks; the SFT run's pass-rate evaluations use it too
-    max_tasks: int | None = None
-
-    def check(self) -> None:
-        if self.start_metrics is not None and not self.at_start:
-            raise ConfigError(f"eval.start_metrics={self.start_metrics!r} needs eval.at_start=true "
-                              "(it replaces the evaluation before the first update)")
-        if self.max_tasks is not None:
-            positive(self.max_tasks, "eval.max_tasks")
-        if self.interval is not None:
-            positive(self.interval, "eval.interval")
-        elif self.train_tasks or self.at_start:
-            raise ConfigError(f"eval.train_tasks={self.train_tasks}, eval.at_start={self.at_start} need "
-                              "eval.interval (the periodic evaluation they extend); set eval.interval=N")
-        positive(self.turns, "eval.turns")
-        positive(self.samples, "eval.samples")
 
 
 @dataclass
@@ -317,16 +249,7 @@ def validate(cfg: Config) -> None:
                           f"{r.group_size} must be >= 2")
     if spec.single_turn and r.max_turns != 1:
         raise ConfigError(f"algorithm.name={a.name} is single-turn: rollout.max_turns={r.max_turns} must be 1")
-    if cfg.dcp.t_min is None:
-        raise ConfigError("dcp.t_min=None: expected an int count or a float fraction of G")
-    check_threshold(cfg.dcp.t_min, r.group_size, "dcp.t_min")
-    check_threshold(cfg.dcp.t_max, r.group_size, "dcp.t_max")
-    lo = cfg.dcp.t_min if isinstance(cfg.dcp.t_min, int) else -(-cfg.dcp.t_min * r.group_size // 1)
-    hi = (r.group_size - 1 if cfg.dcp.t_max is None else
-          cfg.dcp.t_max if isinstance(cfg.dcp.t_max, int) else cfg.dcp.t_max * r.group_size // 1)
-    if spec.uses_dcp and lo > hi:
-        raise ConfigError(f"dcp.t_min={cfg.dcp.t_min} (= {lo:g} failed of G={r.group_size}) > dcp.t_max="
-                          f"{cfg.dcp.t_max} (= {hi:g}): no group could ever be debugged")
+    cfg.dcp.check(r.group_size, spec.uses_dcp)
     cfg.loss.check()
     o = cfg.optimizer
     o.check()
