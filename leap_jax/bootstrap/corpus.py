@@ -38,14 +38,7 @@ VARIANTS_FILE, EXAMPLES_FILE, MANIFEST_FILE = "variants.jsonl", "examples.jsonl"
 
 def _check(cfg: CorpusCfg) -> None:
     from kernels_env.tasks import get_task
-    if cfg.mutant_tasks < 0:
-        raise ValueError(f"corpus: mutant_tasks={cfg.mutant_tasks}; expected >= 0 (0 = every task)")
-    if cfg.variants_per_task < 0 or cfg.multiturn_per_task < 0 or cfg.max_chain < 1:
-        raise ValueError(f"corpus: variants_per_task={cfg.variants_per_task}, multiturn_per_task="
-                         f"{cfg.multiturn_per_task} must be >= 0 and max_chain={cfg.max_chain} >= 1")
-    for n in ("prompt_sizes", "sizes"):
-        if getattr(cfg, n) not in ("eval", "small"):
-            raise ValueError(f"corpus.{n}={getattr(cfg, n)!r}; expected 'eval' or 'small'")
+    cfg.check("corpus")  # the section's ranges (a ConfigError, which is a ValueError)
     for t in cfg.tasks:
         get_task(t)  # a clear KeyError for an unknown task
 

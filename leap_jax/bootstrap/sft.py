@@ -236,15 +236,13 @@ def evaluate_first_turn(cfg: Config, model_config: Any, params: Any, tokenizer: 
     the real Sampler, every answer scored by `evaluator` (an EvalPool). Per-task statuses are kept."""
     from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout
     from leap_jax.rollout.policy import SamplerPolicy
-    from leap_jax.sampling.params import SamplingParams
     if not tasks:
         return _pass_rates({})
     s = cfg.sampling
     n = 1 if temperature == 0 else samples
     streams = ChatStreams(tokenizer)
     sampler = sampler or make_eval_sampler(cfg, model_config, tokenizer)
-    sp = SamplingParams(temperature=temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=s.max_new_tokens,
-                        stop_token_ids=tuple(streams.end_ids))
+    sp = s.params(streams.end_ids, temperature)
     policy = SamplerPolicy(sampler, tokenizer, sp, params=params,
                            end_ids=streams.end_ids)
     rollout = MultiTurnRollout(streams, evaluator, env_config, group_size=n, max_turns=1, dcp_mode="all",

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels_env.config import EnvConfig, StageLimits
+from kernels_env.config import EnvConfig
 from leap_jax.models.config import ModelConfig
 from leap_jax.parallel.placement import MeshPlacement
 from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups
@@ -108,13 +108,7 @@ def env_timing(cfg: Config, purpose: str) -> bool:
 
 def env_config(cfg: Config, purpose: str = "eval") -> EnvConfig:
     """The EnvConfig of `purpose`'s evaluations (see env_timing)."""
-    e = cfg.env
-    return EnvConfig(backend=e.backend, arch=e.arch, sizes=e.sizes, correctness_trials=e.correctness_trials,
-                     timing=env_timing(cfg, purpose), warmup_runs=e.warmup_runs, min_timed_runs=e.min_timed_runs,
-                     timed_runs=e.timed_runs, timing_ci_rel_width=e.timing_ci_rel_width,
-                     timing_budget_s=e.timing_budget_s, seed=cfg.train.seed,
-                     limits=StageLimits(compile=e.compile_timeout, correctness=e.correctness_timeout,
-                                        timing=e.timing_timeout))
+    return cfg.env.env_config(env_timing(cfg, purpose), cfg.train.seed)
 
 
 def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
@@ -322,11 +316,7 @@ class Trainer:
         return pol
 
     def _sampling(self, temperature: float | None = None) -> Any:
-        from leap_jax.sampling.params import SamplingParams
-        s = self.cfg.sampling
-        return SamplingParams(temperature=s.temperature if temperature is None else temperature,
-                              top_p=s.top_p, top_k=s.top_k, max_new_tokens=s.max_new_tokens,
-                              stop_token_ids=tuple(self.streams.end_ids))
+        return self.cfg.sampling.params(self.streams.end_ids, temperature)
 
     def _rollout(self, group_size: int, max_turns: int, dcp_mode: str, evaluation: bool = False) -> MultiTurnRollout:
         r = self.cfg.rollout

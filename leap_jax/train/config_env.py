@@ -1,0 +1,86 @@
+"""Run-config sections of the environment: the evaluation pool (`env`, which builds kernels_env's
+EnvConfig in one place, `EnvCfg.env_config`) and the task selection (`tasks`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kernels_env.config import BACKENDS, SIZE_SETS, EnvConfig, StageLimits
+from leap_jax.train.config_loader import ConfigError, choice, positive
+
+POOL_MODES = ("process", "inline")  # kernels_env.pool.MODES (that module is too heavy to import here)
+
+
+@dataclass
+class EnvCfg:
+    backend: str = "auto"  # auto | cupy | cpu
+    pool_mode: str = "process"  # process | inline
+    gpu_workers: int | None = None
+    compile_workers: int | None = None
+    cache: bool = True
+    sizes: str = "eval"  # eval | small
+    correctness_trials: int = 5
+    # "auto": training rollouts are timed only when the algorithm's reward reads speedups
+    # (algorithms.reward_reads_speedup); evaluations are always timed (fast_p). true/false: all
+    timing: bool | str = "auto"
+    warmup_runs: int = 3
+    min_timed_runs: int = 10
+    timed_runs: int = 500  # the most timed runs; timing stops earlier once the median is tight
+    timing_ci_rel_width: float = 0.03
+    timing_budget_s: float = 1.0
+    arch: str | None = None
+    compile_timeout: float = 30.0
+    correctness_timeout: float = 30.0
+    timing_timeout: float = 60.0
+    jax_mem_fraction: float = 0.5  # XLA_PYTHON_CLIENT_MEM_FRACTION, leaves room for CuPy workers
+    jax_preallocate: bool = False
+
+    def check(self) -> None:
+        choice(self.backend, BACKENDS, "env.backend")
+        choice(self.timing, (True, False, "auto"), "env.timing")
+        choice(self.pool_mode, POOL_MODES, "env.pool_mode")
+        choice(self.sizes, SIZE_SETS, "env.sizes")
+        positive(self.correctness_trials, "env.correctness_trials")
+        if not 0 < self.jax_mem_fraction <= 1:
+            raise ConfigError(f"env.jax_mem_fraction={self.jax_mem_fraction}: expected in (0, 1]")
+
+    def env_config(self, timing: bool, seed: int) -> EnvConfig:
+        """kernels_env's EnvConfig of these settings (`timing` resolved: leap_jax.train.trainer.env_timing)."""
+        return EnvConfig(backend=self.backend, arch=self.arch, sizes=self.sizes,
+                         correctness_trials=self.correctness_trials, timing=timing, warmup_runs=self.warmup_runs,
+                         min_timed_runs=self.min_timed_runs, timed_runs=self.timed_runs,
+                         timing_ci_rel_width=self.timing_ci_rel_width, timing_budget_s=self.timing_budget_s,
+                         seed=seed, limits=StageLimits(compile=self.compile_timeout,
+                                                       correctness=self.correctness_timeout,
+                                                       timing=self.timing_timeout))
+
+
+@dataclass
+class TasksCfg:
+    """`source: suite` trains on the hand-written suite (`names`, else every task of `levels`, split by
+    `held_out_fraction`); `source: generated` on the procedural family of kernels_env.tasks.generated,
+    `generated_train` training tasks and `generated_held_out` held-out ones whose compositions no
+    training task has, both drawn with `split_seed`."""
+    source: str = "suite"  # suite | generated
+    names: list[str] = field(default_factory=list)  # empty: every task of `levels`
+    levels: list[int] = field(default_factory=lambda: [1, 2])
+    held_out_fraction: float = 0.2
+    split_seed: int = 0
+    generated_train: int = 2000
+    generated_held_out: int = 256
+    # more held-out-composition tasks, disjoint from the held-out ones, for choosing a policy (the SFT
+    # run's sft.band_split: validation) without looking at the tasks it is measured on
+    generated_validation: int = 0
+
+    def check(self) -> None:
+        choice(self.source, ("suite", "generated"), "tasks.source")
+        if self.source == "generated":
+            positive(self.generated_train, "tasks.generated_train")
+            positive(self.generated_held_out, "tasks.generated_held_out", allow_zero=True)
+            positive(self.generated_validation, "tasks.generated_validation", allow_zero=True)
+            if self.names:
+                raise ConfigError("tasks.source=generated draws its own tasks; tasks.names lists suite tasks "
+                                  f"({self.names[:3]}...): set one or the other")
+        if not 0 <= self.held_out_fraction < 1:
+            raise ConfigError(f"tasks.held_out_fraction={self.held_out_fraction}: expected in [0, 1)")
+        for lv in self.levels:
+            choice(lv, (1, 2, 3), "tasks.levels[]")
