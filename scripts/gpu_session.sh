@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +64,24 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       fi
       (cd "$EXP_OUT" && tar czf "$OUT/${s}_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' \
          --exclude=policy --exclude=jax_cache --exclude='sft/model' --exclude='sft/corpus' --exclude='*/tokenizer.json' .) ;;
+    validate)  # every kernels_env GPU test (three groups in parallel: no timing asserted), then the timed
+      # suite, the env benchmark against .bench_before (`git archive c7dc096 kernels_env | tar -x -C
+      # .bench_before`, carried) and the step-time arms, each alone on the GPU
+      (stage gpu-env 240 python3 -m pytest -q -rfE -m gpu --timeout=150 -p no:cacheprovider \
+         tests/kernels_env/test_expected_cache.py tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py \
+         tests/kernels_env/test_pool.py tests/kernels_env/test_pool_spares.py tests/kernels_env/test_pipeline.py \
+         tests/kernels_env/test_timing_cheats.py tests/kernels_env/test_cupy_timing_loop.py) &
+      (stage gpu-hostile 240 python3 -m pytest -q -rfE -m gpu --timeout=150 -p no:cacheprovider \
+         tests/kernels_env/test_hostile_corpus.py tests/kernels_env/test_hostile_pool.py) &
+      (stage gpu-suite 240 python3 -m pytest -q -rfE -m gpu --timeout=150 -p no:cacheprovider \
+         tests/kernels_env/test_suite_solutions.py tests/kernels_env/test_kernelbench_torch.py) &
+      wait
+      stage hostile-table 200 python3 scripts/hostile_table.py --backend cupy --case-timeout 40
+      stage suite 150 python3 -m kernels_env check-suite --backend cupy
+      stage envbench ${ENVBENCH_S:-300} python3 benchmarks/env_throughput.py --before-src .bench_before --repeat 2 --arm-timeout 120
+      stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
+         --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
+         --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done
