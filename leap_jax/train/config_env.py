@@ -14,7 +14,8 @@ POOL_MODES = ("process", "inline")  # kernels_env.pool.MODES (that module is too
 class EnvCfg:
     backend: str = "auto"  # auto | cupy | cpu
     pool_mode: str = "process"  # process | inline
-    gpu_workers: int | None = None
+    gpu_workers: int | None = None  # GPUs the cupy pool uses (None: all visible)
+    exec_workers_per_gpu: int | None = None  # evaluation processes per GPU (None: the pool's default, 3)
     compile_workers: int | None = None
     cache: bool = True
     sizes: str = "eval"  # eval | small
@@ -40,6 +41,9 @@ class EnvCfg:
         choice(self.pool_mode, POOL_MODES, "env.pool_mode")
         choice(self.sizes, SIZE_SETS, "env.sizes")
         positive(self.correctness_trials, "env.correctness_trials")
+        for name in ("gpu_workers", "exec_workers_per_gpu", "compile_workers"):
+            if getattr(self, name) is not None:
+                positive(getattr(self, name), f"env.{name}")
         if not 0 < self.jax_mem_fraction <= 1:
             raise ConfigError(f"env.jax_mem_fraction={self.jax_mem_fraction}: expected in (0, 1]")
 

@@ -285,6 +285,7 @@ class Trainer:
             from kernels_env.pool import EvalPool
             e = self.cfg.env
             self.evaluator = EvalPool(mode=e.pool_mode, backend=e.backend, gpu_workers=e.gpu_workers,
+                                      exec_workers_per_gpu=e.exec_workers_per_gpu,
                                       compile_workers=e.compile_workers, cache=e.cache, config=self.env_config)
         return self.evaluator
 

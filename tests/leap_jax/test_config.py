@@ -61,6 +61,7 @@ def test_round_trip(tmp_path):
     (["train.steps"], "expected KEY=VALUE"),
     (["train=3"], "train=3: expected a mapping"),
     (["train.steps.x=3"], "is a value, not a section"),
+    (["env.exec_workers_per_gpu=0"], "env.exec_workers_per_gpu=0: expected > 0"),
 ])
 def test_errors_name_the_problem(override, needle):
     with pytest.raises(ConfigError) as e:
