@@ -1,21 +1,15 @@
 """Device buffers for the cpu backend.
 
-CpuDevice allocates with `shared_empty` (end of file): a memfd the judge views as a NumPy array and
-the runner process (runner.py) maps between PROT_NONE guard pages, with the layout described below.
-`guarded_empty` / `describe_address` are the same layout within one process (not used by CpuDevice).
-
-Guarded device buffers: NumPy arrays between inaccessible pages.
-
-Each buffer gets its own anonymous mapping: [guard page][data pages][TRAIL_PAGES guard pages]. The END of the
-array is placed at the end of the data pages (rounded up to 16 bytes, the widest CUDA vector
-alignment), so a write or read past the end hits the trailing PROT_NONE page and faults; a negative
-index hits the leading one. The runtime turns the fault into "illegal memory access", as a GPU does.
-A registry of live buffers lets the device say which buffer an address was next to.
+CpuDevice allocates with `shared_empty`: a memfd the judge views as a NumPy array and the runner
+process (runner.py) maps between PROT_NONE guard pages, [guard page][data pages][guard pages]. The
+END of the array is placed at the end of the data pages (rounded up to 16 bytes, the widest CUDA
+vector alignment), so a write or read past the end hits the trailing guard and faults; a negative
+index hits the leading one. The runner turns the fault into "illegal memory access", as a GPU does,
+and names the buffer the address was next to (runner.py `_Buffers.describe`).
 """
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import threading
 import weakref
@@ -25,14 +19,6 @@ import numpy as np
 
 PAGE = mmap.PAGESIZE
 ALIGN = 16
-TRAIL_PAGES = 16  # a block's worth of wide stores past the end still lands in the guard
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-_libc.mprotect.restype = ctypes.c_int
-
-_lock = threading.RLock()  # re-entrant: a GC finalizer may run while it is held
-_live: dict[int, tuple[int, int, int, int, weakref.ref]] = {}  # id -> (base, total, start, nbytes, ref)
 
 
 def _addr(m: mmap.mmap) -> int:
@@ -43,13 +29,9 @@ def _addr(m: mmap.mmap) -> int:
         del buf
 
 
-class _Mapping(mmap.mmap):
-    """An mmap that unregisters itself when the last array over it is gone."""
-
-
 def _layout(shape: tuple[int, ...], dtype: Any) -> tuple[np.dtype, tuple[int, ...], int, int, int, int]:
-    """(dtype, shape, element count, bytes, bytes rounded to ALIGN, data pages) of a buffer; the one
-    layout rule of guarded_empty and shared_empty (the runner maps shared buffers the same way)."""
+    """(dtype, shape, element count, bytes, bytes rounded to ALIGN, data pages) of a buffer: the one
+    layout rule of shared_empty (the runner maps the same data pages between its guards)."""
     dt = np.dtype(dtype)
     shape = tuple(int(s) for s in shape)
     if any(s < 0 for s in shape):
@@ -60,55 +42,10 @@ def _layout(shape: tuple[int, ...], dtype: Any) -> tuple[np.dtype, tuple[int, ..
     return dt, shape, count, nbytes, padded, max(1, (padded + PAGE - 1) // PAGE)
 
 
-def guarded_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """A zero-filled C-contiguous array whose memory is fenced by PROT_NONE pages on both sides."""
-    dt, shape, count, nbytes, padded, data_pages = _layout(shape, dtype)
-    total = (data_pages + 1 + TRAIL_PAGES) * PAGE
-    m = _Mapping(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
-                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    base = _addr(m)
-    for off, size in ((0, PAGE), ((data_pages + 1) * PAGE, TRAIL_PAGES * PAGE)):
-        if _libc.mprotect(base + off, size, 0) != 0:
-            raise OSError(ctypes.get_errno(), "mprotect of a guard page failed")
-    offset = PAGE + data_pages * PAGE - padded
-    arr = np.frombuffer(m, dtype=dt, count=count, offset=offset).reshape(shape)
-    start = base + offset
-    key = id(m)
-    with _lock:
-        _live[key] = (base, total, start, nbytes, weakref.ref(m))
-    weakref.finalize(m, _forget, key)
-    return arr
-
-
-def _forget(key: int) -> None:
-    _live.pop(key, None)  # atomic under the GIL; never blocks (finalizers run at arbitrary points)
-
-
-def describe_address(addr: int) -> str:
-    """Where `addr` lies relative to the nearest live guarded buffer (for error messages)."""
-    best = None
-    with _lock:
-        items = list(_live.values())
-    for base, total, start, nbytes, ref in items:
-        if ref() is None:
-            continue
-        if start + nbytes <= addr < base + total:
-            d = addr - (start + nbytes)
-            cand = (d, f"{d} bytes past the end of a {nbytes}-byte buffer")
-        elif base <= addr < start:
-            d = start - addr
-            cand = (d, f"{d} bytes before the start of a {nbytes}-byte buffer")
-        else:
-            continue
-        if best is None or cand[0] < best[0]:
-            best = cand
-    return best[1] if best else ""
-
-
 # ---- buffers shared with the kernel runner process (sandbox.py) ------------------------------------
 # The judge's view of a device buffer is a NumPy array over a memfd mapping (no guard pages here: the
 # kernel never runs in this process). The runner maps the same memfd between its own guard pages.
-# Same layout as guarded_empty: the END of the array at the end of the data pages (16-byte rounded).
+# The END of the array sits at the end of the data pages (16-byte rounded: see _layout).
 _shared_lock = threading.RLock()
 _shared: dict[int, tuple[int, int, int, int, int, int, weakref.ref]] = {}
 # key -> (judge address of the data pages, their length, fd, data_pages, offset, nbytes, ref)
@@ -125,7 +62,7 @@ def shared_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         # sealed: the runner cannot shrink the file under this process's mapping (SIGBUS here)
         import fcntl
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        m = _Mapping(fd, data_pages * PAGE, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        m = mmap.mmap(fd, data_pages * PAGE, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     except BaseException:
         os.close(fd)
         raise
