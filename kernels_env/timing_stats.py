@@ -69,12 +69,17 @@ def next_batch(p: Plan) -> tuple[int, int]:
 
     Below the minimum, runs are limited only by the stage's allowance: a slow kernel gets as many
     timed runs as fit, its warm-up dropped first (`warmup_left` runs are skipped when they do not
-    fit along with a timed run). Past the minimum (and only while the caller's precision criterion
-    is unmet), batches grow geometrically within the adaptive budget and `max_runs`."""
+    fit along with a timed run). One such batch takes at most half of the allowance left (one run
+    where only one fits), so runs up to ~3x slower than `per_run_s` predicts (a loaded host, a
+    clock that changes) end the batch inside the stage, and the next batch is planned on the new
+    cost. Past the minimum (and only while the caller's precision criterion is unmet), batches grow
+    geometrically within the adaptive budget and `max_runs`."""
     if p.timed >= p.max_runs:
         return 0, 0
     per_run = max(p.per_run_s, 1e-6)
     fit = math.floor(0.9 * p.allowance_s / per_run)
+    if p.timed < p.min_runs and fit >= 1:
+        fit = max(1, math.floor(0.45 * p.allowance_s / per_run))
     if p.timed >= p.min_runs:
         fit = min(fit, math.floor(p.budget_left_s / per_run))
         want = max(p.timed // 2, 5)

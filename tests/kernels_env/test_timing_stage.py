@@ -53,8 +53,11 @@ def test_next_batch_reaches_the_minimum_then_grows_within_the_budget():
 
 
 def test_next_batch_of_a_slow_kernel_drops_the_warmup_and_takes_what_fits():
-    assert next_batch(plan(per_run_s=1.0, allowance_s=5.0)) == (2, 2)  # 4 fit: 2 warm-up + 2
-    assert next_batch(plan(per_run_s=1.0, allowance_s=2.5)) == (0, 2)
+    # a batch below the minimum takes at most half the allowance left: 4 of 5 s fit, 2 are taken
+    assert next_batch(plan(per_run_s=1.0, allowance_s=5.0)) == (0, 2)
+    assert next_batch(plan(per_run_s=1.0, allowance_s=7.0)) == (2, 1)  # 3 of 6 fit: 2 warm-up + 1
+    assert next_batch(plan(per_run_s=1.0, allowance_s=2.5)) == (0, 1)
+    assert next_batch(plan(per_run_s=1.0, allowance_s=1.5)) == (0, 1)  # one run fits: it is taken
     assert next_batch(plan(per_run_s=1.0, allowance_s=0.5)) == (0, 0)
     # below the minimum the adaptive budget does not stop it; the stage allowance does
     assert next_batch(plan(per_run_s=0.5, budget_left_s=-3.0, warmup_left=0)) == (0, 10)
