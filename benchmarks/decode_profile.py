@@ -38,7 +38,7 @@ SHAPES = {
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, int | str]]:
-    """'name:key=value,key=value' -> (name, Sampler keyword arguments)."""
+    """'name:key=value,key=value' -> (name, DecodeImpl fields)."""
     name, _, rest = text.partition(":")
     kw: dict[str, int | str] = {}
     for item in filter(None, rest.split(",")):
@@ -89,11 +89,12 @@ def run_variant(shape: dict, kw: dict, batch: int, prompt: int, new: int, trace_
     from leap_jax.models import decoder
     from leap_jax.models.config import ModelConfig
     from leap_jax.sampling.params import SamplingParams
+    from leap_jax.sampling.decode_impl import DecodeImpl
     from leap_jax.sampling.sampler import Sampler
 
     cfg = ModelConfig(**shape, dtype="bfloat16", param_dtype="float32", max_position_embeddings=8192)
     params = decoder.init(cfg, jax.random.key(0))
-    sampler = Sampler(cfg, max_batch=batch, prompt_buckets=[prompt], max_new_tokens=new, **kw)
+    sampler = Sampler(cfg, max_batch=batch, prompt_buckets=[prompt], max_new_tokens=new, impl=DecodeImpl(**kw))
     rng = np.random.default_rng(0)
     prompts = [list(rng.integers(3, cfg.vocab_size, size=prompt - 1)) for _ in range(batch)]
     sp = SamplingParams(temperature=1.0, max_new_tokens=new, stop_token_ids=())

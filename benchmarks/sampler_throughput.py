@@ -114,7 +114,7 @@ def measure_bandwidth(n_bytes: int, reps: int = 10) -> float:
 
 
 def parse_variant(s: str) -> dict:
-    """'unrolled-rbg-reduce', 'scan-threefry-einsum-u4', ... -> Sampler keyword arguments.
+    """'unrolled-rbg-reduce', 'scan-threefry-einsum-u4', ... -> DecodeImpl fields.
 
     Dash-separated words in any order: unrolled|scan (layer loop), threefry|rbg (decode RNG),
     einsum|reduce|dpa|cudnn (decode attention; dpa / cudnn: jax.nn.dot_product_attention's XLA /
@@ -122,8 +122,7 @@ def parse_variant(s: str) -> dict:
     sK (K decode segments with growing static KV windows), uN|ufull (layer-scan unroll),
     kN (N decode steps per while-loop iteration), cond (top-p/top-k filter behind a per-step
     lax.cond instead of the static per-call choice).
-    Missing words keep the
-    Sampler defaults.
+    Missing words keep the DecodeImpl defaults.
     """
     kw: dict = {}
     for part in s.split("-"):
@@ -132,7 +131,7 @@ def parse_variant(s: str) -> dict:
         elif part in ("threefry", "rbg"):
             kw["rng_impl"] = part
         elif part in ("einsum", "reduce", "dpa", "cudnn"):
-            kw["decode_attention"] = part
+            kw["attention"] = part
         elif part in ("fuse", "nofuse"):
             kw["fuse"] = part == "fuse"
         elif part.startswith("s") and part[1:].isdigit():
@@ -195,6 +194,7 @@ def main() -> None:
 
     from leap_jax.models import decoder
     from leap_jax.models.config import ModelConfig
+    from leap_jax.sampling.decode_impl import DecodeImpl
     from leap_jax.sampling.params import SamplingParams
     from leap_jax.sampling.sampler import Sampler
 
@@ -213,7 +213,7 @@ def main() -> None:
     for name, kw in variants:
         for b in batches:
             s = Sampler(cfg, max_batch=b, prompt_buckets=(prompt,), max_new_tokens=new,
-                        batch_buckets=(b,), **kw)
+                        batch_buckets=(b,), impl=DecodeImpl(**kw))
             prompts = rng.integers(0, cfg.vocab_size, (b, prompt)).tolist()
             t0 = time.perf_counter()
             s.generate(params, prompts, sp, rng=0)

@@ -39,18 +39,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from leap_jax.models.config import ModelConfig
-from leap_jax.models.layers import ATTN_IMPLS
 from leap_jax.models.decoder import (KVCache, Params, cast_for_compute, forward, fuse_projections, init_cache,
                                      logits_from_hidden, unstack_cache, unstack_layers)
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
+from leap_jax.sampling.decode_impl import PADDINGS, RNG_IMPLS, DecodeImpl
 from leap_jax.sampling.params import SamplingParams
 
 DEFAULT_SAMPLING = SamplingParams()  # frozen: one shared default is safe
-
-PADDINGS = ("left", "right")
-LAYER_LOOPS = ("scan", "unrolled")
-RNG_IMPLS = ("threefry", "rbg")
+DEFAULT_IMPL = DecodeImpl()  # frozen too
 
 
 class SampleOutput(NamedTuple):
@@ -259,38 +256,20 @@ class Sampler:
     lengths (a prompt longer than the largest is an error). max_new_tokens: static decode budget
     (cache slots); SamplingParams.max_new_tokens may lower it per call without recompiling.
     cache_dtype: KV cache dtype (default: the compute dtype, i.e. bfloat16 for bf16 models).
-    unroll: layer-scan unroll factor inside prefill/decode (True = fully unrolled).
-    layer_loop: "unrolled" (default) runs the layers as a Python loop over per-layer weights and
-    per-layer cache buffers (updated and read in place each step, no slicing of stacked arrays;
-    compile time grows with depth, fine for a sampler) or "scan" (the stacked `lax.scan` path).
-    rng_impl: "threefry" (default) or "rbg" (see `decode`).
-    decode_attention: "einsum" (default), "reduce", "dpa" or "cudnn" (see `layers.attention`).
-    fuse: run with q|k|v and gate|up matrices concatenated (`fuse_projections`, done inside the
-    jitted call): 2 instead of 5 gemms per layer and step.
-    decode_segments: see `decode` (1 = one loop over the whole cache).
-    steps_per_iter: see `decode`.
-    static_filter: pick the top-k/top-p filter per call from the host-side SamplingParams (at most
-    two decode compilations) instead of a traced `lax.cond` inside every step.
+    pad_id: the token of padding (default: the config's pad token, else 0).
+    impl: how the decode loop is built (`DecodeImpl`: padding side, layer loop, RNG, attention,
+    fused projections, decode segments, steps per loop iteration); the default is the measured
+    fastest and every alternative samples the same greedy tokens.
     `trace_counts` counts traces (= compilations) of the two jitted functions.
     """
 
     def __init__(self, config: ModelConfig, max_batch: int = 64,
                  prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
                  max_new_tokens: int = 512, batch_buckets: Sequence[int] | None = None,
-                 padding: str = "left", max_stop_ids: int = 8, cache_dtype: str | None = None,
-                 unroll: int | bool = 1, pad_id: int | None = None,
-                 layer_loop: str = "unrolled", rng_impl: str = "threefry",
-                 decode_attention: str = "einsum", fuse: bool = True, decode_segments: int = 1,
-                 steps_per_iter: int = 1, static_filter: bool = True):
-        if padding not in PADDINGS:
-            raise ValueError(f"Sampler padding={padding!r}; expected one of {PADDINGS}")
-        if layer_loop not in LAYER_LOOPS:
-            raise ValueError(f"Sampler layer_loop={layer_loop!r}; expected one of {LAYER_LOOPS}")
-        if rng_impl not in RNG_IMPLS:
-            raise ValueError(f"Sampler rng_impl={rng_impl!r}; expected one of {RNG_IMPLS}")
-        if decode_attention not in ATTN_IMPLS:
-            raise ValueError(f"Sampler decode_attention={decode_attention!r}; expected one of "
-                             f"{ATTN_IMPLS}")
+                 pad_id: int | None = None, impl: DecodeImpl = DEFAULT_IMPL,
+                 max_stop_ids: int = 8, cache_dtype: str | None = None):
+        if not isinstance(impl, DecodeImpl):
+            raise ValueError(f"Sampler impl={impl!r}; expected a leap_jax.sampling.decode_impl.DecodeImpl")
         if max_new_tokens < 1:
             raise ValueError(f"Sampler max_new_tokens={max_new_tokens}; expected a positive int")
         if max_stop_ids < 1:
@@ -304,26 +283,14 @@ class Sampler:
             raise ValueError(f"batch_buckets {self.batch_buckets} must reach max_batch={max_batch}")
         self.prompt_buckets = validate_buckets("prompt_buckets", prompt_buckets)
         self.max_new_tokens = int(max_new_tokens)
-        self.padding = padding
+        self.impl = impl
         self.max_stop_ids = int(max_stop_ids)
         self.cache_dtype = jnp.dtype(cache_dtype or config.dtype)  # bf16 for bf16 models
-        self.unroll = unroll
-        self.layer_loop = layer_loop
-        self.rng_impl = rng_impl
-        self.decode_attention = decode_attention
-        self.fuse = fuse
-        if int(decode_segments) < 1:
-            raise ValueError(f"Sampler decode_segments={decode_segments}; expected an int >= 1")
-        self.decode_segments = int(decode_segments)
-        if int(steps_per_iter) < 1:
-            raise ValueError(f"Sampler steps_per_iter={steps_per_iter}; expected an int >= 1")
-        self.steps_per_iter = int(steps_per_iter)
-        self.static_filter = bool(static_filter)
 
         def prep(p):  # once per call, outside the decode loop: layout and dtype for the fast path
-            p = fuse_projections(p) if fuse else p
+            p = fuse_projections(p) if impl.fuse else p
             p = cast_for_compute(p, config.dtype)
-            return unstack_layers(p) if layer_loop == "unrolled" else p
+            return unstack_layers(p) if impl.layer_loop == "unrolled" else p
         self.pad_id = int(pad_id if pad_id is not None else (config.pad_token_id or 0))
         self.trace_counts: collections.Counter[str] = collections.Counter()
         self.last_timings: dict[str, float] = {}
@@ -334,8 +301,8 @@ class Sampler:
 
         def prefill_fn(params, cache, tokens, lengths):
             self.trace_counts["prefill"] += 1
-            return prefill(prep(params), config, cache, tokens, lengths, padding=padding,
-                           unroll=unroll)
+            return prefill(prep(params), config, cache, tokens, lengths, padding=impl.padding,
+                           unroll=impl.unroll)
 
         def decode_fn(params, cache, logits, lengths, active, rng, temperature, top_p, top_k,
                       stop_ids, max_new, filtered=None):
@@ -343,10 +310,10 @@ class Sampler:
             prompt_slots = cache.seg.shape[1] - self.max_new_tokens
             return decode(prep(params), config, cache, logits, lengths, active, rng, temperature,
                           top_p, top_k, stop_ids, max_new, max_new_tokens=self.max_new_tokens,
-                          prompt_slots=prompt_slots, padding=padding, pad_id=self.pad_id,
-                          unroll=unroll, rng_impl=rng_impl, attn_impl=decode_attention,
-                          segments=self.decode_segments, filtered=filtered,
-                          steps_per_iter=self.steps_per_iter)
+                          prompt_slots=prompt_slots, padding=impl.padding, pad_id=self.pad_id,
+                          unroll=impl.unroll, rng_impl=impl.rng_impl, attn_impl=impl.attention,
+                          segments=impl.decode_segments, filtered=filtered,
+                          steps_per_iter=impl.steps_per_iter)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,), static_argnames=("filtered",))
@@ -359,7 +326,7 @@ class Sampler:
         else:
             self._cache = None  # free the old shape's buffer before allocating the new one
             cache = init_cache(self.config, batch, slots, self.cache_dtype)
-            if self.layer_loop == "unrolled":  # one buffer per layer
+            if self.impl.layer_loop == "unrolled":  # one buffer per layer
                 cache = unstack_cache(cache)
         self._cache = None
         return cache
@@ -394,7 +361,7 @@ class Sampler:
                         active: np.ndarray, sampling: SamplingParams,
                         rng: jax.Array) -> DecodeResult:
         """Array-level generate for one already-padded chunk: tokens [B, P] (left- or
-        right-padded to match `padding`), lengths [B], active [B]; B and P must be buckets."""
+        right-padded to match `impl.padding`), lengths [B], active [B]; B and P must be buckets."""
         b, p = tokens.shape
         if b not in self.batch_buckets or p not in self.prompt_buckets:
             raise ValueError(f"padded shape {(b, p)} must use a batch bucket {self.batch_buckets} "
@@ -413,7 +380,7 @@ class Sampler:
             params, cache, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
             np.float32(sampling.temperature), np.float32(sampling.top_p),
             np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new),
-            filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.static_filter else None)
+            filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
         self._cache = ((b, p + self.max_new_tokens), cache)
@@ -451,7 +418,7 @@ class Sampler:
             active = np.zeros((b,), bool)
             for r, j in enumerate(idx):
                 a = arrs[j]
-                if self.padding == "left":
+                if self.impl.padding == "left":
                     tok[r, p - a.size:] = a
                 else:
                     tok[r, : a.size] = a

@@ -10,6 +10,7 @@ import pytest
 from leap_jax.models import decoder
 from leap_jax.models.logprobs import token_logprobs
 from leap_jax.sampling.buckets import batch_buckets, pick_bucket, prompt_buckets
+from leap_jax.sampling.decode_impl import DecodeImpl
 from leap_jax.sampling.params import SamplingParams
 from leap_jax.sampling.sampler import Sampler, _filter_top_k_top_p, sample_from_logits
 from tests.leap_jax.test_decoder import CFG, random_params
@@ -68,7 +69,7 @@ def test_greedy_equals_repeated_full_forward_argmax(params, sampler, prompts):
         assert len(lps) == NEW and lps.dtype == np.float32 and not fin
     # Decode split into 4 loops with growing static KV windows: same tokens and log-probs.
     seg = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, batch_buckets=(4,),
-                  decode_segments=4)
+                  impl=DecodeImpl(decode_segments=4))
     out4 = seg.generate(params, prompts, GREEDY, rng=0)
     assert out4.tokens == out.tokens
     for a, b in zip(out4.logprobs, out.logprobs, strict=False):
@@ -139,7 +140,7 @@ def test_loop_variants_give_identical_samples(params, sampler, prompts, kw):
     """Several steps per loop iteration (past-the-end steps discarded) and the per-step cond
     filter produce exactly the default sampler's tokens, log-probs and lengths."""
     other = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, batch_buckets=(4,),
-                    **kw)
+                    impl=DecodeImpl(**kw))
     first = sampler.generate(params, prompts, GREEDY, 0).tokens[0][0]
     for sp in (GREEDY, SamplingParams(temperature=1.0, top_p=0.9, stop_token_ids=()),
                SamplingParams(temperature=1.0, max_new_tokens=5, stop_token_ids=(first,))):
@@ -194,9 +195,9 @@ def test_max_new_tokens_per_call(params, sampler, prompts):
 
 def test_split_batches_and_right_padding(params, prompts):
     many = prompts + [prompts[1][:6], prompts[2][::-1]]  # 6 prompts > max_batch 4
-    s = Sampler(CFG, max_batch=4, prompt_buckets=(4, 8), max_new_tokens=NEW, padding="right",
-                layer_loop="scan", rng_impl="rbg", decode_attention="reduce", fuse=False,
-                decode_segments=3)
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(4, 8), max_new_tokens=NEW,
+                impl=DecodeImpl(padding="right", layer_loop="scan", rng_impl="rbg", attention="reduce",
+                                fuse=False, decode_segments=3))
     out = s.generate(params, many, GREEDY, 0)
     assert s.trace_counts["decode"] == 2  # two buckets were used (2 and 4 rows, P=8)
     for p, toks in zip(many, out.tokens, strict=False):
@@ -275,12 +276,16 @@ def test_buckets_and_validation(params, sampler):
 
 
 def test_dot_product_attention_decode_matches_the_model(params, prompts):
-    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, decode_attention="dpa")
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, impl=DecodeImpl(attention="dpa"))
     out = s.generate(params, prompts, GREEDY, 0)
     for p, toks in zip(prompts, out.tokens, strict=False):
         assert toks == ref_greedy(params, p, NEW)
-    with pytest.raises(ValueError, match="decode_attention"):
-        Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, decode_attention="flash")
+    with pytest.raises(ValueError, match="attention='flash'; expected one of"):
+        DecodeImpl(attention="flash")
+    with pytest.raises(ValueError, match="steps_per_iter=0; expected an int >= 1"):
+        DecodeImpl(steps_per_iter=0)
+    with pytest.raises(ValueError, match="impl=.*expected a leap_jax.sampling.decode_impl.DecodeImpl"):
+        Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, impl={"attention": "dpa"})
 
 
 @pytest.mark.gpu
@@ -294,9 +299,9 @@ def test_bf16_sampler_on_gpu_variants_agree():
     prompts = [rng.integers(1, 97, n).tolist() for n in (5, 30, 17, 64, 2)]
     outs = {}
     variants = {"unrolled": {}, "scan": {"layer_loop": "scan", "decode_segments": 3},
-                "cudnn": {"decode_attention": "cudnn"}}  # the fused cuDNN decode attention
+                "cudnn": {"attention": "cudnn"}}  # the fused cuDNN decode attention
     for loop, kw in variants.items():
-        s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16, **kw)
+        s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16, impl=DecodeImpl(**kw))
         outs[loop] = s.generate(p, prompts, GREEDY, 0)
         sampled = s.generate(p, prompts, SamplingParams(temperature=0.8, top_p=0.9, top_k=20), 1)
         assert s.trace_counts["decode"] == 2  # one (batch 8, prompt 64) bucket: unfiltered + filtered

@@ -1,0 +1,52 @@
+"""How the Sampler's jitted prefill and decode are built: one value, one place that checks it.
+
+None of these switches changes what is sampled in greedy mode (tests/leap_jax/test_sampler.py proves
+the alternatives equal); they trade compile time, memory layout and kernel count. The defaults are
+the measured choice on the H200 (benchmarks/sampler_throughput.py and benchmarks/decode_profile.py
+compare the alternatives side by side); the trainer sets only `decode_segments` and
+`steps_per_iter` (config `sampling.*`). `rng_impl` changes the random stream of stochastic
+sampling, not its distribution.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from leap_jax.models.layers import ATTN_IMPLS
+
+PADDINGS = ("left", "right")
+LAYER_LOOPS = ("scan", "unrolled")
+RNG_IMPLS = ("threefry", "rbg")
+
+
+@dataclass(frozen=True)
+class DecodeImpl:
+    """The implementation of the decode loop (a frozen, hashable value; `replace` to vary it)."""
+    padding: str = "left"  # prompts left-padded (one scalar cache slot per step) or right-padded
+    # "unrolled": a Python loop over per-layer weights and per-layer cache buffers, updated in place
+    # (compile time grows with depth, fine for a sampler); "scan": the stacked lax.scan path
+    layer_loop: str = "unrolled"
+    rng_impl: str = "threefry"  # the decode RNG (rbg: fewer kernels, another random stream)
+    attention: str = "einsum"  # decode attention: models.layers.ATTN_IMPLS
+    fuse: bool = True  # concatenated q|k|v and gate|up projections
+    unroll: int | bool = 1  # the layer scan's unroll factor (layer_loop="scan")
+    # top-k/top-p filtering chosen per call from the host-side SamplingParams (at most two decode
+    # compilations) instead of a traced lax.cond inside every step
+    static_filter: bool = True
+    decode_segments: int = 1  # consecutive while_loops with growing static KV windows
+    steps_per_iter: int = 1  # decode steps per while_loop iteration (steps past the end discarded)
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("padding", self.padding, PADDINGS),
+                                     ("layer_loop", self.layer_loop, LAYER_LOOPS),
+                                     ("rng_impl", self.rng_impl, RNG_IMPLS),
+                                     ("attention", self.attention, ATTN_IMPLS)):
+            if value not in allowed:
+                raise ValueError(f"DecodeImpl {name}={value!r}; expected one of {allowed}")
+        for name, count in (("decode_segments", self.decode_segments),
+                            ("steps_per_iter", self.steps_per_iter)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"DecodeImpl {name}={count!r}; expected an int >= 1")
+
+    def replace(self, **changes: object) -> DecodeImpl:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
