@@ -2,67 +2,38 @@
 
 dcp: Difficulty-Conditioned Pruning (decisions, continue masks, summary, optional history mode);
 rewards: rank-based tournament reward and the baselines' rewards; advantages: group baselines,
-LEAP credit, GAE; losses: PPO/GRPO surrogate, value loss, exact micro-batch aggregation.
-"""
-from leap_jax.rl.advantages import (
-    gae,
-    group_mean_baseline,
-    group_zscore,
-    kevin_advantages,
-    leave_one_out,
-    per_turn_credit,
-    token_advantages,
-    trajectory_credit,
-    trloo_advantages,
-)
-from leap_jax.rl.dcp import (
-    DEBUG,
-    EASY,
-    HOPELESS,
-    PAD,
-    DCPHistory,
-    HistoryRule,
-    apply_history,
-    attempt_schedule,
-    continue_mask,
-    dcp_decision,
-    dcp_summary,
-    init_history,
-    n_failures,
-    recovery_rate,
-    resolve_thresholds,
-    update_history,
-)
-from leap_jax.rl.losses import (
-    AGGREGATION_MODES,
-    aggregate,
-    combine_metrics,
-    entropy_from_logits,
-    finalize_loss,
-    finalize_metrics,
-    k3_kl,
-    policy_loss,
-    value_loss,
-)
-from leap_jax.rl.rewards import (
-    binary_reward,
-    discounted_returns,
-    final_success_reward,
-    first_correct_value,
-    kevin_scores,
-    last_attempted_value,
-    outcome_keys,
-    rank_reward,
-    rank_reward_from_turns,
-)
+LEAP credit, GAE; losses: PPO/GRPO surrogate, value loss, exact micro-batch aggregation;
+options: the options' names and ranges in plain Python.
 
-__all__ = [
-    "AGGREGATION_MODES", "DCPHistory", "DEBUG", "EASY", "HOPELESS", "HistoryRule", "PAD",
-    "aggregate", "apply_history", "attempt_schedule", "binary_reward", "combine_metrics",
-    "continue_mask", "dcp_decision", "dcp_summary", "discounted_returns", "entropy_from_logits",
-    "final_success_reward", "finalize_loss", "finalize_metrics", "first_correct_value", "gae",
-    "group_mean_baseline", "group_zscore", "init_history", "k3_kl", "kevin_advantages", "kevin_scores",
-    "last_attempted_value", "leave_one_out", "n_failures", "outcome_keys", "per_turn_credit",
-    "policy_loss", "rank_reward", "rank_reward_from_turns", "recovery_rate", "resolve_thresholds", "token_advantages",
-    "trajectory_credit", "trloo_advantages", "update_history", "value_loss",
-]
+Names resolve lazily (PEP 562): `from leap_jax.rl import dcp_decision` imports the submodule that
+defines it, and config validation reads `leap_jax.rl.options` without importing JAX.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "advantages": ("gae", "group_mean_baseline", "group_zscore", "kevin_advantages", "leave_one_out",
+                   "per_turn_credit", "token_advantages", "trajectory_credit", "trloo_advantages"),
+    "dcp": ("DEBUG", "EASY", "HOPELESS", "PAD", "DCPHistory", "HistoryRule", "apply_history",
+            "attempt_schedule", "continue_mask", "dcp_decision", "dcp_summary", "init_history",
+            "n_failures", "recovery_rate", "resolve_thresholds", "update_history"),
+    "losses": ("aggregate", "combine_metrics", "entropy_from_logits", "finalize_loss", "finalize_metrics",
+               "k3_kl", "policy_loss", "value_loss"),
+    "options": ("AGGREGATION_MODES", "check_threshold"),
+    "rewards": ("binary_reward", "discounted_returns", "final_success_reward", "first_correct_value",
+                "kevin_scores", "last_attempted_value", "outcome_keys", "rank_reward", "rank_reward_from_turns"),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = [name for name in sorted(_HOME)]  # a list expression: ruff PLE0605
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'leap_jax.rl' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"leap_jax.rl.{_HOME[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

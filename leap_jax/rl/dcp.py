@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from leap_jax.rl._masks import Array, check_turn_shape, default_attempted, valid_rows
+from leap_jax.rl.options import check_threshold
 
 EASY = 0       # few failures: single-turn only
 DEBUG = 1      # in the band: failed rows get debugging turns
@@ -35,18 +36,6 @@ HOPELESS = 2   # too many failures: abandoned after turn 1
 PAD = -1       # padding group (group_mask False or no valid row)
 
 _FRACTION_SLACK = 1e-4  # absorbs float rounding in f * n_valid (e.g. 0.3 * 10)
-
-
-def _check_threshold(name: str, value: object, group_size: int) -> None:
-    """Validate a Python threshold: counts in 0..G, fractions in [0, 1]; arrays pass unchecked."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an int count or a float fraction, got the bool {value!r}")
-    if isinstance(value, (int, np.integer)):
-        if not 0 <= int(value) <= group_size:
-            raise ValueError(f"{name}={value!r} is a count of failed rows; expected 0..{group_size} (G)")
-    elif isinstance(value, (float, np.floating)):
-        if not 0.0 <= float(value) <= 1.0 or value != value:
-            raise ValueError(f"{name}={value!r} is a fraction of the group; expected a float in [0, 1]")
 
 
 def _is_fraction(value: object) -> bool:
@@ -102,9 +91,8 @@ def dcp_decision(correct_t1: Array, group_mask: Array | None = None, t_min: Arra
     """
     correct_t1 = jnp.asarray(correct_t1, dtype=bool)
     g = correct_t1.shape[-1] if correct_t1.ndim else 0
-    _check_threshold("t_min", t_min, g)
-    if t_max is not None:
-        _check_threshold("t_max", t_max, g)
+    check_threshold("t_min", t_min, g)
+    check_threshold("t_max", t_max, g)
     both_counts = all(isinstance(v, (int, np.integer)) for v in (t_min, t_max))
     both_fractions = all(isinstance(v, (float, np.floating)) for v in (t_min, t_max))
     if (both_counts or both_fractions) and t_min > t_max:

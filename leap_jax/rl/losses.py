@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 
 from leap_jax.rl._masks import Array
+from leap_jax.rl.options import AGGREGATION_MODES
 
-AGGREGATION_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 def _check_tokens(name: str, x: jnp.ndarray, shape: tuple[int, ...]) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
+from leap_jax.rl.options import AGGREGATION_MODES, check_threshold
 from leap_jax.train.algorithms import ALGORITHMS
 from leap_jax.train.config_env import EnvCfg, TasksCfg
 from leap_jax.train.config_loader import (ConfigError, apply_overrides, build, choice, positive, read_yaml,
@@ -28,10 +29,9 @@ from leap_jax.train.config_sft import CorpusCfg, SFTCfg
 __all__ = ["AlgorithmCfg", "CheckpointCfg", "Config", "ConfigError", "CorpusCfg", "DCPCfg", "EnvCfg", "EvalCfg",
            "LoggingCfg", "LossCfg", "LowPrecisionParamsWarning", "MeshCfg", "ModelCfg", "OptimizerCfg",
            "RolloutCfg", "SFTCfg", "SamplingCfg", "ScriptedMixCfg", "TasksCfg", "TokenizerCfg", "TrainCfg",
-           "check_threshold", "from_dict", "load_config", "save_config", "to_dict", "validate", "validate_sft"]
+           "from_dict", "load_config", "save_config", "to_dict", "validate", "validate_sft"]
 
 MODES = ("rl", "sft")
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")  # rl.losses (imports jax)
 SCHEDULES = ("constant", "cosine", "linear")
 
 
@@ -105,8 +105,8 @@ class DCPCfg:
         """Both thresholds against G (rollout.group_size); with DCP on, some group must be debuggable."""
         if self.t_min is None:
             raise ConfigError("dcp.t_min=None: expected an int count or a float fraction of G")
-        check_threshold(self.t_min, group_size, "dcp.t_min")
-        check_threshold(self.t_max, group_size, "dcp.t_max")
+        check_threshold("dcp.t_min", self.t_min, group_size, ConfigError)
+        check_threshold("dcp.t_max", self.t_max, group_size, ConfigError)
         lo = self.t_min if isinstance(self.t_min, int) else -(-self.t_min * group_size // 1)
         hi = (group_size - 1 if self.t_max is None else
               self.t_max if isinstance(self.t_max, int) else self.t_max * group_size // 1)
@@ -126,7 +126,7 @@ class LossCfg:
     value_clip: float = 0.2
 
     def check(self) -> None:
-        choice(self.aggregation, AGGREGATIONS, "loss.aggregation")
+        choice(self.aggregation, AGGREGATION_MODES, "loss.aggregation")
         positive(self.eps_low, "loss.eps_low")
         positive(self.eps_high, "loss.eps_high")
         positive(self.kl_beta, "loss.kl_beta", allow_zero=True)
@@ -215,17 +215,6 @@ def save_config(cfg: Config, path: str | Path) -> None:
 
 
 # ---- validation: each section's own check(), then the rules across sections ----------------------
-def check_threshold(value: int | float | None, group_size: int, where: str) -> None:
-    """A DCP threshold: an int count in [0, G], or a float fraction in [0, 1] (None allowed for t_max)."""
-    if value is None:
-        return
-    if isinstance(value, int):
-        if not 0 <= value <= group_size:
-            raise ConfigError(f"{where}={value!r}: an int is a count of failed rows; expected 0..{group_size} (G)")
-    elif not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{where}={value!r}: a float is a fraction of the group; expected it in [0, 1]")
-
-
 def validate(cfg: Config) -> None:
     """Check value ranges and impossible combinations; raise ConfigError naming the problem."""
     choice(cfg.mode, MODES, "mode")

@@ -263,3 +263,23 @@ def test_history_step_is_jittable():
     assert np.all(np.asarray(hist.recovered) <= np.asarray(hist.debugged))
     with pytest.raises(ValueError, match="num_tasks"):
         rl.init_history(0)
+
+
+@pytest.mark.parametrize("bad, match", [(9, r"expected 0\.\.8 \(G\)"), (np.int64(-1), r"expected 0\.\.8 \(G\)"),
+                                        (1.5, r"expected it in \[0, 1\]"), (float("nan"), r"in \[0, 1\]"),
+                                        (True, "not a bool")])
+def test_one_threshold_rule_for_dcp_and_the_config(bad, match):
+    """rl.dcp and the run config reject the same thresholds with the same message (rl.options)."""
+    from leap_jax.train.config import ConfigError, DCPCfg
+    with pytest.raises(ValueError, match="t_min=.*" + match):
+        rl.dcp_decision(np.zeros((2, 8), bool), t_min=bad, t_max=None)
+    with pytest.raises(ConfigError, match="dcp.t_min=.*" + match):
+        DCPCfg(t_min=bad).check(8, uses_dcp=True)
+
+
+def test_config_validation_does_not_import_jax():
+    import subprocess
+    import sys
+    code = ("import sys, leap_jax.train.config as c; import leap_jax.rl.options; "
+            "assert 'jax' not in sys.modules, 'config imported jax'")
+    subprocess.run([sys.executable, "-c", code], check=True)
