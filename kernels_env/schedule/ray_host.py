@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import types
 from typing import Any
 
 from kernels_env.pool import EvalPool, Job
@@ -16,6 +18,7 @@ class EvalHost:
 
     def __init__(self, pool_kwargs: dict[str, Any]) -> None:
         os.environ["LEAP_EVAL_HOST"] = "1"  # this process and its workers serve a Ray evaluation host
+        _bare_main()
         self.pool = EvalPool(mode="process", cache=False, **pool_kwargs)
 
     def score_batch(self, jobs: list[Job]) -> list[dict[str, Any]]:
@@ -41,6 +44,14 @@ class EvalHost:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _bare_main() -> None:
+    """Spawned pool workers re-import their parent's `__main__`; in a Ray worker that is Ray's worker
+    script, which would load Ray and gRPC into every compile and exec worker (memory, start-up time, and
+    gRPC aborting in a Landlock-confined compile worker at exit). An empty `__main__` spares them that:
+    the actor's own code is already running and does not look it up again."""
+    sys.modules["__main__"] = types.ModuleType("__main__")
 
 
 def host_actor_class(ray: Any) -> Any:

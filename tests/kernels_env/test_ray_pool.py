@@ -210,3 +210,13 @@ def test_missing_ray_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"pip install \"\.\[dist\]\""):
         ray_support.require_ray()
+
+
+def test_cli_scores_on_the_cluster(cluster, capsys):
+    from kernels_env.cli import main
+    args = ["check-suite", "--tasks", "relu", "sigmoid", "--backend", "cpu", "--sizes", "small", "--no-timing",
+            "--trials", "1"]
+    assert main([*args, "--ray-address", cluster.address]) == 0
+    assert "2/2 correct" in capsys.readouterr().out
+    assert main([*args, "--inline", "--ray-address", cluster.address]) == 2
+    assert "exclude each other" in capsys.readouterr().err
