@@ -1,7 +1,9 @@
-"""The smoke config trained with `env.pool_mode=ray`: the trainer drives evaluation through a local Ray
-cluster whose host runs the cpu backend (random tiny model, so no SFT warm-up: about a minute)."""
+"""The smoke config trained with `env.pool_mode=ray` by a trainer that cannot import CuPy: it drives
+evaluation through a local Ray cluster whose host runs the cpu backend (random tiny model, so no SFT
+warm-up: about a minute)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ def test_smoke_config_with_ray_pool(tmp_path, monkeypatch, capsys):
     if not cpu_backend_works():
         pytest.skip("the cpu backend cannot score the relu solution on this machine")
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    monkeypatch.setitem(sys.modules, "cupy", None)  # `import cupy` fails here; the host has it
     run = tmp_path / "smoke_ray"
     args = ["--config", str(ROOT / "configs" / "smoke.yaml"), f"train.run_dir={run}", "train.steps=2",
             "model.source=random", "tokenizer.kind=bpe", "env.pool_mode=ray", "logging.progress_bar=false",
