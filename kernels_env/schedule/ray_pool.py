@@ -369,7 +369,7 @@ class RayEvalPool(EvalPool):
     def host_info(self) -> list[dict[str, Any]]:
         """Each host's state and its last `info()` (pid, hostname, backend, workers): diagnostics, tests."""
         return [{"node_id": h.spot.node_id, "address": h.spot.address, "state": h.state, **h.info}
-                for h in self._hosts.values()]
+                for h in list(self._hosts.values())]
 
     def close(self) -> None:
         """Stop the dispatcher, resolve what is pending to env_error, stop the hosts (and Ray, if this pool
@@ -383,8 +383,9 @@ class RayEvalPool(EvalPool):
         for h in self._hosts.values():
             if h.state == "dead":
                 continue
-            try:
-                self._ray.get(h.handle.close.remote(), timeout=10)
+            try:  # a host that is up stops its workers itself; one restarting is just killed
+                if h.state == "up":
+                    self._ray.get(h.handle.close.remote(), timeout=10)
             except Exception:
                 pass
             try:
