@@ -9,6 +9,7 @@ compile workers) and executed. Afterwards one text is resubmitted to measure a c
     python benchmarks/env_throughput.py                      # H200: cupy, eval sizes, all level-1 tasks
     python benchmarks/env_throughput.py --backend cpu --sizes small --limit 5
     python benchmarks/env_throughput.py --json               # one JSON object instead of the table
+    python benchmarks/env_throughput.py --pool ray --backend cpu --sizes small --limit 3   # ray vs process
 
 Before and after side by side (benchmarks/env_compare.py): `--before-src DIR` runs each workload
 (`--workloads suite,small,mix`) once with the kernels_env package in DIR and once with this tree's,
@@ -82,24 +83,26 @@ def measure_compile(tasks: list[Any], arch: str, config: Any, reps: int) -> dict
 
 def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits: int,
                  gpu_workers: int | None, compile_workers: int | None,
-                 exec_workers_per_gpu: int | None = None) -> dict[str, Any]:
-    """evaluations/s through EvalPool(process) on unique texts, then cache-hit latency."""
+                 exec_workers_per_gpu: int | None = None, mode: str = "process",
+                 mode_kwargs: dict[str, Any] | None = None, tag: str = "") -> dict[str, Any]:
+    """evaluations/s through EvalPool(mode) on unique texts (`tag` makes them unique to this call: the
+    cpu backend's build cache is on disk), then cache-hit latency."""
     from kernels_env.cache import ResultCache
     from kernels_env.pool import EvalPool, Job
     t_start = time.perf_counter()
     kw = {"exec_workers_per_gpu": exec_workers_per_gpu} if exec_workers_per_gpu else {}
-    pool = EvalPool(mode="process", backend=backend, gpu_workers=gpu_workers, compile_workers=compile_workers,
-                    cache=ResultCache(), config=config, **kw)
+    pool = EvalPool(mode=mode, backend=backend, gpu_workers=gpu_workers, compile_workers=compile_workers,
+                    cache=ResultCache(), config=config, **kw, **(mode_kwargs or {}))
     try:
         # Warm-up (not counted): worker start-up, CUDA context creation, first-use costs.
-        warm = pool.map([Job(t.name, variant(t.solution, "warm"), config) for t in tasks[:2]])
+        warm = pool.map([Job(t.name, variant(t.solution, f"{tag}warm"), config) for t in tasks[:2]])
         startup_s = time.perf_counter() - t_start
         # Round r submits every task once. Round 0 is each task's first sight in this process (CuPy
         # builds the elementwise kernels its reference and inputs need; the reference is timed);
         # later rounds are the steady state of a training run, where the same tasks recur.
         jobs, results, round_wall = [], [], []
         for r in range(repeat):
-            batch = [Job(t.name, variant(t.solution, f"r{r}"), config) for t in tasks]
+            batch = [Job(t.name, variant(t.solution, f"{tag}r{r}"), config) for t in tasks]
             t0 = time.perf_counter()
             results += pool.map(batch)
             round_wall.append(time.perf_counter() - t0)
@@ -250,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ap.add_argument("--exec-workers-per-gpu", type=int, default=None,
                     help="exec workers per GPU (cupy; the pool's default when omitted; ignored by old code)")
+    ap.add_argument("--pool", default="process", choices=("process", "ray"),
+                    help="ray: the process pool here against EvalPool(mode='ray') on the same jobs, one table")
+    ap.add_argument("--ray-address", default=None, metavar="ADDR",
+                    help="--pool ray: the cluster (HEAD:6379); default a local Ray with one host on this machine")
     ap.add_argument("--before-src", default=None, metavar="DIR",
                     help="directory holding an older kernels_env package: run before/after arms side by side")
     ap.add_argument("--workloads", default=None,
@@ -291,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     arch = config.arch or "sm_90"
     if "compile" not in skip:
         report.update(measure_compile(tasks, arch, config, args.compile_reps))
+    if args.pool == "ray":  # both pools on the same workload, one after the other; nothing else
+        print(ray_vs_process(tasks, config, backend, repeat, args))
+        return 0
     if "pool" not in skip:
         report.update(measure_pool(tasks, config, backend, repeat, args.hits, args.gpu_workers,
                                    args.compile_workers, args.exec_workers_per_gpu))
@@ -301,6 +311,37 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(render_table(report))
     return 0
+
+
+RAY_ROWS = (("pool start-up + warm-up, s", "startup_s", "{:.2f}"), ("evaluations / s, all rounds", "evals_per_s", "{:.2f}"),
+            ("evaluations / s, first sight", "first_round_evals_per_s", "{:.2f}"),
+            ("evaluations / s, steady state", "steady_evals_per_s", "{:.2f}"),
+            ("compile in pool p50, ms", "pool_compile_ms_p50", "{:.1f}"),
+            ("correctness stage p50, ms", "correctness_ms_p50", "{:.1f}"),
+            ("cache hit p50, ms", "cache_hit_ms_p50", "{:.3f}"), ("statuses", "statuses", "{}"))
+
+
+def ray_vs_process(tasks: list[Any], config: Any, backend: str, repeat: int, args: argparse.Namespace) -> str:
+    """--pool ray: the same jobs through the process pool and through EvalPool(mode='ray'); a table of both
+    and the Ray pool's overhead (its steady evaluations/s against the process pool's)."""
+    arms = {}
+    for mode, extra in (("process", {}), ("ray", {"address": args.ray_address})):
+        arms[mode] = measure_pool(tasks, config, backend, repeat, args.hits, args.gpu_workers, args.compile_workers,
+                                  args.exec_workers_per_gpu, mode=mode, mode_kwargs=extra,
+                                  tag=f"{mode}_{os.getpid()}_{time.time_ns()}_")
+    if args.json:
+        return json.dumps(arms, default=str)
+    rows = [("metric", "process", "ray")]
+    for label, key, fmt in RAY_ROWS:
+        rows.append((label, *(fmt.format(arms[m].get(key, float("nan"))) for m in ("process", "ray"))))
+    p, r = arms["process"]["steady_evals_per_s"], arms["ray"]["steady_evals_per_s"]
+    same = arms["process"]["statuses"] == arms["ray"]["statuses"]
+    host = {k: arms["ray"]["pool_stats"].get(k) for k in ("hosts_up", "batches", "host_deaths", "resends")}
+    w = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["  ".join(c.ljust(w[i]) for i, c in enumerate(row)).rstrip() for row in rows]
+    return "\n".join([f"backend {backend}, {len(tasks)} tasks x {repeat} rounds", *lines,
+                      f"ray / process, steady evaluations/s: {r / p:.2f}" if p == p and p > 0 else "",
+                      f"same statuses: {'yes' if same else 'NO'}; ray pool: {host}"])
 
 
 def compare_main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:

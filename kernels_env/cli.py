@@ -102,6 +102,20 @@ def _read(path: str) -> str:
                        f"{e.reason}); submissions are UTF-8 Markdown") from None
 
 
+def _pool_mode(args: argparse.Namespace) -> dict[str, Any]:
+    """EvalPool's mode (and Ray address) from --inline / --ray-address."""
+    if args.ray_address is not None:
+        if args.inline:
+            raise CliError("--inline and --ray-address exclude each other: score here or on the Ray hosts")
+        from kernels_env.schedule.ray_support import require_ray
+        try:
+            require_ray()
+        except ImportError as e:
+            raise CliError(str(e)) from None
+        return {"mode": "ray", "address": None if args.ray_address == "local" else args.ray_address}
+    return {"mode": "inline" if args.inline else "process"}
+
+
 def cmd_score(args: argparse.Namespace, out: Any) -> int:
     task = _get_task(args.task)
     text = _read(args.file)
@@ -110,7 +124,7 @@ def cmd_score(args: argparse.Namespace, out: Any) -> int:
     cfg = _config(args)
     gpu_workers, cpu_workers = (1, None) if args.backend == "cupy" else (None, 1)
     # process mode (default): a hang or crash of the kernel is contained and time-limited
-    with EvalPool(mode="inline" if args.inline else "process", backend=args.backend, config=cfg, cache=False,
+    with EvalPool(**_pool_mode(args), backend=args.backend, config=cfg, cache=False,
                   compile_workers=1, gpu_workers=gpu_workers, cpu_workers=cpu_workers) as pool:
         result = pool.map([Job(task.name, text, cfg)])[0]
     if args.json:
@@ -153,8 +167,7 @@ def cmd_check_suite(args: argparse.Namespace, out: Any) -> int:
     kw: dict[str, Any] = {}
     if args.workers:
         kw = {"gpu_workers": args.workers} if args.backend == "cupy" else {"cpu_workers": args.workers}
-    with EvalPool(mode="inline" if args.inline else "process", backend=args.backend, config=cfg,
-                  cache=False, **kw) as pool:
+    with EvalPool(**_pool_mode(args), backend=args.backend, config=cfg, cache=False, **kw) as pool:
         progress = len(jobs) > 3 and sys.stderr.isatty() and not args.json
         results = pool.map(jobs, progress=progress)
     if args.json:
@@ -173,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--sizes", choices=SIZE_SETS, default="eval")
         sp.add_argument("--no-timing", action="store_true", help="correctness only")
         sp.add_argument("--trials", type=int, default=None, help="correctness trials (default: config)")
+        sp.add_argument("--ray-address", default=None, metavar="ADDR",
+                        help="score on the evaluation hosts of this Ray cluster (HEAD:6379, ray://HEAD:10001, or "
+                             "'local' for a Ray started here); needs the dist extra, docs/DISTRIBUTED_EVAL.md")
 
     sp = sub.add_parser("list", help="list tasks")
     sp.add_argument("--level", type=int, choices=(1, 2, 3), default=None)

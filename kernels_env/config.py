@@ -7,6 +7,8 @@ from typing import Any
 
 BACKENDS = ("auto", "cupy", "cpu")
 SIZE_SETS = ("eval", "small")
+# How EvalPool runs jobs (kernels_env/pool.py); here so configs can check the name without importing the pool.
+POOL_MODES = ("process", "inline", "ray")
 # Fields that change how fast a result is computed, never the result: left out of the result
 # cache's key (kernels_env/cache.py), so cached results are shared and keys stay as they were.
 RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes")

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 
 from kernels_env import reference_cache
 from kernels_env.cache import ResultCache, cache_key
-from kernels_env.config import EnvConfig
+from kernels_env.config import POOL_MODES, EnvConfig
 from kernels_env.gpu_lock import GpuLock, GpuLockHandle, attach
 from kernels_env.result import Result
 from kernels_env.spares import SpareWorkers
@@ -48,7 +48,7 @@ Evaluator = Callable[[str, str, EnvConfig], Result]
 DEFAULT_EXEC_WORKERS_PER_GPU = 3  # cupy: one times (exclusive lock) while the others do host work
 STARTUP_TIMEOUT_S = 180.0  # a worker importing CuPy / creating a CUDA context
 CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory access)"
-MODES = ("process", "inline")
+MODES = POOL_MODES  # "ray": kernels_env/schedule/ray_pool.py (RayEvalPool)
 
 
 @dataclass(frozen=True)
@@ -358,12 +358,20 @@ class EvalPool:
     """Score jobs in worker processes (or inline), with a result cache; see the module docstring."""
     _gpu_count: int  # set by _probe_gpus once probed
 
+    def __new__(cls, mode: str = "process", *args: Any, **kwargs: Any) -> EvalPool:
+        """mode="ray" builds a RayEvalPool (same contract, jobs scored on remote hosts); Ray is imported
+        only then."""
+        if cls is EvalPool and mode == "ray":
+            from kernels_env.schedule.ray_pool import RayEvalPool
+            return super().__new__(RayEvalPool)
+        return super().__new__(cls)
+
     def __init__(self, mode: str = "process", backend: str = "auto", gpu_workers: int | None = None,
                  compile_workers: int | None = None, cache: bool | ResultCache = True,
                  config: EnvConfig | None = None, evaluator: Evaluator | None = None,
                  cpu_workers: int | None = None, worker_env: dict[str, str] | None = None,
                  exec_workers_per_gpu: int | None = None, spare_worker: bool | None = None) -> None:
-        if mode not in MODES:
+        if mode not in MODES or mode == "ray":  # "ray" is RayEvalPool's (see __new__)
             raise ValueError(f"EvalPool mode={mode!r}; expected one of {MODES}")
         if backend not in ("auto", "cupy", "cpu"):
             raise ValueError(f"EvalPool backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
@@ -486,7 +494,7 @@ class EvalPool:
                     return fut
                 pend = _Pending(job, cfg, key, [fut])
                 self._inflight[key] = pend
-            (self._exec_q if self.evaluator is not None else self._compile_q).put(pend)
+            self._enqueue(pend)
         except Exception as e:
             if not fut.done():
                 fut.set_result(Result.env_error(f"EvalPool.submit failed: {e}", task=getattr(job, "task", ""),
@@ -556,6 +564,10 @@ class EvalPool:
             self.close()
         except Exception:
             pass
+
+    def _enqueue(self, pend: _Pending) -> None:
+        """Hand a new (not cached, not in flight) job to the workers: RayEvalPool sends it to hosts instead."""
+        (self._exec_q if self.evaluator is not None else self._compile_q).put(pend)
 
     # -- inline --
     def _run_inline(self, job: Job, cfg: EnvConfig) -> Result:

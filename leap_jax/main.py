@@ -118,7 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{len(trainer.train_tasks)} train / {len(trainer.held_out)} held-out tasks | "
               f"model {trainer.model_config.num_params() / 1e6:.2f}M params | start step {trainer.step}",
               flush=True)
-        records = trainer.train()
+        from leap_jax.train.env_health import EnvironmentFailure
+        try:
+            records = trainer.train()
+        except EnvironmentFailure as e:
+            print(f"[leap_jax] stopped: {e}", file=sys.stderr, flush=True)
+            return 1
         for line in summary_lines(records, cfg.rollout.max_turns):
             print("[leap_jax] " + line)
         if cfg.logging.report:

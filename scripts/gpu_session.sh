@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +82,12 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
+    ray)  # issue 22: a local Ray cluster with one GPU host (this machine) scores the suite with the statuses
+      # of process mode, then the env benchmark's ray-vs-process arm. Carry Ray as a wheel in .whl/
+      # (docs/DISTRIBUTED_EVAL.md); RAY_ARGS e.g. "--level 1"
+      export RAY_USAGE_STATS_ENABLED=0
+      stage ray-suite ${RAY_SUITE_S:-420} python3 scripts/ray_suite_check.py --backend cupy ${RAY_ARGS:-}
+      stage ray-envbench ${ENVBENCH_S:-300} python3 benchmarks/env_throughput.py --pool ray --repeat 2 ${ENVBENCH_ARGS:-} ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

@@ -1,11 +1,13 @@
 """Top-level evaluators for EvalPool tests: `(task_name, text, config) -> Result` that misbehave on cue.
 
 The text selects the behaviour, so one pool can serve good and bad jobs: "hang" sleeps forever,
-"exit" calls os._exit(3), "segv" raises SIGSEGV in the worker, "raise" raises, "flaky:<path>" dies the
-first time (creating <path>) and succeeds on the retry, "ref:<name>" looks <name> up in the worker's
-reference-timing cache (the one a real device keeps, see kernels_env/reference_cache.py) and answers
-"ref <name> cached" or, after storing it, "ref <name> measured"; anything else returns `correct` with
-the text as its message and the worker's pid in `details`.
+"exit" calls os._exit(3), "killhost" SIGKILLs the worker's parent when that is a Ray evaluation
+host (LEAP_EVAL_HOST=1, kernels_env/schedule/ray_host.py; elsewhere it only exits), "segv" raises
+SIGSEGV in the worker, "raise" raises, "flaky:<path>" dies the first time (creating <path>) and
+succeeds on the retry, "ref:<name>" looks <name> up in the worker's reference-timing cache (the one a
+real device keeps, see kernels_env/reference_cache.py) and answers "ref <name> cached" or, after
+storing it, "ref <name> measured"; anything else returns `correct` with the text as its message and
+the worker's pid in `details`.
 """
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ def scripted_evaluator(task: str, text: str, config: EnvConfig) -> Result:
             time.sleep(3600)
     if text.startswith("exit"):
         os._exit(3)
+    if text.startswith("killhost"):
+        if os.environ.get("LEAP_EVAL_HOST") == "1":  # never a test run's own process
+            os.kill(os.getppid(), signal.SIGKILL)
+        os._exit(5)
     if text.startswith("segv"):
         os.kill(os.getpid(), signal.SIGSEGV)
         time.sleep(10)

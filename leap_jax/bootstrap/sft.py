@@ -287,9 +287,7 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
     ecfg = env_config(cfg)
     if own_pool:
         from kernels_env.pool import EvalPool
-        e = cfg.env
-        evaluator = EvalPool(mode=e.pool_mode, backend=e.backend, gpu_workers=e.gpu_workers,
-                             compile_workers=e.compile_workers, cache=e.cache, config=ecfg)
+        evaluator = EvalPool(**cfg.env.pool_kwargs(), config=ecfg)
     try:
         # 1. corpus (scored through the same pool when the backends agree)
         ccfg = corpus_config(cfg, train_tasks)

@@ -3,17 +3,16 @@ EnvConfig in one place, `EnvCfg.env_config`) and the task selection (`tasks`).""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from kernels_env.config import BACKENDS, SIZE_SETS, EnvConfig, StageLimits
+from kernels_env.config import BACKENDS, POOL_MODES, SIZE_SETS, EnvConfig, StageLimits
 from leap_jax.train.config_loader import ConfigError, choice, positive
-
-POOL_MODES = ("process", "inline")  # kernels_env.pool.MODES (that module is too heavy to import here)
 
 
 @dataclass
 class EnvCfg:
     backend: str = "auto"  # auto | cupy | cpu
-    pool_mode: str = "process"  # process | inline
+    pool_mode: str = "process"  # process | inline | ray (evaluation hosts of a Ray cluster: docs/DISTRIBUTED_EVAL.md)
     gpu_workers: int | None = None  # GPUs the cupy pool uses (None: all visible)
     exec_workers_per_gpu: int | None = None  # evaluation processes per GPU (None: the pool's default, 3)
     compile_workers: int | None = None
@@ -34,6 +33,18 @@ class EnvCfg:
     timing_timeout: float = 60.0
     jax_mem_fraction: float = 0.5  # XLA_PYTHON_CLIENT_MEM_FRACTION, leaves room for CuPy workers
     jax_preallocate: bool = False
+    # pool_mode=ray (kernels_env/schedule/ray_pool.py): the cluster ("HEAD:6379", "ray://HEAD:10001";
+    # None: $RAY_ADDRESS, else a local Ray), jobs per call to a host, batches in flight per host GPU,
+    # resends of a job after host losses (then env_error), seconds with no host up before queued jobs
+    # resolve to env_error
+    ray_address: str | None = None
+    ray_batch_jobs: int = 8
+    ray_inflight_per_gpu: int = 2
+    ray_host_retries: int = 2
+    ray_unavailable_timeout_s: float = 120.0
+    # the trainer stops (instead of training on a masked batch) when more than this share of a step's
+    # evaluations are env_error (the environment failed, not the policy); 1 never stops
+    max_env_error_fraction: float = 0.25
 
     def check(self) -> None:
         choice(self.backend, BACKENDS, "env.backend")
@@ -46,6 +57,26 @@ class EnvCfg:
                 positive(getattr(self, name), f"env.{name}")
         if not 0 < self.jax_mem_fraction <= 1:
             raise ConfigError(f"env.jax_mem_fraction={self.jax_mem_fraction}: expected in (0, 1]")
+        if not 0 <= self.max_env_error_fraction <= 1:
+            raise ConfigError(f"env.max_env_error_fraction={self.max_env_error_fraction}: expected in [0, 1]")
+        positive(self.ray_batch_jobs, "env.ray_batch_jobs")
+        positive(self.ray_inflight_per_gpu, "env.ray_inflight_per_gpu")
+        positive(self.ray_host_retries, "env.ray_host_retries", allow_zero=True)
+        positive(self.ray_unavailable_timeout_s, "env.ray_unavailable_timeout_s")
+        if self.ray_address is not None and self.pool_mode != "ray":
+            raise ConfigError(f"env.ray_address={self.ray_address!r} is set but env.pool_mode={self.pool_mode!r}: "
+                              "set env.pool_mode=ray to evaluate on the cluster, or drop env.ray_address")
+
+    def pool_kwargs(self) -> dict[str, Any]:
+        """EvalPool's arguments of these settings (all but `config`): the one place pools are built from."""
+        kw: dict[str, Any] = {"mode": self.pool_mode, "backend": self.backend, "gpu_workers": self.gpu_workers,
+                              "exec_workers_per_gpu": self.exec_workers_per_gpu,
+                              "compile_workers": self.compile_workers, "cache": self.cache}
+        if self.pool_mode == "ray":
+            kw.update(address=self.ray_address, batch_jobs=self.ray_batch_jobs,
+                      inflight_per_gpu=self.ray_inflight_per_gpu, host_retries=self.ray_host_retries,
+                      unavailable_timeout_s=self.ray_unavailable_timeout_s)
+        return kw
 
     def env_config(self, timing: bool, seed: int) -> EnvConfig:
         """kernels_env's EnvConfig of these settings (`timing` resolved: leap_jax.train.trainer.env_timing)."""

@@ -29,6 +29,7 @@ from leap_jax.train import algorithms
 from leap_jax.train.checkpoint import Checkpointer
 from leap_jax.train.compile_clock import compile_seconds
 from leap_jax.train.config import Config, ConfigError, save_config, to_dict
+from leap_jax.train.env_health import check_env_errors
 from leap_jax.train.metrics import EVAL_FILE, MetricsWriter, truncate_metrics
 from leap_jax.train.update import (build_batch, fill_old_logprobs, init_value_head, make_logprob_fn,
                                    make_optimizer, make_update, make_value_fn, prepare_ppo)
@@ -283,10 +284,7 @@ class Trainer:
     def _pool(self) -> Any:
         if self.evaluator is None:
             from kernels_env.pool import EvalPool
-            e = self.cfg.env
-            self.evaluator = EvalPool(mode=e.pool_mode, backend=e.backend, gpu_workers=e.gpu_workers,
-                                      exec_workers_per_gpu=e.exec_workers_per_gpu,
-                                      compile_workers=e.compile_workers, cache=e.cache, config=self.env_config)
+            self.evaluator = EvalPool(**self.cfg.env.pool_kwargs(), config=self.env_config)
         return self.evaluator
 
     def _sampler_policy(self, sampling: Any) -> SamplerPolicy:
@@ -358,6 +356,7 @@ class Trainer:
         rollout = self._rollout(cfg.rollout.group_size, cfg.rollout.max_turns,
                                 self.spec.dcp_mode)
         out = rollout.run(tasks, self._policy(self._sampling()), seed=_seed_from_key(k_roll), step=self.step)
+        check_env_errors(out, cfg.env.max_env_error_fraction, self.step, getattr(self.evaluator, "stats", None))
         t_roll = time.perf_counter()
         c_roll = compile_seconds()
         a = cfg.algorithm

@@ -1,0 +1,1 @@
+"""Where evaluation jobs run: scheduling EvalPool jobs across machines (Ray hosts)."""

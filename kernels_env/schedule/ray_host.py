@@ -1,0 +1,60 @@
+"""EvalHost: the Ray actor on one evaluation machine. It wraps today's process-mode EvalPool there, so
+compilation runs on that machine's CPUs and kernels run in its exec workers; the actor itself never
+imports CuPy or touches CUDA, so a kernel that poisons its CUDA context costs one exec worker (replaced
+by the local pool), never the host. Results travel back as `Result.to_dict()` in batch order."""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import types
+from typing import Any
+
+from kernels_env.pool import EvalPool, Job
+
+
+class EvalHost:
+    """One machine's evaluation pool behind a Ray actor (see the module docstring)."""
+
+    def __init__(self, pool_kwargs: dict[str, Any]) -> None:
+        os.environ["LEAP_EVAL_HOST"] = "1"  # this process and its workers serve a Ray evaluation host
+        _bare_main()
+        self.pool = EvalPool(mode="process", cache=False, **pool_kwargs)
+
+    def score_batch(self, jobs: list[Job]) -> list[dict[str, Any]]:
+        """Score the jobs in the local pool (all at once: its workers run them in parallel); their
+        results in the order of `jobs`."""
+        futures = [self.pool.submit(j) for j in jobs]
+        return [f.result().to_dict() for f in futures]
+
+    def info(self) -> dict[str, Any]:
+        """Who this host is: pid, machine, backend and worker counts (the driver sizes its window by them)."""
+        p = self.pool
+        return {"pid": os.getpid(), "hostname": socket.gethostname(), "backend": p.backend,
+                "gpu_workers": p.gpu_workers, "exec_workers": p.exec_workers, "compile_workers": p.compile_workers,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+
+    def stats(self) -> dict[str, int]:
+        """The local pool's counters (restarts, timeouts, crashes, ...)."""
+        return self.pool.stats()
+
+    def ping(self) -> dict[str, Any]:
+        """`info()`, answered as soon as the actor is up (after a restart too): the driver's sign of life."""
+        return self.info()
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _bare_main() -> None:
+    """Spawned pool workers re-import their parent's `__main__`; in a Ray worker that is Ray's worker
+    script, which would load Ray and gRPC into every compile and exec worker (memory, start-up time, and
+    gRPC aborting in a Landlock-confined compile worker at exit). An empty `__main__` spares them that:
+    the actor's own code is already running and does not look it up again."""
+    sys.modules["__main__"] = types.ModuleType("__main__")
+
+
+def host_actor_class(ray: Any) -> Any:
+    """EvalHost as a Ray actor class. Threaded (options set max_concurrency) so several batches feed the
+    local pool at once and pings are answered while batches run."""
+    return ray.remote(EvalHost)

@@ -1,0 +1,38 @@
+"""Stop a training step whose evaluations mostly failed in the environment (env_error: a lost
+evaluation host, a broken worker), rather than update on the few rows left unmasked: such a batch
+measures the infrastructure, not the policy."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kernels_env.status import Status
+
+
+class EnvironmentFailure(RuntimeError):
+    """Too large a share of a step's evaluations were env_error; the message says what to check."""
+
+
+def check_env_errors(out: Any, max_fraction: float, step: int,
+                     pool_stats: Callable[[], dict[str, int]] | None = None) -> None:
+    """Raise EnvironmentFailure when env/env_errors / env/evaluations of rollout output `out` exceeds
+    `max_fraction` (env.max_env_error_fraction); the message carries the first env_error's text and,
+    when given, the pool's counters (host deaths, resends, hosts up)."""
+    n, bad = int(out.stats["env/evaluations"]), int(out.stats["env/env_errors"])
+    if n == 0 or bad / n <= max_fraction:
+        return
+    first = next((t.result.message for r in out.rows for t in r.turns
+                  if t.result is not None and t.result.status is Status.ENV_ERROR), "")
+    msg = (f"step {step}: {bad} of {n} evaluations ({bad / n:.0%}) were env_error (the environment failed, "
+           f"not the policy), above env.max_env_error_fraction={max_fraction:g}; not training on that batch. "
+           f"First error: {first[:300]!r}.")
+    if pool_stats is not None:
+        try:
+            s = pool_stats()
+            keys = ("hosts_up", "hosts_down", "hosts_dead", "host_deaths", "resends", "env_errors", "crashes")
+            msg += " Pool: " + ", ".join(f"{k}={s[k]}" for k in keys if k in s) + "."
+        except Exception:
+            pass
+    msg += (" Check the evaluation workers or hosts (docs/DISTRIBUTED_EVAL.md), then continue with --resume "
+            "from the last checkpoint.")
+    raise EnvironmentFailure(msg)
