@@ -113,7 +113,7 @@ def _suite_names(src: str) -> set[str]:
 def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Throughput of one workload through EvalPool with whichever kernels_env is importable."""
     import kernels_env
-    from kernels_env.config import EnvConfig
+    from kernels_env.core.config import EnvConfig
     from kernels_env.pool import EvalPool, Job
     tasks, sizes = workload_tasks(workload, opts.get("limit"), opts.get("only"))
     config = EnvConfig(backend=opts["backend"], sizes=sizes, correctness_trials=opts["trials"],
@@ -182,7 +182,7 @@ def independent_timing(opts: dict[str, Any]) -> dict[str, Any]:
     import cupy as cp
 
     from kernels_env.backends.cupy_backend import CupyDevice
-    from kernels_env.config import EnvConfig
+    from kernels_env.core.config import EnvConfig
     from kernels_env.harness import bind_plan, launch_args
     from kernels_env.inputs import make_inputs
     from kernels_env.pipeline import Prepared, prepare

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=12, help="per-task rows printed (slowest first)")
     args = p.parse_args(argv)
     from kernels_env.backends import get_device
-    from kernels_env.config import EnvConfig
+    from kernels_env.core.config import EnvConfig
     from kernels_env.tasks.registry import list_tasks
     config = EnvConfig(backend=args.backend, sizes=args.sizes)
     device = get_device(args.backend, config)

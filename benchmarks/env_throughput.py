@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare_main(ap, args)
 
     from kernels_env.backends import resolve_backend
-    from kernels_env.config import EnvConfig
+    from kernels_env.core.config import EnvConfig
     from kernels_env.tasks import list_tasks
     backend = resolve_backend(args.backend)
     gpu = backend == "cupy"

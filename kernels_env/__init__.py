@@ -4,9 +4,9 @@ Public API (stable across the project; leap_jax uses only these):
     Status, Result, EnvConfig, get_task, list_tasks, score, EvalPool, render_feedback
 Heavy submodules are imported lazily so `import kernels_env` stays cheap.
 """
-from kernels_env.status import Status
-from kernels_env.result import Result, Timing, Mismatch, KernelResources
-from kernels_env.config import EnvConfig
+from kernels_env.core.status import Status
+from kernels_env.core.result import Result, Timing, Mismatch, KernelResources
+from kernels_env.core.config import EnvConfig
 
 __all__ = [
     "Status", "Result", "Timing", "Mismatch", "KernelResources", "EnvConfig",

@@ -14,10 +14,10 @@ import tempfile
 import threading
 from collections import OrderedDict
 
-from kernels_env.config import RESULT_NEUTRAL_FIELDS, EnvConfig
-from kernels_env.result import Result
+from kernels_env.core.config import RESULT_NEUTRAL_FIELDS, EnvConfig
+from kernels_env.core.result import Result
 from kernels_env.source_text import strip_comments
-from kernels_env.status import Status
+from kernels_env.core.status import Status
 
 KEY_VERSION = "2"  # 2: std prelude, null pointers, KernelBench-aligned task semantics
 

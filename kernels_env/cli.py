@@ -8,8 +8,8 @@ import sys
 from typing import Any
 from collections.abc import Sequence
 
-from kernels_env.config import BACKENDS, SIZE_SETS, EnvConfig
-from kernels_env.result import Result
+from kernels_env.core.config import BACKENDS, SIZE_SETS, EnvConfig
+from kernels_env.core.result import Result
 
 
 class CliError(Exception):

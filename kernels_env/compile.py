@@ -14,9 +14,9 @@ import re
 import sys
 import time
 
-from kernels_env.config import EnvConfig
-from kernels_env.program import CompiledModule
-from kernels_env.result import KernelResources
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import CompiledModule
+from kernels_env.core.result import KernelResources
 from kernels_env.signatures import find_kernels
 from kernels_env.std_prelude import PRELUDE_NAME, STD_HEADERS, nvrtc_headers
 

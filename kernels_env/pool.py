@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterable
 
 from kernels_env import reference_cache
 from kernels_env.cache import ResultCache, cache_key
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 from kernels_env.gpu_lock import GpuLock, GpuLockHandle, attach
-from kernels_env.result import Result
+from kernels_env.core.result import Result
 from kernels_env.spares import SpareWorkers
-from kernels_env.status import Status
+from kernels_env.core.status import Status
 
 Evaluator = Callable[[str, str, EnvConfig], Result]
 

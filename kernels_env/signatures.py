@@ -11,7 +11,7 @@ import functools
 import itertools
 import re
 
-from kernels_env.program import KernelParam, KernelSignature
+from kernels_env.core.program import KernelParam, KernelSignature
 from kernels_env.source_text import strip_comments
 
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "register"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from kernels_env.launch import FormatError, parse_launch
-from kernels_env.program import Submission
+from kernels_env.core.program import Submission
 from kernels_env.signatures import find_kernels
 
 MAX_TEXT_CHARS = 200_000

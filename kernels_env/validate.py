@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 
 
 def _constants(expected0: np.ndarray) -> list[tuple[str, Any]]:

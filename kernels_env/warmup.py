@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 from kernels_env.tasks.spec import Buffer, Task
 
 _SOURCE = r"""

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 from collections.abc import Callable, Sequence
 
-from kernels_env.config import EnvConfig
-from kernels_env.program import CompiledModule, KernelSignature
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import CompiledModule, KernelSignature
 
 
 class KernelRuntimeError(Exception):

@@ -37,9 +37,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout, untimed_hooks
-from kernels_env.config import EnvConfig
-from kernels_env.program import CompiledModule, KernelSignature
-from kernels_env.result import KernelResources
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import CompiledModule, KernelSignature
+from kernels_env.core.result import KernelResources
 
 # CUDA error codes (identical in the driver and runtime APIs) after which the context is unusable.
 STICKY_ERRORS = {

@@ -13,9 +13,9 @@ import os
 import signal
 import time
 
-from kernels_env.config import EnvConfig
-from kernels_env.result import Result
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.result import Result
+from kernels_env.core.status import Status
 
 
 def scripted_evaluator(task: str, text: str, config: EnvConfig) -> Result:

@@ -83,7 +83,7 @@ def generate_variants(task_name: str, n: int, seed: int, max_chain: int = 2) -> 
 
 
 def env_config(cfg: CorpusCfg) -> Any:
-    from kernels_env.config import EnvConfig
+    from kernels_env.core.config import EnvConfig
     return EnvConfig(backend=cfg.backend, sizes=cfg.sizes, timing=False,
                      correctness_trials=cfg.correctness_trials, seed=cfg.seed)
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kernels_env.config import EnvConfig
-from kernels_env.result import Result
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.result import Result
+from kernels_env.core.status import Status
 from kernels_env.tasks import get_task
 from leap_jax.rollout.policy import GenRequest, GenResponse, Policy
 from leap_jax.models.chat import Message

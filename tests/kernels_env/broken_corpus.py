@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels_env.config import EnvConfig, StageLimits
-from kernels_env.result import Result
+from kernels_env.core.config import EnvConfig, StageLimits
+from kernels_env.core.result import Result
 from kernels_env.tasks.spec import Buffer, Task
 
 SMALL_N = 3000

@@ -5,7 +5,7 @@ import pytest
 
 from kernels_env.compile import (CompileError, clean_log, compile_cuda, cuda_include_dirs,
                                  parse_ptxas_resources, resolve_arch)
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 
 GOOD = r'''
 #include <cuda_fp16.h>

@@ -18,8 +18,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from kernels_env import harness  # noqa: E402
-from kernels_env.config import EnvConfig, StageLimits  # noqa: E402
-from kernels_env.status import Status  # noqa: E402
+from kernels_env.core.config import EnvConfig, StageLimits  # noqa: E402
+from kernels_env.core.status import Status  # noqa: E402
 from kernels_env.tasks.spec import Buffer, Task  # noqa: E402
 
 gpu = pytest.mark.gpu
@@ -93,7 +93,7 @@ def test_sticky_cuda_errors_are_fatal_and_others_are_runtime_errors():
 def test_device_hang_maps_to_timeout_and_propagates():
     from kernels_env.backends.base import FatalDeviceError
     from kernels_env.backends.cupy_backend import DeviceHang
-    from kernels_env.program import Call, Dim3, KernelParam, KernelSignature, Launch, LaunchPlan, Name, Num, Submission
+    from kernels_env.core.program import Call, Dim3, KernelParam, KernelSignature, Launch, LaunchPlan, Name, Num, Submission
     from kernels_env.testing.fake_device import FakeDevice
 
     def hangs(*args):

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from kernels_env import expected_cache as ec
 from kernels_env import harness
 from kernels_env.cache import cache_key
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 from kernels_env.tasks.spec import Buffer, Task
 
 gpu = pytest.mark.gpu

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 from kernels_env.launch import FormatError, check_plan, parse_launch
 from kernels_env.signatures import find_kernels
-from kernels_env.status import Status
+from kernels_env.core.status import Status
 from kernels_env.std_prelude import MACROS, STD_HEADERS, prelude
 from kernels_env.tasks import get_task
 from kernels_env.tasks.common import solution
@@ -288,7 +288,7 @@ def test_wrong_output_message_is_the_same_shape_for_a_wrong_value(cpu_device):
 # ---- the torch baseline is optional and informational ----------------------------------------------
 def test_timing_baseline_round_trips_and_is_absent_off_the_gpu(cpu_device):
     from kernels_env.pipeline import score
-    from kernels_env.result import Result, Timing
+    from kernels_env.core.result import Result, Timing
     t = Timing("cuda", True, 10, 0.5, 0.5, 1.0, 1.0, 2.0, baseline={"torch_median_ms": 0.8, "speedup_vs_torch": 1.6})
     r = Result(Status.CORRECT, timing=t)
     assert Result.from_dict(r.to_dict()).timing.baseline == t.baseline

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from kernels_env.pipeline import prepare, score
-from kernels_env.result import Result
-from kernels_env.status import Status
+from kernels_env.core.result import Result
+from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import TASKS, corpus_config, corpus_evaluator
 from tests.kernels_env.hostile_corpus import CASES, PWNED, leaked
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from kernels_env.pool import EvalPool, Job
-from kernels_env.status import Status
+from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import AFFINE_SOLUTION, corpus_config, corpus_evaluator
 from tests.kernels_env.hostile_corpus import CASES, leaked
 from tests.kernels_env.isolation_corpus import ISOLATION_CASES
@@ -105,7 +105,7 @@ def test_trainer_path_compilers_do_not_see_host_files(backend):
     host-file probe the include checks cannot see stays correct (the probe is false on NVRTC in the
     confined compile worker and on the cpu backend's host compiler in its private root)."""
     from kernels_env import landlock
-    from kernels_env.config import EnvConfig, StageLimits
+    from kernels_env.core.config import EnvConfig, StageLimits
     from kernels_env.tasks import list_tasks
     if landlock.abi_version() <= 0:
         pytest.skip("Landlock is not available on this kernel")

@@ -6,10 +6,10 @@ import pytest
 from kernels_env.backends.base import FatalDeviceError
 from kernels_env.cache import cache_key
 from kernels_env.compile import CompileError
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 from kernels_env import pipeline
 from kernels_env.pipeline import Prepared, execute, prepare, score
-from kernels_env.status import Status
+from kernels_env.core.status import Status
 from kernels_env.tasks.spec import Buffer, Task
 from kernels_env.testing.fake_device import FakeDevice
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from kernels_env.config import EnvConfig, StageLimits
+from kernels_env.core.config import EnvConfig, StageLimits
 from kernels_env.pool import EvalPool, Job
-from kernels_env.status import Status
+from kernels_env.core.status import Status
 from kernels_env.testing.evaluators import scripted_evaluator
 
 # The evaluator's limit is the sum of the stage limits: 2 s here.

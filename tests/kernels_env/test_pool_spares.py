@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from kernels_env.config import EnvConfig, StageLimits
+from kernels_env.core.config import EnvConfig, StageLimits
 from kernels_env.pool import EvalPool, Job
-from kernels_env.status import Status
+from kernels_env.core.status import Status
 from kernels_env.testing.evaluators import scripted_evaluator
 
 CFG = EnvConfig(backend="cpu", limits=StageLimits(parse=0.5, compile=0.5, correctness=0.5, timing=0.5))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.program import KernelParam
+from kernels_env.core.program import KernelParam
 from kernels_env.signatures import (find_hidden_kernels, find_kernels, parse_param, strip_comments_and_strings)
 
 SRC = r'''

@@ -85,9 +85,9 @@ def test_parse_submission_only_raises_format_error(text):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(_FRAGMENTS[4:]), max_size=40).map("".join))
 def test_prepare_never_raises_on_random_launch_blocks(launch):
-    from kernels_env.config import EnvConfig
+    from kernels_env.core.config import EnvConfig
     from kernels_env.pipeline import Prepared, prepare
-    from kernels_env.status import Status
+    from kernels_env.core.status import Status
     from kernels_env.tasks.spec import Buffer, Task
     task = Task(name="fuzz", level=1, description="", sizes={"eval": {"N": 64}, "small": {"N": 8}},
                 inputs=(Buffer("x", "float32", ("N",)),), outputs=(Buffer("y", "float32", ("N",)),),

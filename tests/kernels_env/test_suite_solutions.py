@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import kernels_env.tasks as T
-from kernels_env.config import EnvConfig
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.status import Status
 
 TASKS = T.list_tasks()
 NAMES = [t.name for t in TASKS]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 from kernels_env.feedback import render_feedback
 from kernels_env.pipeline import score
 from kernels_env.pool import EvalPool, Job

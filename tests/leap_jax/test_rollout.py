@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels_env.config import EnvConfig
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.status import Status
 from kernels_env.tasks import get_task
 from leap_jax.rollout.multiturn import (DEBUG, EASY, HOPELESS, ChatStreams, MultiTurnRollout, outcome_metrics,
                                         select_groups)

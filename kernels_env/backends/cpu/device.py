@@ -24,8 +24,8 @@ from kernels_env.backends.cpu import build as _build
 from kernels_env.backends.cpu.memory import shared_empty, shared_lookup
 from kernels_env.backends.cpu.sandbox import Runner, RunnerError, RunnerLoadError, RunnerTimeout
 from kernels_env.backends.cpu.translate import UnsupportedFeature, translate
-from kernels_env.config import EnvConfig
-from kernels_env.program import CompiledModule, KernelSignature
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import CompiledModule, KernelSignature
 
 # C base types of kernel parameters -> the NumPy dtype a by-value argument is passed as.
 _SCALAR_DTYPES = {

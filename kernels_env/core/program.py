@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernels_env.result import KernelResources
+from kernels_env.core.result import KernelResources
 
 
 # ---- expressions over sizes ---------------------------------------------------------------
