@@ -60,7 +60,7 @@ def percentile(values: list[float], q: float) -> float:
 def measure_compile(tasks: list[Any], arch: str, config: Any, reps: int) -> dict[str, Any]:
     """NVRTC latency of each solution's device code, serial in this process (no GPU needed)."""
     from kernels_env.compile import compile_cuda
-    from kernels_env.submission import parse_submission
+    from kernels_env.source.submission import parse_submission
     times, failures = [], []
     try:  # first use loads NVRTC and its headers (~1 s): not a per-compile cost
         compile_cuda(parse_submission(variant(tasks[0].solution, "c_warm")).cuda_source, arch, config)

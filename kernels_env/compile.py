@@ -17,7 +17,7 @@ import time
 from kernels_env.core.config import EnvConfig
 from kernels_env.core.program import CompiledModule
 from kernels_env.core.result import KernelResources
-from kernels_env.signatures import find_kernels
+from kernels_env.source.signatures import find_kernels
 from kernels_env.std_prelude import PRELUDE_NAME, STD_HEADERS, nvrtc_headers
 
 SOURCE_NAME = "kernel.cu"
@@ -64,7 +64,7 @@ def check_includes(source: str) -> None:
 
     Untrusted code must not read other files of the machine through the preprocessor (their
     contents would come back in the compiler log). Raises CompileError naming the line."""
-    from kernels_env.source_text import directives  # found as the preprocessor finds them
+    from kernels_env.source.source_text import directives  # found as the preprocessor finds them
     allowed = cuda_include_dirs()
     for line, directive, rest in directives(source):
         if directive not in _INCLUDE_DIRECTIVES:
@@ -102,7 +102,7 @@ def check_has_include(source: str) -> None:
     """`__has_include` may only ask about a header #include would allow: asking about any other path
     answers whether it exists on the scoring machine. (Defence in depth: pool compile workers and the
     cpu backend's compiler cannot see host paths at all, kernels_env.landlock.)"""
-    from kernels_env.source_text import strip_comments
+    from kernels_env.source.source_text import strip_comments
     code = strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
     blank = strip_comments(code, blank_literals=True)  # same offsets; finds the name outside literals
     for m in _HAS_INCLUDE_RE.finditer(blank):

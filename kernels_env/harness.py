@@ -34,14 +34,14 @@ from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeEr
 from kernels_env.core.config import EnvConfig
 from kernels_env.gpu_lock import gpu_access
 from kernels_env.inputs import describe_distributions, make_inputs
-from kernels_env.launch import SCALAR_TYPES, FormatError, ResolvedLaunch, ResolvedPlan, check_plan
-from kernels_env.launch import eval_expr as eval_expr  # re-exported (tests)
-from kernels_env.launch import scalar_type as launch_scalar_type
+from kernels_env.source.launch import SCALAR_TYPES, FormatError, ResolvedLaunch, ResolvedPlan, check_plan
+from kernels_env.source.launch import eval_expr as eval_expr  # re-exported (tests)
+from kernels_env.source.launch import scalar_type as launch_scalar_type
 from kernels_env.core.program import KernelParam, KernelSignature, Submission
 from kernels_env.core.result import Mismatch, Result, Timing
-from kernels_env.signatures import find_hidden_kernels
+from kernels_env.source.signatures import find_hidden_kernels
 from kernels_env.core.status import Status
-from kernels_env.submission import in_launch_block
+from kernels_env.source.submission import in_launch_block
 from kernels_env.tasks.spec import Task
 from kernels_env.timing_stats import Plan, ci_rel_width, median_ci, next_batch
 

@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 from kernels_env.compile import CompileError, compile_cuda, resolve_arch
 from kernels_env.core.config import EnvConfig
-from kernels_env.launch import FormatError, check_plan
+from kernels_env.source.launch import FormatError, check_plan
 from kernels_env.core.program import CompiledModule, Submission
 from kernels_env.core.result import Result
-from kernels_env.signatures import find_hidden_kernels
+from kernels_env.source.signatures import find_hidden_kernels
 from kernels_env.core.status import Status
-from kernels_env.submission import in_launch_block, parse_submission
+from kernels_env.source.submission import in_launch_block, parse_submission
 
 Evaluate = Callable[..., Result]  # harness.evaluate(device, program, task, submission, sizes, config)
 

@@ -63,7 +63,7 @@ _DEFINED_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
 
 def defined_macros(source: str) -> set[str]:
     """Names the source `#define`s itself (comments removed first)."""
-    from kernels_env.source_text import strip_comments
+    from kernels_env.source.source_text import strip_comments
     return set(_DEFINED_RE.findall(strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))))
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from kernels_env.core.config import EnvConfig
-from kernels_env.launch import FormatError, check_plan, parse_launch
-from kernels_env.signatures import find_kernels
+from kernels_env.source.launch import FormatError, check_plan, parse_launch
+from kernels_env.source.signatures import find_kernels
 from kernels_env.core.status import Status
 from kernels_env.std_prelude import MACROS, STD_HEADERS, prelude
 from kernels_env.tasks import get_task

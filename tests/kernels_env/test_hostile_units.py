@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernels_env.compile import CompileError, log_mentions_foreign_file, redact_paths
-from kernels_env.source_text import directives
+from kernels_env.source.source_text import directives
 
 SECRET = "/etc/passwd"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.submission import MAX_TEXT_CHARS, FormatError, extract_blocks, parse_submission
+from kernels_env.source.submission import MAX_TEXT_CHARS, FormatError, extract_blocks, parse_submission
 
 CUDA1 = 'extern "C" __global__ void k(float* y, int n) { }'
 CUDA2 = 'extern "C" __global__ void k2(float* y, int n) { y[0] = n; }'

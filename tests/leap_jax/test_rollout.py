@@ -238,7 +238,7 @@ def test_mixed_policy_labels_scripted_rows(tokenizer):
 
 
 def test_bad_variants_are_bad_for_the_real_parser():
-    from kernels_env.submission import FormatError, parse_submission
+    from kernels_env.source.submission import FormatError, parse_submission
     sol = get_task("relu").solution
     parse_submission(sol)
     with pytest.raises(FormatError):
