@@ -59,7 +59,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure_compile(tasks: list[Any], arch: str, config: Any, reps: int) -> dict[str, Any]:
     """NVRTC latency of each solution's device code, serial in this process (no GPU needed)."""
-    from kernels_env.compile import compile_cuda
+    from kernels_env.build.compile import compile_cuda
     from kernels_env.source.submission import parse_submission
     times, failures = [], []
     try:  # first use loads NVRTC and its headers (~1 s): not a per-compile cost

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
-from kernels_env.compile import CompileError, compile_cuda, resolve_arch
+from kernels_env.build.compile import CompileError, compile_cuda, resolve_arch
 from kernels_env.core.config import EnvConfig
 from kernels_env.source.launch import FormatError, check_plan
 from kernels_env.core.program import CompiledModule, Submission
@@ -64,7 +64,7 @@ def _env_error(where: str, task_name: str, key: str = "", stage_seconds: dict | 
 
 def _redacted(r: Result) -> Result:
     """The result with host paths removed from everything the policy (or its logs) may see."""
-    from kernels_env.compile import redact_paths
+    from kernels_env.build.compile import redact_paths
     r.message = redact_paths(r.message or "")
     r.details = redact_paths(r.details or "")
     return r

@@ -88,8 +88,8 @@ def compile_worker_read_paths() -> list[str]:
     path (the package, NVRTC's wheels), CUDA's include directories. Not /etc, /home, /root, /proc,
     /tmp (nor "/" or the home directory even when on sys.path)."""
     import sys
-    from kernels_env import landlock
-    from kernels_env.compile import cuda_include_dirs
+    from kernels_env.build import landlock
+    from kernels_env.build.cuda_headers import cuda_include_dirs
     banned = {"/", os.path.expanduser("~"), os.path.realpath(os.path.expanduser("~"))}
     cands = [*landlock.SYSTEM_READ, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
              *cuda_include_dirs()]
@@ -107,9 +107,9 @@ def _confine_compile_worker() -> bool:
     (a path elsewhere is "not found"). LEAP_COMPILE_LANDLOCK=0 turns it off."""
     if os.environ.get("LEAP_COMPILE_LANDLOCK", "1") == "0":
         return False
-    from kernels_env import landlock
+    from kernels_env.build import landlock
     try:
-        from kernels_env.compile import compile_cuda
+        from kernels_env.build.compile import compile_cuda
         compile_cuda('#include <cuda_fp16.h>\nextern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n')
     except Exception:  # no NVRTC here: prepare reports it per job; confine anyway
         pass
@@ -579,7 +579,7 @@ class EvalPool:
                 self._stats["env_errors"] += 1
         if not result.key:
             result.key = key
-        from kernels_env.compile import redact_paths  # worker tracebacks, timeouts: no host paths
+        from kernels_env.build.compile import redact_paths  # worker tracebacks, timeouts: no host paths
         result.message = redact_paths(result.message or "")
         result.details = redact_paths(result.details or "")
         if self.cache is not None:

@@ -257,7 +257,7 @@ def test_time_ms_flushes_before_every_run_and_syncs_only_at_the_end():
 
 def evaluate_text(device, task, submission_text, config=CONFIG, sizes=None):
     """parse -> NVRTC -> load -> harness, as the pipeline does, but returning the harness's Result."""
-    from kernels_env.compile import compile_cuda
+    from kernels_env.build.compile import compile_cuda
     from kernels_env.source.submission import parse_submission
     sub = parse_submission(submission_text)
     compiled = compile_cuda(sub.cuda_source, device.arch, config)

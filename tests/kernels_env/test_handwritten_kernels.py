@@ -13,7 +13,7 @@ from kernels_env.core.config import EnvConfig
 from kernels_env.source.launch import FormatError, check_plan, parse_launch
 from kernels_env.source.signatures import find_kernels
 from kernels_env.core.status import Status
-from kernels_env.std_prelude import MACROS, STD_HEADERS, prelude
+from kernels_env.build.std_prelude import MACROS, STD_HEADERS, prelude
 from kernels_env.tasks import get_task
 from kernels_env.tasks.common import solution
 from kernels_env.tasks.spec import Buffer, Task
@@ -112,7 +112,7 @@ CFG = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2
 def _nvrtc_or_skip():
     try:
         from cupy_backends.cuda.libs import nvrtc  # noqa: F401
-        from kernels_env.compile import cuda_include_dirs
+        from kernels_env.build.cuda_headers import cuda_include_dirs
         if not cuda_include_dirs():
             pytest.skip("CUDA headers not found")
     except Exception as e:
@@ -121,7 +121,7 @@ def _nvrtc_or_skip():
 
 def test_prelude_names_compile_with_nvrtc_without_warnings():
     _nvrtc_or_skip()
-    from kernels_env.compile import compile_cuda
+    from kernels_env.build.compile import compile_cuda
     mod = compile_cuda(STD_NAMES)
     assert "std_names" in mod.kernels and "warning" not in mod.log
 
@@ -266,7 +266,7 @@ def test_ported_kernel_scores_correct_on_cpu_backend(name, cpu_device):
 @pytest.mark.parametrize("name", list(PORTED))
 def test_ported_kernel_compiles_with_nvrtc(name):
     _nvrtc_or_skip()
-    from kernels_env.compile import compile_cuda
+    from kernels_env.build.compile import compile_cuda
     mod = compile_cuda(PORTED[name][1])
     assert mod.kernels and "warning" not in mod.log
 

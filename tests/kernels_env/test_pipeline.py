@@ -5,7 +5,7 @@ import pytest
 
 from kernels_env.backends.base import FatalDeviceError
 from kernels_env.cache import cache_key
-from kernels_env.compile import CompileError
+from kernels_env.build.compile import CompileError
 from kernels_env.core.config import EnvConfig
 from kernels_env import pipeline
 from kernels_env.pipeline import Prepared, execute, prepare, score

@@ -44,7 +44,7 @@ _LAUNCH_LOCK = threading.Lock()  # the runtime's state is per process: one launc
 
 
 def _compile_error(log: str) -> Exception:
-    from kernels_env.compile import CompileError
+    from kernels_env.build.compile import CompileError
     return CompileError(log)
 
 
