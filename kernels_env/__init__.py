@@ -25,6 +25,6 @@ def __getattr__(name):  # lazy re-exports: keep import light, avoid cycles
         from kernels_env.pool import EvalPool
         return EvalPool
     if name == "render_feedback":
-        from kernels_env.feedback import render_feedback
+        from kernels_env.judge.feedback import render_feedback
         return render_feedback
     raise AttributeError(f"module 'kernels_env' has no attribute {name!r}")

@@ -105,7 +105,7 @@ def _read(path: str) -> str:
 def cmd_score(args: argparse.Namespace, out: Any) -> int:
     task = _get_task(args.task)
     text = _read(args.file)
-    from kernels_env.feedback import render_feedback
+    from kernels_env.judge.feedback import render_feedback
     from kernels_env.pool import EvalPool, Job
     cfg = _config(args)
     gpu_workers, cpu_workers = (1, None) if args.backend == "cupy" else (None, 1)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Iterable
 
-from kernels_env import reference_cache
+from kernels_env.judge import reference_cache
 from kernels_env.cache import ResultCache, cache_key
 from kernels_env.core.config import EnvConfig
 from kernels_env.gpu_lock import GpuLock, GpuLockHandle, attach

@@ -45,7 +45,7 @@ class EnvConfig:
     cpu_compiler: str = "c++"  # the cpu backend's host compiler
     cpu_opt_level: str = "-O1"
     # Reuse each trial's reference outputs across evaluations, stored masked on the device
-    # (kernels_env/expected_cache.py; CuPy devices only); the bound is per device, in bytes.
+    # (kernels_env/judge/expected_cache.py; CuPy devices only); the bound is per device, in bytes.
     cache_expected: bool = True
     expected_cache_bytes: int = 1 << 30
 

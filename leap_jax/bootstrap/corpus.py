@@ -91,7 +91,7 @@ def env_config(cfg: CorpusCfg) -> Any:
 def score_variants(variants: list[dict[str, Any]], cfg: CorpusCfg, pool: Any = None) -> list[dict[str, Any]]:
     """Score every variant through an EvalPool (made from cfg unless given); adds `status`,
     `message` and `feedback` (the environment's `render_feedback` text) to copies of the records."""
-    from kernels_env.feedback import render_feedback
+    from kernels_env.judge.feedback import render_feedback
     from kernels_env.pool import EvalPool, Job
     ecfg = env_config(cfg)
     own = pool is None

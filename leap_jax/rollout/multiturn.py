@@ -146,7 +146,7 @@ class MultiTurnRollout:
         self.chunks = max(1, overlap_chunks)
         self.sizes = sizes
         if feedback_fn is None:
-            from kernels_env.feedback import render_feedback
+            from kernels_env.judge.feedback import render_feedback
             feedback_fn = lambda result, budget: render_feedback(result, budget)  # noqa: E731
         self.feedback_fn = feedback_fn
         self._prompt_cache: dict[str, list[int]] = {}

@@ -1,4 +1,4 @@
-"""The masked per-trial cache of reference outputs (kernels_env/expected_cache.py) and its harness wiring.
+"""The masked per-trial cache of reference outputs (kernels_env/judge/expected_cache.py) and its harness wiring.
 
 cpu half (here): SipHash against the reference vector, masked storage holds no plaintext, tampering
 is detected and recomputed, the byte-bounded LRU, the fused rule (its CUDA source built for the host
@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels_env import expected_cache as ec
+from kernels_env.judge import expected_cache as ec
 from kernels_env import harness
+from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
 from kernels_env.cache import cache_key
 from kernels_env.core.config import EnvConfig
 from kernels_env.tasks.spec import Buffer, Task
@@ -158,12 +159,12 @@ def _cases(rng: np.random.Generator, stored: str, out: str, n: int, atol: float,
            ) -> tuple[np.ndarray, np.ndarray]:
     """(expected in `stored`, got in `out`) with NaN/Inf/poison/sentinels and values on the tolerance
     boundary (one ulp either side), for the agreement tests."""
-    if out in harness.INT_SENTINEL:
+    if out in INT_SENTINEL:
         e = rng.integers(-50, 50, n).astype(np.int64)
         e[rng.random(n) < 0.05] = np.iinfo(np.int64).min
         e[rng.random(n) < 0.05] = np.iinfo(np.int64).max
         g = e + rng.integers(-3, 4, n) * (rng.random(n) < 0.5)
-        g[rng.random(n) < 0.1] = harness.INT_SENTINEL[out]
+        g[rng.random(n) < 0.1] = INT_SENTINEL[out]
         g[rng.random(n) < 0.05] = 0
         info = np.iinfo(out)
         return e, np.clip(g, info.min, info.max).astype(out)
@@ -179,7 +180,7 @@ def _cases(rng: np.random.Generator, stored: str, out: str, n: int, atol: float,
         g = np.where(rng.random(n) < 0.3, np.nextafter(g, rng.choice([-np.inf, np.inf], n)), g)
         g = np.where(rng.random(n) < 0.1, rng.choice([np.nan, np.inf, -np.inf], n), g)
         g = g.astype(out)
-    utype, bits = harness.POISON_BITS[out]
+    utype, bits = POISON_BITS[out]
     g.view(utype)[rng.random(n) < 0.05] = bits
     return e, g
 

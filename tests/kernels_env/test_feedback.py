@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.feedback import TRUNCATION_MARKER, compiler_errors, render_feedback
+from kernels_env.judge.feedback import TRUNCATION_MARKER, compiler_errors, render_feedback
 from kernels_env.core.result import KernelResources, Mismatch, Result, Timing
 from kernels_env.core.status import Status
 

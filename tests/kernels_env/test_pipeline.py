@@ -58,7 +58,7 @@ def test_too_small_grid_is_wrong_output():
     r = score(TASK, submission("add<<<1, 128>>>(a, b, c, N);"), CFG, device())
     assert r.status is Status.WRONG_OUTPUT
     assert r.mismatch.reason == "unwritten" and r.mismatch.first_bad_index == [128]
-    from kernels_env.feedback import render_feedback
+    from kernels_env.judge.feedback import render_feedback
     text = render_feedback(r, 400)
     assert text.startswith("wrong_output:") and "output 'c' is wrong" in text and "never written" in text
     assert "first bad index [128]" in text and len(text) <= 400

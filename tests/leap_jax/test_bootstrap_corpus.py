@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernels_env.core.config import EnvConfig
-from kernels_env.feedback import render_feedback
+from kernels_env.judge.feedback import render_feedback
 from kernels_env.pipeline import score
 from kernels_env.pool import EvalPool, Job
 from kernels_env.source.launch import FormatError, check_plan
