@@ -148,7 +148,7 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
 
 def measure_overhead(tasks: list[Any], config: Any, backend: str, trials: int) -> dict[str, Any]:
     """Harness wall time per correctness trial minus the plan's own device time, in this process."""
-    from kernels_env import harness
+    from kernels_env.execute import harness
     from kernels_env.backends import get_device
     from kernels_env.pipeline import Prepared, prepare
     device = get_device(backend, config)

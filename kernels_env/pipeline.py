@@ -144,7 +144,7 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
                           f"{log.splitlines()[0] if log else ''}"[:300], details=log), False
         stages["load"] = time.perf_counter() - t0
         if evaluate is None:
-            from kernels_env.harness import evaluate as harness_evaluate
+            from kernels_env.execute.harness import evaluate as harness_evaluate
             evaluate = harness_evaluate
         try:
             result = evaluate(device, program, task, prepared.submission, dict(prepared.sizes), config)

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from kernels_env.judge import reference_cache
 from kernels_env.cache import ResultCache, cache_key
 from kernels_env.core.config import EnvConfig
-from kernels_env.gpu_lock import GpuLock, GpuLockHandle, attach
+from kernels_env.execute.gpu_lock import GpuLock, GpuLockHandle, attach
 from kernels_env.core.result import Result
 from kernels_env.spares import SpareWorkers
 from kernels_env.core.status import Status

@@ -1,4 +1,4 @@
-"""The Device protocol: what the backend-agnostic harness (`kernels_env.harness`) needs from a backend.
+"""The Device protocol: what the backend-agnostic harness (`kernels_env.execute.harness`) needs from a backend.
 
 A Device owns an array module (`xp`: cupy or numpy) and knows how to load a compiled module and
 launch one kernel of it. Trials, poisoning, comparison and timing orchestration live in the harness,

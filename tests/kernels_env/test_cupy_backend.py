@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from kernels_env import harness  # noqa: E402
+from kernels_env.execute import harness  # noqa: E402
 from kernels_env.core.config import EnvConfig, StageLimits  # noqa: E402
 from kernels_env.core.status import Status  # noqa: E402
 from kernels_env.tasks.spec import Buffer, Task  # noqa: E402
@@ -278,7 +278,7 @@ def device():
 def test_inputs_are_generated_on_the_gpu_deterministically(device):
     import cupy
     import numpy as np
-    from kernels_env.inputs import make_inputs
+    from kernels_env.execute.inputs import make_inputs
     task = Task(name="gpu_inputs", level=1, description="", sizes={"eval": {"N": N}, "small": {"N": 4096}},
                 inputs=(Buffer("x", "float16", ("N",)),
                         Buffer("i", "int64", ("N",), distributions=("indices",), high="N")),

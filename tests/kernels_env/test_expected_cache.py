@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels_env.judge import expected_cache as ec
-from kernels_env import harness
+from kernels_env.execute import harness
 from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
 from kernels_env.cache import cache_key
 from kernels_env.core.config import EnvConfig

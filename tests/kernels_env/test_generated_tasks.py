@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from kernels_env.core.config import EnvConfig
-from kernels_env.harness import compare_output
-from kernels_env.inputs import make_inputs
+from kernels_env.execute.harness import compare_output
+from kernels_env.execute.inputs import make_inputs
 from kernels_env.core.status import Status
 from kernels_env.tasks import get_task, list_tasks
 from kernels_env.tasks.generated import generated_task_names, held_out_pairs, parse_name, split_of

@@ -99,7 +99,7 @@ def test_a_bad_plan_gets_one_status_and_message_through_score_and_evaluate(launc
     """launch.check_plan is the one resolver: the static checks of `score` and the binding of
     `harness.evaluate` say the same about the same plan (a configuration CUDA would reject
     included: format_error, decided before anything runs)."""
-    from kernels_env.harness import evaluate
+    from kernels_env.execute.harness import evaluate
     from kernels_env.source.submission import parse_submission
     text = submission(launch, cuda)
     scored = score(TASK, text, CFG, device())

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kernels_env.tasks as T
-from kernels_env.inputs import make_inputs
+from kernels_env.execute.inputs import make_inputs
 from kernels_env.tasks import registry
 from kernels_env.tasks.spec import DEFAULT_TOLERANCE, DTYPES
 

@@ -33,8 +33,8 @@ from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
 from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program,
                                        TimedSync)
 from kernels_env.core.config import EnvConfig
-from kernels_env.gpu_lock import gpu_access
-from kernels_env.inputs import describe_distributions, make_inputs
+from kernels_env.execute.gpu_lock import gpu_access
+from kernels_env.execute.inputs import describe_distributions, make_inputs
 from kernels_env.source.launch import SCALAR_TYPES, FormatError, ResolvedLaunch, ResolvedPlan, check_plan
 from kernels_env.source.launch import eval_expr as eval_expr  # re-exported (tests)
 from kernels_env.source.launch import scalar_type as launch_scalar_type
