@@ -53,7 +53,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     """Score the task's solution, then time each harness step of one trial (ms)."""
     from kernels_env.execute import harness
     from kernels_env.execute.inputs import make_inputs
-    from kernels_env.pipeline import execute, prepare
+    from kernels_env.schedule.pipeline import execute, prepare
     prep = prepare(task, task.solution, config, arch=getattr(device, "arch", None))
     if not hasattr(prep, "submission"):
         return {"task": task.name, "error": f"{prep.status}: {prep.message}"}

@@ -84,8 +84,8 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
                  gpu_workers: int | None, compile_workers: int | None,
                  exec_workers_per_gpu: int | None = None) -> dict[str, Any]:
     """evaluations/s through EvalPool(process) on unique texts, then cache-hit latency."""
-    from kernels_env.cache import ResultCache
-    from kernels_env.pool import EvalPool, Job
+    from kernels_env.schedule.result_cache import ResultCache
+    from kernels_env.schedule.pool import EvalPool, Job
     t_start = time.perf_counter()
     kw = {"exec_workers_per_gpu": exec_workers_per_gpu} if exec_workers_per_gpu else {}
     pool = EvalPool(mode="process", backend=backend, gpu_workers=gpu_workers, compile_workers=compile_workers,
@@ -150,7 +150,7 @@ def measure_overhead(tasks: list[Any], config: Any, backend: str, trials: int) -
     """Harness wall time per correctness trial minus the plan's own device time, in this process."""
     from kernels_env.execute import harness
     from kernels_env.backends import get_device
-    from kernels_env.pipeline import Prepared, prepare
+    from kernels_env.schedule.pipeline import Prepared, prepare
     device = get_device(backend, config)
     cfg = config.replace(timing=False, correctness_trials=trials)
     rows, failures = [], []

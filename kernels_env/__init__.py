@@ -19,10 +19,10 @@ def __getattr__(name):  # lazy re-exports: keep import light, avoid cycles
         from kernels_env import tasks
         return getattr(tasks, name)
     if name == "score":
-        from kernels_env.pipeline import score
+        from kernels_env.schedule.pipeline import score
         return score
     if name == "EvalPool":
-        from kernels_env.pool import EvalPool
+        from kernels_env.schedule.pool import EvalPool
         return EvalPool
     if name == "render_feedback":
         from kernels_env.judge.feedback import render_feedback

@@ -7,8 +7,11 @@ from typing import Any
 
 BACKENDS = ("auto", "cupy", "cpu")
 SIZE_SETS = ("eval", "small")
-# Fields that change how fast a result is computed, never the result: left out of the result
-# cache's key (kernels_env/cache.py), so cached results are shared and keys stay as they were.
+# How EvalPool runs its jobs: worker processes, or in the calling process. Here, not in the pool's
+# heavy module, so a run config (leap_jax/train/config_env.py) checks the mode without importing it.
+POOL_MODES = ("process", "inline")
+# Fields that change how fast a result is computed, never the result: left out of the result cache's
+# key (kernels_env/schedule/result_cache.py), so cached results are shared and keys stay as they were.
 RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes")
 
 

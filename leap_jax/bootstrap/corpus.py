@@ -92,7 +92,7 @@ def score_variants(variants: list[dict[str, Any]], cfg: CorpusCfg, pool: Any = N
     """Score every variant through an EvalPool (made from cfg unless given); adds `status`,
     `message` and `feedback` (the environment's `render_feedback` text) to copies of the records."""
     from kernels_env.judge.feedback import render_feedback
-    from kernels_env.pool import EvalPool, Job
+    from kernels_env.schedule.pool import EvalPool, Job
     ecfg = env_config(cfg)
     own = pool is None
     if own:

@@ -286,7 +286,7 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
     own_pool = evaluator is None
     ecfg = env_config(cfg)
     if own_pool:
-        from kernels_env.pool import EvalPool
+        from kernels_env.schedule.pool import EvalPool
         e = cfg.env
         evaluator = EvalPool(mode=e.pool_mode, backend=e.backend, gpu_workers=e.gpu_workers,
                              compile_workers=e.compile_workers, cache=e.cache, config=ecfg)

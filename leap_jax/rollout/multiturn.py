@@ -153,7 +153,7 @@ class MultiTurnRollout:
 
     # ---- evaluation -----------------------------------------------------------------------------
     def _submit(self, task: str, text: str) -> Future:
-        from kernels_env.pool import Job
+        from kernels_env.schedule.pool import Job
         job = Job(task=task, text=text, config=self.env_config)
         submit = getattr(self.evaluator, "submit", None)
         if submit is not None:

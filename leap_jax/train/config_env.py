@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernels_env.core.config import BACKENDS, SIZE_SETS, EnvConfig, StageLimits
+from kernels_env.core.config import BACKENDS, POOL_MODES, SIZE_SETS, EnvConfig, StageLimits
 from leap_jax.train.config_loader import ConfigError, choice, positive
-
-POOL_MODES = ("process", "inline")  # kernels_env.pool.MODES (that module is too heavy to import here)
 
 
 @dataclass

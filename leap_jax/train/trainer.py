@@ -282,7 +282,7 @@ class Trainer:
     # -- components built lazily (eval and train need different ones) --
     def _pool(self) -> Any:
         if self.evaluator is None:
-            from kernels_env.pool import EvalPool
+            from kernels_env.schedule.pool import EvalPool
             e = self.cfg.env
             self.evaluator = EvalPool(mode=e.pool_mode, backend=e.backend, gpu_workers=e.gpu_workers,
                                       exec_workers_per_gpu=e.exec_workers_per_gpu,

@@ -223,7 +223,7 @@ def corpus_evaluator(task: str, text: str, config: EnvConfig) -> Result:
     """
     if _STATE.get("dead"):
         os._exit(0)
-    from kernels_env import pipeline
+    from kernels_env.schedule import pipeline
     from kernels_env.backends import get_device
     device = _STATE.get("device")
     if device is None:

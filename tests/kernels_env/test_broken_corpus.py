@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.pool import EvalPool, Job
+from kernels_env.schedule.pool import EvalPool, Job
 from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import CASES, CASES_BY_ID, corpus_config, corpus_evaluator
 

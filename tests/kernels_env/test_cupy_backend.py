@@ -316,7 +316,7 @@ def test_correct_vector_add_is_correct_with_timing(device):
 
 @gpu
 def test_pipeline_score_on_cupy(device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     res = score(add_task(), text(KERNELS["correct"], ADD_LAUNCH), CONFIG.replace(timed_runs=100), device=device)
     assert res.status is Status.CORRECT, res.message
     assert res.resources.get("add") is not None and res.backend == "cupy"

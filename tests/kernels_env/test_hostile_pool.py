@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from kernels_env.pool import EvalPool, Job
+from kernels_env.schedule.pool import EvalPool, Job
 from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import AFFINE_SOLUTION, corpus_config, corpus_evaluator
 from tests.kernels_env.hostile_corpus import CASES, leaked
@@ -49,7 +49,7 @@ def test_compile_workers_cannot_see_host_paths():
     import platform
 
     from kernels_env.build import landlock
-    from kernels_env.pool import _confine_compile_worker, compile_worker_read_paths  # noqa: F401
+    from kernels_env.schedule.pool import _confine_compile_worker, compile_worker_read_paths  # noqa: F401
     if landlock.abi_version() <= 0 or platform.system() != "Linux":
         pytest.skip("Landlock is not available on this kernel")
     import multiprocessing as mp
@@ -66,7 +66,7 @@ def test_compile_workers_cannot_see_host_paths():
 
 def _probe_in_confined_process() -> dict:
     from kernels_env.build.compile import CompileError, compile_cuda
-    from kernels_env.pool import _confine_compile_worker
+    from kernels_env.schedule.pool import _confine_compile_worker
     out = {"confined": _confine_compile_worker()}
     k = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n'
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from kernels_env.backends.base import FatalDeviceError
-from kernels_env.cache import cache_key
+from kernels_env.schedule.result_cache import cache_key
 from kernels_env.build.compile import CompileError
 from kernels_env.core.config import EnvConfig
-from kernels_env import pipeline
-from kernels_env.pipeline import Prepared, execute, prepare, score
+from kernels_env.schedule import pipeline
+from kernels_env.schedule.pipeline import Prepared, execute, prepare, score
 from kernels_env.core.status import Status
 from kernels_env.tasks.spec import Buffer, Task
 from kernels_env.testing.fake_device import FakeDevice
@@ -226,7 +226,7 @@ def test_score_on_gpu_reports_speedup_and_arch():
 
 def test_warm_up_task_scores_correct_on_the_cpu_backend():
     from kernels_env.backends import get_device
-    from kernels_env.warmup import warm_up
+    from kernels_env.schedule.warmup import warm_up
     device = get_device("cpu")
     try:
         result = warm_up(device)

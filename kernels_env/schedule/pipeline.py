@@ -47,7 +47,7 @@ def resolve_task(task: Any) -> Any:
 
 
 def _key(task_name: str, text: str, config: EnvConfig) -> str:
-    from kernels_env.cache import cache_key
+    from kernels_env.schedule.result_cache import cache_key
     return cache_key(task_name, text, config)
 
 

@@ -36,11 +36,11 @@ from typing import Any
 from collections.abc import Callable, Iterable
 
 from kernels_env.judge import reference_cache
-from kernels_env.cache import ResultCache, cache_key
-from kernels_env.core.config import EnvConfig
+from kernels_env.schedule.result_cache import ResultCache, cache_key
+from kernels_env.core.config import POOL_MODES, EnvConfig
 from kernels_env.execute.gpu_lock import GpuLock, GpuLockHandle, attach
 from kernels_env.core.result import Result
-from kernels_env.spares import SpareWorkers
+from kernels_env.schedule.spares import SpareWorkers
 from kernels_env.core.status import Status
 
 Evaluator = Callable[[str, str, EnvConfig], Result]
@@ -48,7 +48,6 @@ Evaluator = Callable[[str, str, EnvConfig], Result]
 DEFAULT_EXEC_WORKERS_PER_GPU = 3  # cupy: one times (exclusive lock) while the others do host work
 STARTUP_TIMEOUT_S = 180.0  # a worker importing CuPy / creating a CUDA context
 CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory access)"
-MODES = ("process", "inline")
 
 
 @dataclass(frozen=True)
@@ -132,14 +131,14 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
     refs: Any = None  # the object whose __dict__ holds the reference timings (exec workers)
     reported: set = set()  # reference-timing keys the parent has (seeded or reported)
     try:
-        from kernels_env import pipeline
+        from kernels_env.schedule import pipeline
         if role == "compile":
             _confine_compile_worker()
         if role == "exec" and evaluator is None:
             from kernels_env.backends import get_device
             device = refs = get_device(backend, config)
             attach(device, lock)  # before the warm-up: it uses the GPU too
-            from kernels_env.warmup import warm_up
+            from kernels_env.schedule.warmup import warm_up
             warm_up(device, config)  # first-use CuPy kernel builds must not count against a job
         elif role == "exec":
             refs = reference_cache.WorkerDevice()
@@ -363,8 +362,8 @@ class EvalPool:
                  config: EnvConfig | None = None, evaluator: Evaluator | None = None,
                  cpu_workers: int | None = None, worker_env: dict[str, str] | None = None,
                  exec_workers_per_gpu: int | None = None, spare_worker: bool | None = None) -> None:
-        if mode not in MODES:
-            raise ValueError(f"EvalPool mode={mode!r}; expected one of {MODES}")
+        if mode not in POOL_MODES:
+            raise ValueError(f"EvalPool mode={mode!r}; expected one of {POOL_MODES}")
         if backend not in ("auto", "cupy", "cpu"):
             raise ValueError(f"EvalPool backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
         for nm, v in (("gpu_workers", gpu_workers), ("compile_workers", compile_workers), ("cpu_workers", cpu_workers),
@@ -562,7 +561,7 @@ class EvalPool:
         try:
             if self.evaluator is not None:
                 return self.evaluator(job.task, job.text, cfg)
-            from kernels_env.pipeline import score
+            from kernels_env.schedule.pipeline import score
             if self._device is None:
                 from kernels_env.backends import get_device
                 self._device = get_device(self.backend if self.backend != "auto" else cfg.backend, cfg)
