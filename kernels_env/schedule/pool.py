@@ -4,14 +4,14 @@ Process mode runs two stages of long-lived spawned workers, each fed through its
 parent thread that owns it:
   compile workers (CPU): parse + static checks + NVRTC, many in parallel;
   execution workers: `exec_workers_per_gpu` (default 3) per GPU for cupy (CUDA_VISIBLE_DEVICES set
-  per worker), a few for cpu. Workers of one GPU share a readers-writer lock (gpu_lock.py): timing
-  runs alone on the GPU, correctness trials of several workers overlap, host work (module loading)
-  takes no lock, so the GPU is busy while a worker does host work. Time a job waits for the lock
-  extends its wall-clock limit.
+  per worker), a few for cpu. Workers of one GPU share a readers-writer lock (execute/gpu_lock.py):
+  timing runs alone on the GPU, correctness trials of several workers overlap, host work (module
+  loading) takes no lock, so the GPU is busy while a worker does host work. Time a job waits for the
+  lock extends its wall-clock limit.
 A warm spare exec worker per GPU (spares.py; default on for cupy, `spare_worker=`) replaces a worker
 that dies at once, and the next spare starts in the background. Reference timings measured by a worker
 come back with its replies and seed every other worker of that GPU, spares and replacements included
-(reference_cache.py), so a restart never re-times a reference.
+(judge/reference_cache.py), so a restart never re-times a reference.
 The parent enforces per-stage wall-clock limits: a worker that overruns or dies (segfault, sticky
 CUDA error, os._exit) is killed and replaced and the job retried once, then reported as `timeout`
 (overran) or `runtime_error` (died). Every future resolves to a Result. The parent never touches

@@ -19,7 +19,7 @@ from typing import Any
 from collections.abc import Iterable, Mapping
 
 from kernels_env.core.program import (BinOp, Call, Dim3, Expr, KernelParam, KernelSignature, Launch,
-                                 LaunchPlan, Name, Neg, Num, ScratchDecl)
+                                      LaunchPlan, Name, Neg, Num, ScratchDecl)
 
 MAX_LAUNCHES = 64
 MAX_NUMBER_CHARS = 64  # int() of thousands of digits is slow and refused by Python

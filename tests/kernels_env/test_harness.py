@@ -14,11 +14,11 @@ import pytest
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
 from kernels_env.core.config import EnvConfig, StageLimits
 from kernels_env.execute.harness import (REVERIFY_SEED_OFFSET, compare_output, eval_expr, evaluate,
-                                 scalar_type)
+                                         scalar_type)
 from kernels_env.execute.inputs import (HEAVY_TAIL_CLIP, buffer_seed, describe_distributions, make_inputs,
-                                trial_distribution)
+                                        trial_distribution)
 from kernels_env.core.program import (BinOp, Call, Dim3, KernelParam, KernelSignature, Launch, LaunchPlan,
-                                 Name, Neg, Num, ScratchDecl, Submission)
+                                      Name, Neg, Num, ScratchDecl, Submission)
 from kernels_env.core.status import Status
 from kernels_env.tasks.spec import Buffer, Scalar, Task
 from kernels_env.testing.fake_device import FakeDevice

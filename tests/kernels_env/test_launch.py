@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kernels_env.source.launch import (MAX_LAUNCHES, FormatError, check_plan, eval_expr, parse_launch,
-                                render_expr)
+                                       render_expr)
 from kernels_env.core.program import BinOp, Call, Dim3, Name, Neg, Num
 from kernels_env.source.signatures import find_kernels
 from kernels_env.tasks.spec import Buffer, Scalar, Task
