@@ -113,8 +113,8 @@ def _suite_names(src: str) -> set[str]:
 def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Throughput of one workload through EvalPool with whichever kernels_env is importable."""
     import kernels_env
-    from kernels_env.config import EnvConfig
-    from kernels_env.pool import EvalPool, Job
+    from kernels_env import EnvConfig, EvalPool  # the public API: the same in every arm
+    Job = sys.modules[EvalPool.__module__].Job  # beside EvalPool, wherever the arm's package keeps it
     tasks, sizes = workload_tasks(workload, opts.get("limit"), opts.get("only"))
     config = EnvConfig(backend=opts["backend"], sizes=sizes, correctness_trials=opts["trials"],
                        timed_runs=opts["timed_runs"], warmup_runs=opts["warmup_runs"])
@@ -182,10 +182,10 @@ def independent_timing(opts: dict[str, Any]) -> dict[str, Any]:
     import cupy as cp
 
     from kernels_env.backends.cupy_backend import CupyDevice
-    from kernels_env.config import EnvConfig
-    from kernels_env.harness import bind_plan, launch_args
-    from kernels_env.inputs import make_inputs
-    from kernels_env.pipeline import Prepared, prepare
+    from kernels_env.core.config import EnvConfig
+    from kernels_env.execute.harness import bind_plan, launch_args
+    from kernels_env.execute.inputs import make_inputs
+    from kernels_env.schedule.pipeline import Prepared, prepare
     tasks, sizes = workload_tasks("suite", opts.get("limit"), opts.get("only"))
     cfg = EnvConfig(backend="cupy", sizes=sizes, timed_runs=opts["timed_runs"], warmup_runs=opts["warmup_runs"])
     dev = CupyDevice()

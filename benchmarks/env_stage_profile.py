@@ -51,9 +51,9 @@ def _timed_ms(device: Any, fn: Callable[[], Any], reps: int = 3) -> float:
 
 def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     """Score the task's solution, then time each harness step of one trial (ms)."""
-    from kernels_env import harness
-    from kernels_env.inputs import make_inputs
-    from kernels_env.pipeline import execute, prepare
+    from kernels_env.execute import harness
+    from kernels_env.execute.inputs import make_inputs
+    from kernels_env.schedule.pipeline import execute, prepare
     prep = prepare(task, task.solution, config, arch=getattr(device, "arch", None))
     if not hasattr(prep, "submission"):
         return {"task": task.name, "error": f"{prep.status}: {prep.message}"}
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=12, help="per-task rows printed (slowest first)")
     args = p.parse_args(argv)
     from kernels_env.backends import get_device
-    from kernels_env.config import EnvConfig
+    from kernels_env.core.config import EnvConfig
     from kernels_env.tasks.registry import list_tasks
     config = EnvConfig(backend=args.backend, sizes=args.sizes)
     device = get_device(args.backend, config)

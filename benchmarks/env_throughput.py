@@ -60,8 +60,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure_compile(tasks: list[Any], arch: str, config: Any, reps: int) -> dict[str, Any]:
     """NVRTC latency of each solution's device code, serial in this process (no GPU needed)."""
-    from kernels_env.compile import compile_cuda
-    from kernels_env.submission import parse_submission
+    from kernels_env.build.compile import compile_cuda
+    from kernels_env.source.submission import parse_submission
     times, failures = [], []
     try:  # first use loads NVRTC and its headers (~1 s): not a per-compile cost
         compile_cuda(parse_submission(variant(tasks[0].solution, "c_warm")).cuda_source, arch, config)
@@ -87,8 +87,8 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
                  mode_kwargs: dict[str, Any] | None = None, tag: str = "") -> dict[str, Any]:
     """evaluations/s through EvalPool(mode) on unique texts (`tag` makes them unique to this call: the
     cpu backend's build cache is on disk), then cache-hit latency."""
-    from kernels_env.cache import ResultCache
-    from kernels_env.pool import EvalPool, Job
+    from kernels_env.schedule.result_cache import ResultCache
+    from kernels_env.schedule.pool import EvalPool, Job
     t_start = time.perf_counter()
     kw = {"exec_workers_per_gpu": exec_workers_per_gpu} if exec_workers_per_gpu else {}
     pool = EvalPool(mode=mode, backend=backend, gpu_workers=gpu_workers, compile_workers=compile_workers,
@@ -151,9 +151,9 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
 
 def measure_overhead(tasks: list[Any], config: Any, backend: str, trials: int) -> dict[str, Any]:
     """Harness wall time per correctness trial minus the plan's own device time, in this process."""
-    from kernels_env import harness
+    from kernels_env.execute import harness
     from kernels_env.backends import get_device
-    from kernels_env.pipeline import Prepared, prepare
+    from kernels_env.schedule.pipeline import Prepared, prepare
     device = get_device(backend, config)
     cfg = config.replace(timing=False, correctness_trials=trials)
     rows, failures = [], []
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare_main(ap, args)
 
     from kernels_env.backends import resolve_backend
-    from kernels_env.config import EnvConfig
+    from kernels_env.core.config import EnvConfig
     from kernels_env.tasks import list_tasks
     backend = resolve_backend(args.backend)
     gpu = backend == "cupy"

@@ -209,7 +209,7 @@ def main(argv=None) -> None:
         from tests.leap_jax._trainer_helpers import OracleEvaluator
         evaluator = OracleEvaluator()
     else:  # one pool for every arm (worker start-up paid once); no result cache: equal work per arm
-        from kernels_env.pool import EvalPool
+        from kernels_env.schedule.pool import EvalPool
         from leap_jax.train.trainer import env_config
         e = cfg.env
         evaluator = EvalPool(mode=e.pool_mode, backend=e.backend, gpu_workers=e.gpu_workers,

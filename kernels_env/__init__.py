@@ -4,9 +4,9 @@ Public API (stable across the project; leap_jax uses only these):
     Status, Result, EnvConfig, get_task, list_tasks, score, EvalPool, render_feedback
 Heavy submodules are imported lazily so `import kernels_env` stays cheap.
 """
-from kernels_env.status import Status
-from kernels_env.result import Result, Timing, Mismatch, KernelResources
-from kernels_env.config import EnvConfig
+from kernels_env.core.status import Status
+from kernels_env.core.result import Result, Timing, Mismatch, KernelResources
+from kernels_env.core.config import EnvConfig
 
 __all__ = [
     "Status", "Result", "Timing", "Mismatch", "KernelResources", "EnvConfig",
@@ -19,12 +19,12 @@ def __getattr__(name):  # lazy re-exports: keep import light, avoid cycles
         from kernels_env import tasks
         return getattr(tasks, name)
     if name == "score":
-        from kernels_env.pipeline import score
+        from kernels_env.schedule.pipeline import score
         return score
     if name == "EvalPool":
-        from kernels_env.pool import EvalPool
+        from kernels_env.schedule.pool import EvalPool
         return EvalPool
     if name == "render_feedback":
-        from kernels_env.feedback import render_feedback
+        from kernels_env.judge.feedback import render_feedback
         return render_feedback
     raise AttributeError(f"module 'kernels_env' has no attribute {name!r}")

@@ -8,8 +8,8 @@ import sys
 from typing import Any
 from collections.abc import Sequence
 
-from kernels_env.config import BACKENDS, SIZE_SETS, EnvConfig
-from kernels_env.result import Result
+from kernels_env.core.config import BACKENDS, SIZE_SETS, EnvConfig
+from kernels_env.core.result import Result
 
 
 class CliError(Exception):
@@ -119,8 +119,8 @@ def _pool_mode(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_score(args: argparse.Namespace, out: Any) -> int:
     task = _get_task(args.task)
     text = _read(args.file)
-    from kernels_env.feedback import render_feedback
-    from kernels_env.pool import EvalPool, Job
+    from kernels_env.judge.feedback import render_feedback
+    from kernels_env.schedule.pool import EvalPool, Job
     cfg = _config(args)
     gpu_workers, cpu_workers = (1, None) if args.backend == "cupy" else (None, 1)
     # process mode (default): a hang or crash of the kernel is contained and time-limited
@@ -162,7 +162,7 @@ def cmd_check_suite(args: argparse.Namespace, out: Any) -> int:
     if not tasks:
         raise CliError(f"no tasks at level {args.level}")
     cfg = _config(args)
-    from kernels_env.pool import EvalPool, Job
+    from kernels_env.schedule.pool import EvalPool, Job
     jobs = [Job(t.name, t.solution, cfg) for t in tasks]
     kw: dict[str, Any] = {}
     if args.workers:

@@ -33,7 +33,7 @@ for s in "$@"; do
         --variants unrolled-threefry-einsum,unrolled-threefry-cudnn,unrolled-threefry-dpa} ;;
     nvrtc) stage nvrtc 60 python3 -c "
 from cupy_backends.cuda.libs import nvrtc
-from kernels_env.compile import nvrtc_options, compile_cuda
+from kernels_env.build.compile import nvrtc_options, compile_cuda
 src = 'extern \"C\" __global__ void k(float* y){ y[threadIdx.x] = 1.f; }'
 p = nvrtc.createProgram(src, 'k.cu', [], []); nvrtc.compileProgram(p, nvrtc_options('sm_90'))
 print('nvrtc', nvrtc.getVersion(), 'log:', repr(nvrtc.getProgramLog(p)))

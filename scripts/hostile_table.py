@@ -30,7 +30,7 @@ def _child(conn, backend: str, case_id: str, timeout: float = 0.0) -> None:
     if timeout > 5:  # a case about to be killed prints where it is stuck (stderr)
         faulthandler.dump_traceback_later(timeout - 3, exit=False)
 
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     from tests.kernels_env.broken_corpus import TASKS, register_corpus_tasks
     from tests.kernels_env.hostile_corpus import CASES_BY_ID, leaked
     from tests.kernels_env.isolation_corpus import ISOLATION_CASES

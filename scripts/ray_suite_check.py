@@ -18,7 +18,7 @@ if ROOT not in sys.path:
 
 
 def run(mode: str, jobs: list, backend: str, config, address: str | None) -> tuple[list, float, dict]:
-    from kernels_env.pool import EvalPool
+    from kernels_env.schedule.pool import EvalPool
     extra = {"address": address} if mode == "ray" else {}
     t0 = time.perf_counter()
     with EvalPool(mode=mode, backend=backend, config=config, cache=False, **extra) as pool:
@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--ray-address", default=None, help="default: a local Ray started here")
     args = ap.parse_args(argv)
-    from kernels_env.config import EnvConfig
-    from kernels_env.pool import Job
+    from kernels_env.core.config import EnvConfig
+    from kernels_env.schedule.pool import Job
     from kernels_env.tasks import list_tasks
     tasks = list_tasks(level=args.level)[: args.limit]
     cfg = EnvConfig(backend=args.backend, sizes=args.sizes, timing=not args.no_timing)

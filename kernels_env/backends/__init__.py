@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 
 BACKEND_NAMES = ("auto", "cupy", "cpu")
 

@@ -1,4 +1,4 @@
-"""The Device protocol: what the backend-agnostic harness (`kernels_env.harness`) needs from a backend.
+"""The Device protocol: what the backend-agnostic harness (`kernels_env.execute.harness`) needs from a backend.
 
 A Device owns an array module (`xp`: cupy or numpy) and knows how to load a compiled module and
 launch one kernel of it. Trials, poisoning, comparison and timing orchestration live in the harness,
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 from collections.abc import Callable, Sequence
 
-from kernels_env.config import EnvConfig
-from kernels_env.program import CompiledModule, KernelSignature
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import CompiledModule, KernelSignature
 
 
 class KernelRuntimeError(Exception):
@@ -54,7 +54,7 @@ class Device(Protocol):
     timing_comparable: bool  # False on cpu: no speedup is computed
 
     def load(self, compiled: CompiledModule, config: EnvConfig) -> Program:
-        """Load / build the module. Raises kernels_env.compile.CompileError for code this backend
+        """Load / build the module. Raises kernels_env.build.compile.CompileError for code this backend
         cannot build (e.g. a feature the cpu backend does not support)."""
         ...
 

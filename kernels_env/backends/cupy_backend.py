@@ -2,7 +2,7 @@
 
 It loads NVRTC cubins as CUDA modules (cuModuleLoadData), launches kernels on the current stream, maps CUDA errors to
 the environment's exceptions and times with CUDA events after an L2 flush. Trials, poisoning and
-comparison live in `kernels_env.harness`.
+comparison live in `kernels_env.execute.harness`.
 
 Error mapping: ordinary launch errors (invalid configuration, too much shared memory) raise
 KernelRuntimeError; sticky errors (illegal address, misaligned address, launch failure, illegal
@@ -37,9 +37,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout, untimed_hooks
-from kernels_env.config import EnvConfig
-from kernels_env.program import CompiledModule, KernelSignature
-from kernels_env.result import KernelResources
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import CompiledModule, KernelSignature
+from kernels_env.core.result import KernelResources
 
 # CUDA error codes (identical in the driver and runtime APIs) after which the context is unusable.
 STICKY_ERRORS = {
@@ -160,7 +160,7 @@ class CupyDevice:
     def load(self, compiled: CompiledModule, config: EnvConfig) -> CupyProgram:
         """Load the cubin; if the driver refuses it (another arch), rebuild from source for this GPU.
 
-        Raises kernels_env.compile.CompileError when the rebuild does not compile."""
+        Raises kernels_env.build.compile.CompileError when the rebuild does not compile."""
         self._check_healthy()
         try:
             prog = self._load_cubin(compiled.cubin, compiled.kernels, compiled.arch)
@@ -170,7 +170,7 @@ class CupyDevice:
             if getattr(e, "status", None) in STICKY_ERRORS:
                 raise self._map(e, "loading the module") from e
             first_error = e
-        from kernels_env.compile import compile_cuda
+        from kernels_env.build.compile import compile_cuda
         arch = self.arch  # the cubin for compiled.arch was refused: build for this GPU
         rebuilt = compile_cuda(compiled.source, arch, config)
         try:

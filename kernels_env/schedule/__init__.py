@@ -1,1 +1,1 @@
-"""Where evaluation jobs run: scheduling EvalPool jobs across machines (Ray hosts)."""
+"""Score one submission (pipeline) and schedule many: the evaluation pool, its workers, and Ray hosts."""

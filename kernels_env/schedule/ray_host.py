@@ -10,7 +10,7 @@ import sys
 import types
 from typing import Any
 
-from kernels_env.pool import EvalPool, Job
+from kernels_env.schedule.pool import EvalPool, Job
 
 
 class EvalHost:

@@ -26,10 +26,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels_env.cache import ResultCache
-from kernels_env.config import EnvConfig
-from kernels_env.pool import EvalPool, Evaluator, Job, _Pending
-from kernels_env.result import Result
+from kernels_env.schedule.result_cache import ResultCache
+from kernels_env.core.config import EnvConfig
+from kernels_env.schedule.pool import EvalPool, Evaluator, Job, _Pending
+from kernels_env.core.result import Result
 from kernels_env.schedule.ray_host import host_actor_class
 from kernels_env.schedule.ray_nodes import HostSpot, actor_options, eval_spots
 from kernels_env.schedule.ray_support import host_lost, require_ray

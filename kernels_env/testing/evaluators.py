@@ -5,7 +5,7 @@ The text selects the behaviour, so one pool can serve good and bad jobs: "hang" 
 host (LEAP_EVAL_HOST=1, kernels_env/schedule/ray_host.py; elsewhere it only exits), "segv" raises
 SIGSEGV in the worker, "raise" raises, "flaky:<path>" dies the first time (creating <path>) and
 succeeds on the retry, "ref:<name>" looks <name> up in the worker's reference-timing cache (the one a
-real device keeps, see kernels_env/reference_cache.py) and answers "ref <name> cached" or, after
+real device keeps, see kernels_env/judge/reference_cache.py) and answers "ref <name> cached" or, after
 storing it, "ref <name> measured"; anything else returns `correct` with the text as its message and
 the worker's pid in `details`.
 """
@@ -15,9 +15,9 @@ import os
 import signal
 import time
 
-from kernels_env.config import EnvConfig
-from kernels_env.result import Result
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.result import Result
+from kernels_env.core.status import Status
 
 
 def scripted_evaluator(task: str, text: str, config: EnvConfig) -> Result:
@@ -42,7 +42,7 @@ def scripted_evaluator(task: str, text: str, config: EnvConfig) -> Result:
             open(path, "w").close()
             os._exit(4)
     if text.startswith("ref:"):
-        from kernels_env.reference_cache import worker_cache
+        from kernels_env.judge.reference_cache import worker_cache
         name = text.split(":", 1)[1].split()[0]
         cache = worker_cache()
         how = "cached" if ("scripted", name) in cache else "measured"

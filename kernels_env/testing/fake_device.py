@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kernels_env.backends.base import untimed_hooks
-from kernels_env.config import EnvConfig
-from kernels_env.program import CompiledModule, KernelSignature
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import CompiledModule, KernelSignature
 
 FakeKernel = Callable[..., None]
 

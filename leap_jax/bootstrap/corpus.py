@@ -83,7 +83,7 @@ def generate_variants(task_name: str, n: int, seed: int, max_chain: int = 2) -> 
 
 
 def env_config(cfg: CorpusCfg) -> Any:
-    from kernels_env.config import EnvConfig
+    from kernels_env.core.config import EnvConfig
     return EnvConfig(backend=cfg.backend, sizes=cfg.sizes, timing=False,
                      correctness_trials=cfg.correctness_trials, seed=cfg.seed)
 
@@ -91,8 +91,8 @@ def env_config(cfg: CorpusCfg) -> Any:
 def score_variants(variants: list[dict[str, Any]], cfg: CorpusCfg, pool: Any = None) -> list[dict[str, Any]]:
     """Score every variant through an EvalPool (made from cfg unless given); adds `status`,
     `message` and `feedback` (the environment's `render_feedback` text) to copies of the records."""
-    from kernels_env.feedback import render_feedback
-    from kernels_env.pool import EvalPool, Job
+    from kernels_env.judge.feedback import render_feedback
+    from kernels_env.schedule.pool import EvalPool, Job
     ecfg = env_config(cfg)
     own = pool is None
     if own:

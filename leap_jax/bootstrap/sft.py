@@ -286,7 +286,7 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
     own_pool = evaluator is None
     ecfg = env_config(cfg)
     if own_pool:
-        from kernels_env.pool import EvalPool
+        from kernels_env.schedule.pool import EvalPool
         evaluator = EvalPool(**cfg.env.pool_kwargs(), config=ecfg)
     try:
         # 1. corpus (scored through the same pool when the backends agree)

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kernels_env.config import EnvConfig
-from kernels_env.result import Result
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.result import Result
+from kernels_env.core.status import Status
 from kernels_env.tasks import get_task
 from leap_jax.rollout.policy import GenRequest, GenResponse, Policy
 from leap_jax.models.chat import Message
@@ -146,14 +146,14 @@ class MultiTurnRollout:
         self.chunks = max(1, overlap_chunks)
         self.sizes = sizes
         if feedback_fn is None:
-            from kernels_env.feedback import render_feedback
+            from kernels_env.judge.feedback import render_feedback
             feedback_fn = lambda result, budget: render_feedback(result, budget)  # noqa: E731
         self.feedback_fn = feedback_fn
         self._prompt_cache: dict[str, list[int]] = {}
 
     # ---- evaluation -----------------------------------------------------------------------------
     def _submit(self, task: str, text: str) -> Future:
-        from kernels_env.pool import Job
+        from kernels_env.schedule.pool import Job
         job = Job(task=task, text=text, config=self.env_config)
         submit = getattr(self.evaluator, "submit", None)
         if submit is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels_env.config import BACKENDS, POOL_MODES, SIZE_SETS, EnvConfig, StageLimits
+from kernels_env.core.config import BACKENDS, POOL_MODES, SIZE_SETS, EnvConfig, StageLimits
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
 

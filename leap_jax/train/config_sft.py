@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernels_env.config import BACKENDS, SIZE_SETS
-from leap_jax.train.config_env import POOL_MODES
+from kernels_env.core.config import BACKENDS, POOL_MODES, SIZE_SETS
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 from leap_jax.models.config import ModelConfig
 from leap_jax.parallel.placement import MeshPlacement
 from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups
@@ -283,7 +283,7 @@ class Trainer:
     # -- components built lazily (eval and train need different ones) --
     def _pool(self) -> Any:
         if self.evaluator is None:
-            from kernels_env.pool import EvalPool
+            from kernels_env.schedule.pool import EvalPool
             self.evaluator = EvalPool(**self.cfg.env.pool_kwargs(), config=self.env_config)
         return self.evaluator
 

@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels_env.config import EnvConfig, StageLimits
-from kernels_env.result import Result
+from kernels_env.core.config import EnvConfig, StageLimits
+from kernels_env.core.result import Result
 from kernels_env.tasks.spec import Buffer, Task
 
 SMALL_N = 3000
@@ -223,7 +223,7 @@ def corpus_evaluator(task: str, text: str, config: EnvConfig) -> Result:
     """
     if _STATE.get("dead"):
         os._exit(0)
-    from kernels_env import pipeline
+    from kernels_env.schedule import pipeline
     from kernels_env.backends import get_device
     device = _STATE.get("device")
     if device is None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.pool import EvalPool, Job
-from kernels_env.status import Status
+from kernels_env.schedule.pool import EvalPool, Job
+from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import CASES, CASES_BY_ID, corpus_config, corpus_evaluator
 
 BACKENDS = [pytest.param("cpu", id="cpu"), pytest.param("cupy", id="cupy", marks=pytest.mark.gpu)]

@@ -1,10 +1,10 @@
 """Cache keys (cosmetic edits hit, code edits miss) and ResultCache (LRU, disk, no env_error)."""
 from __future__ import annotations
 
-from kernels_env.cache import ResultCache, cache_key, normalize_source
-from kernels_env.config import EnvConfig
-from kernels_env.result import Result
-from kernels_env.status import Status
+from kernels_env.schedule.result_cache import ResultCache, cache_key, normalize_source
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.result import Result
+from kernels_env.core.status import Status
 
 CUDA = 'extern "C" __global__ void k(float* y, int n) {\n    int i = threadIdx.x;  // index\n    if (i < n) y[i] = 1.0f;\n}'
 LAUNCH = "k<<<1, 256>>>(y, N);"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 
 from kernels_env.cli import main, suite_table
-from kernels_env.result import Result, Timing
-from kernels_env.status import Status
+from kernels_env.core.result import Result, Timing
+from kernels_env.core.status import Status
 from kernels_env.tasks import list_tasks
 
 

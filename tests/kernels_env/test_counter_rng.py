@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from kernels_env import counter_rng as cr
+from kernels_env.execute import counter_rng as cr
 
 gpu = pytest.mark.gpu
 

@@ -17,9 +17,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from kernels_env import harness  # noqa: E402
-from kernels_env.config import EnvConfig, StageLimits  # noqa: E402
-from kernels_env.status import Status  # noqa: E402
+from kernels_env.execute import harness  # noqa: E402
+from kernels_env.core.config import EnvConfig, StageLimits  # noqa: E402
+from kernels_env.core.status import Status  # noqa: E402
 from kernels_env.tasks.spec import Buffer, Task  # noqa: E402
 
 gpu = pytest.mark.gpu
@@ -93,7 +93,7 @@ def test_sticky_cuda_errors_are_fatal_and_others_are_runtime_errors():
 def test_device_hang_maps_to_timeout_and_propagates():
     from kernels_env.backends.base import FatalDeviceError
     from kernels_env.backends.cupy_backend import DeviceHang
-    from kernels_env.program import Call, Dim3, KernelParam, KernelSignature, Launch, LaunchPlan, Name, Num, Submission
+    from kernels_env.core.program import Call, Dim3, KernelParam, KernelSignature, Launch, LaunchPlan, Name, Num, Submission
     from kernels_env.testing.fake_device import FakeDevice
 
     def hangs(*args):
@@ -257,8 +257,8 @@ def test_time_ms_flushes_before_every_run_and_syncs_only_at_the_end():
 
 def evaluate_text(device, task, submission_text, config=CONFIG, sizes=None):
     """parse -> NVRTC -> load -> harness, as the pipeline does, but returning the harness's Result."""
-    from kernels_env.compile import compile_cuda
-    from kernels_env.submission import parse_submission
+    from kernels_env.build.compile import compile_cuda
+    from kernels_env.source.submission import parse_submission
     sub = parse_submission(submission_text)
     compiled = compile_cuda(sub.cuda_source, device.arch, config)
     program = device.load(compiled, config)
@@ -278,7 +278,7 @@ def device():
 def test_inputs_are_generated_on_the_gpu_deterministically(device):
     import cupy
     import numpy as np
-    from kernels_env.inputs import make_inputs
+    from kernels_env.execute.inputs import make_inputs
     task = Task(name="gpu_inputs", level=1, description="", sizes={"eval": {"N": N}, "small": {"N": 4096}},
                 inputs=(Buffer("x", "float16", ("N",)),
                         Buffer("i", "int64", ("N",), distributions=("indices",), high="N")),
@@ -316,7 +316,7 @@ def test_correct_vector_add_is_correct_with_timing(device):
 
 @gpu
 def test_pipeline_score_on_cupy(device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     res = score(add_task(), text(KERNELS["correct"], ADD_LAUNCH), CONFIG.replace(timed_runs=100), device=device)
     assert res.status is Status.CORRECT, res.message
     assert res.resources.get("add") is not None and res.backend == "cupy"

@@ -1,4 +1,4 @@
-"""The masked per-trial cache of reference outputs (kernels_env/expected_cache.py) and its harness wiring.
+"""The masked per-trial cache of reference outputs (kernels_env/judge/expected_cache.py) and its harness wiring.
 
 cpu half (here): SipHash against the reference vector, masked storage holds no plaintext, tampering
 is detected and recomputed, the byte-bounded LRU, the fused rule (its CUDA source built for the host
@@ -21,10 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels_env import expected_cache as ec
-from kernels_env import harness
-from kernels_env.cache import cache_key
-from kernels_env.config import EnvConfig
+from kernels_env.judge import expected_cache as ec
+from kernels_env.execute import harness
+from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
+from kernels_env.schedule.result_cache import cache_key
+from kernels_env.core.config import EnvConfig
 from kernels_env.tasks.spec import Buffer, Task
 
 gpu = pytest.mark.gpu
@@ -158,12 +159,12 @@ def _cases(rng: np.random.Generator, stored: str, out: str, n: int, atol: float,
            ) -> tuple[np.ndarray, np.ndarray]:
     """(expected in `stored`, got in `out`) with NaN/Inf/poison/sentinels and values on the tolerance
     boundary (one ulp either side), for the agreement tests."""
-    if out in harness.INT_SENTINEL:
+    if out in INT_SENTINEL:
         e = rng.integers(-50, 50, n).astype(np.int64)
         e[rng.random(n) < 0.05] = np.iinfo(np.int64).min
         e[rng.random(n) < 0.05] = np.iinfo(np.int64).max
         g = e + rng.integers(-3, 4, n) * (rng.random(n) < 0.5)
-        g[rng.random(n) < 0.1] = harness.INT_SENTINEL[out]
+        g[rng.random(n) < 0.1] = INT_SENTINEL[out]
         g[rng.random(n) < 0.05] = 0
         info = np.iinfo(out)
         return e, np.clip(g, info.min, info.max).astype(out)
@@ -179,7 +180,7 @@ def _cases(rng: np.random.Generator, stored: str, out: str, n: int, atol: float,
         g = np.where(rng.random(n) < 0.3, np.nextafter(g, rng.choice([-np.inf, np.inf], n)), g)
         g = np.where(rng.random(n) < 0.1, rng.choice([np.nan, np.inf, -np.inf], n), g)
         g = g.astype(out)
-    utype, bits = harness.POISON_BITS[out]
+    utype, bits = POISON_BITS[out]
     g.view(utype)[rng.random(n) < 0.05] = bits
     return e, g
 
@@ -322,7 +323,7 @@ def _variants(task: Task) -> list[tuple[str, str]]:
 
 
 def _score_all(device: Any, cases: list[tuple[Task, str]], cache: bool) -> list[tuple[Any, ...]]:
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=3, cache_expected=cache)
     return [_outcome(score(t, text, cfg, device=device)) for t, text in cases]
 
@@ -358,7 +359,7 @@ def test_cache_on_and_off_give_identical_results(cpu_device, harness_cases):
 
 
 def test_tampered_entries_are_detected_and_recomputed(cpu_device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2)
     cpu_device.__dict__.pop("_harness_expected", None)
     assert score(HALF_TASK, HALF_TASK.solution, cfg, device=cpu_device).status.value == "correct"
@@ -381,7 +382,7 @@ def test_tampered_entries_are_detected_and_recomputed(cpu_device):
 
 # ---- config --------------------------------------------------------------------------------------
 def test_the_cache_is_cupy_only_by_default(monkeypatch, cpu_device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     monkeypatch.setattr(ec, "USE_ON_NUMPY", False)
     cpu_device.__dict__.pop("_harness_expected", None)
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=1)
@@ -447,7 +448,7 @@ def test_gpu_masked_storage_holds_no_plaintext_and_tamper_is_detected(cupy_devic
 
 @gpu
 def test_gpu_cache_on_and_off_give_identical_results(cupy_device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     from tests.kernels_env.broken_corpus import CASES, TASKS, register_corpus_tasks
     register_corpus_tasks()
     cases = [(TASKS[c.task], c.text) for c in CASES if c.expected_for("cupy") in ("correct", "wrong_output")]

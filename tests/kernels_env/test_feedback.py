@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.feedback import TRUNCATION_MARKER, compiler_errors, render_feedback
-from kernels_env.result import KernelResources, Mismatch, Result, Timing
-from kernels_env.status import Status
+from kernels_env.judge.feedback import TRUNCATION_MARKER, compiler_errors, render_feedback
+from kernels_env.core.result import KernelResources, Mismatch, Result, Timing
+from kernels_env.core.status import Status
 
 LOG = "\n".join(
     [f'kernel.cu({i + 2}): error: identifier "u{i}" is undefined\n    y[0] = u{i};\n           ^\n'
@@ -58,8 +58,8 @@ def test_wrong_output_summary():
 def test_one_wrong_output_format_for_every_failure(reason, why):
     """Unwritten, NaN and wrong values give the same fields in the same order, in the feedback and
     in the harness's one-line message alike."""
-    from kernels_env.harness import mismatch_message
-    from kernels_env.result import Mismatch
+    from kernels_env.execute.harness import mismatch_message
+    from kernels_env.core.result import Mismatch
     m = Mismatch(reason, "y", 1, "uniform", 0.5, 0.25, 0.5, [2, 0, 1], 3.0, float("nan"), 1e-4, 1e-3)
     lines = [ln for ln in render_feedback(Result(Status.WRONG_OUTPUT, mismatch=m), 2000).splitlines()[1:]]
     assert lines == [

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels_env.config import EnvConfig
-from kernels_env.harness import compare_output
-from kernels_env.inputs import make_inputs
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig
+from kernels_env.execute.harness import compare_output
+from kernels_env.execute.inputs import make_inputs
+from kernels_env.core.status import Status
 from kernels_env.tasks import get_task, list_tasks
 from kernels_env.tasks.generated import generated_task_names, held_out_pairs, parse_name, split_of
 from kernels_env.tasks.generated.grammar import FAMILIES
@@ -150,7 +150,7 @@ def test_solutions_are_canonical_and_short():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SAMPLE)
 def test_solution_correct_on_cpu_backend(name, cpu_device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
 
     task = get_task(name)
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=3)
@@ -199,7 +199,7 @@ GPU_NAMES = generated_task_names(12, seed=7, split="train") + generated_task_nam
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", GPU_NAMES)
 def test_solution_correct_on_gpu_eval_sizes(name, gpu_device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
 
     task = get_task(name)
     cfg = EnvConfig(backend="cupy", sizes="eval", timing=True, correctness_trials=3, warmup_runs=2,

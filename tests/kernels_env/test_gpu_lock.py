@@ -1,4 +1,4 @@
-"""The cross-process GPU readers-writer lock (kernels_env/gpu_lock.py), with real spawned processes."""
+"""The cross-process GPU readers-writer lock (kernels_env/execute/gpu_lock.py), with real spawned processes."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kernels_env.gpu_lock import EXCLUSIVE, FREE, GpuLock, GpuLockTimeout, attach, gpu_access
+from kernels_env.execute.gpu_lock import EXCLUSIVE, FREE, GpuLock, GpuLockTimeout, attach, gpu_access
 
 CTX = mp.get_context("spawn")
 

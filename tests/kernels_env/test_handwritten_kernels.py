@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels_env.config import EnvConfig
-from kernels_env.launch import FormatError, check_plan, parse_launch
-from kernels_env.signatures import find_kernels
-from kernels_env.status import Status
-from kernels_env.std_prelude import MACROS, STD_HEADERS, prelude
+from kernels_env.core.config import EnvConfig
+from kernels_env.source.launch import FormatError, check_plan, parse_launch
+from kernels_env.source.signatures import find_kernels
+from kernels_env.core.status import Status
+from kernels_env.build.std_prelude import MACROS, STD_HEADERS, prelude
 from kernels_env.tasks import get_task
 from kernels_env.tasks.common import solution
 from kernels_env.tasks.spec import Buffer, Task
@@ -112,7 +112,7 @@ CFG = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2
 def _nvrtc_or_skip():
     try:
         from cupy_backends.cuda.libs import nvrtc  # noqa: F401
-        from kernels_env.compile import cuda_include_dirs
+        from kernels_env.build.cuda_headers import cuda_include_dirs
         if not cuda_include_dirs():
             pytest.skip("CUDA headers not found")
     except Exception as e:
@@ -121,14 +121,14 @@ def _nvrtc_or_skip():
 
 def test_prelude_names_compile_with_nvrtc_without_warnings():
     _nvrtc_or_skip()
-    from kernels_env.compile import compile_cuda
+    from kernels_env.build.compile import compile_cuda
     mod = compile_cuda(STD_NAMES)
     assert "std_names" in mod.kernels and "warning" not in mod.log
 
 
 @pytest.mark.slow
 def test_prelude_names_score_correct_on_cpu_backend(cpu_device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     task = _std_task()
     r = score(task, task.solution, CFG, device=cpu_device)
     assert r.status is Status.CORRECT, f"{r.status.value}: {r.message}\n{r.details[:1500]}"
@@ -257,7 +257,7 @@ PORTED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PORTED))
 def test_ported_kernel_scores_correct_on_cpu_backend(name, cpu_device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     make, cuda, launch = PORTED[name]
     r = score(make(), solution(cuda, launch), CFG, device=cpu_device)
     assert r.status is Status.CORRECT, f"{name}: {r.status.value}: {r.message}\n{r.details[:1500]}"
@@ -266,7 +266,7 @@ def test_ported_kernel_scores_correct_on_cpu_backend(name, cpu_device):
 @pytest.mark.parametrize("name", list(PORTED))
 def test_ported_kernel_compiles_with_nvrtc(name):
     _nvrtc_or_skip()
-    from kernels_env.compile import compile_cuda
+    from kernels_env.build.compile import compile_cuda
     mod = compile_cuda(PORTED[name][1])
     assert mod.kernels and "warning" not in mod.log
 
@@ -275,7 +275,7 @@ def test_ported_kernel_compiles_with_nvrtc(name):
 def test_wrong_output_message_is_the_same_shape_for_a_wrong_value(cpu_device):
     """A kernel that writes a wrong value gets the unified message (first bad index per dimension,
     expected/got, max abs/rel error, fraction mismatched)."""
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     bad = SOFTMAX.replace("expf(x[i] - maxval) * inv;", "expf(x[i] - maxval) * inv * (i == 5 ? 2.0f : 1.0f);")
     r = score(get_task("softmax"), solution(bad, PORTED["softmax"][2]), CFG, device=cpu_device)
     assert r.status is Status.WRONG_OUTPUT
@@ -287,8 +287,8 @@ def test_wrong_output_message_is_the_same_shape_for_a_wrong_value(cpu_device):
 
 # ---- the torch baseline is optional and informational ----------------------------------------------
 def test_timing_baseline_round_trips_and_is_absent_off_the_gpu(cpu_device):
-    from kernels_env.pipeline import score
-    from kernels_env.result import Result, Timing
+    from kernels_env.schedule.pipeline import score
+    from kernels_env.core.result import Result, Timing
     t = Timing("cuda", True, 10, 0.5, 0.5, 1.0, 1.0, 2.0, baseline={"torch_median_ms": 0.8, "speedup_vs_torch": 1.6})
     r = Result(Status.CORRECT, timing=t)
     assert Result.from_dict(r.to_dict()).timing.baseline == t.baseline

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from kernels_env.pipeline import prepare, score
-from kernels_env.result import Result
-from kernels_env.status import Status
+from kernels_env.schedule.pipeline import prepare, score
+from kernels_env.core.result import Result
+from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import TASKS, corpus_config, corpus_evaluator
 from tests.kernels_env.hostile_corpus import CASES, PWNED, leaked
 
@@ -35,7 +35,7 @@ def device(request):
         yield backend, dev
         dev.close()
         return
-    from kernels_env.pool import EvalPool
+    from kernels_env.schedule.pool import EvalPool
     with EvalPool(mode="process", backend=backend, evaluator=corpus_evaluator, cache=False,
                   config=corpus_config(backend), gpu_workers=1) as pool:
         yield backend, pool
@@ -45,7 +45,7 @@ def _score(backend, dev, case):
     cfg = case.config(backend)
     if backend == "cpu":
         return score(TASKS[case.task], case.text, cfg, device=dev)
-    from kernels_env.pool import Job
+    from kernels_env.schedule.pool import Job
     return dev.map([Job(case.task, case.text, cfg)])[0]
 
 

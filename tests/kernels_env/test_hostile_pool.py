@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from kernels_env.pool import EvalPool, Job
-from kernels_env.status import Status
+from kernels_env.schedule.pool import EvalPool, Job
+from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import AFFINE_SOLUTION, corpus_config, corpus_evaluator
 from tests.kernels_env.hostile_corpus import CASES, leaked
 from tests.kernels_env.isolation_corpus import ISOLATION_CASES
@@ -48,8 +48,8 @@ def test_compile_workers_cannot_see_host_paths():
     import os
     import platform
 
-    from kernels_env import landlock
-    from kernels_env.pool import _confine_compile_worker, compile_worker_read_paths  # noqa: F401
+    from kernels_env.build import landlock
+    from kernels_env.schedule.pool import _confine_compile_worker, compile_worker_read_paths  # noqa: F401
     if landlock.abi_version() <= 0 or platform.system() != "Linux":
         pytest.skip("Landlock is not available on this kernel")
     import multiprocessing as mp
@@ -65,8 +65,8 @@ def test_compile_workers_cannot_see_host_paths():
 
 
 def _probe_in_confined_process() -> dict:
-    from kernels_env.compile import CompileError, compile_cuda
-    from kernels_env.pool import _confine_compile_worker
+    from kernels_env.build.compile import CompileError, compile_cuda
+    from kernels_env.schedule.pool import _confine_compile_worker
     out = {"confined": _confine_compile_worker()}
     k = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n'
 
@@ -80,7 +80,7 @@ def _probe_in_confined_process() -> dict:
             return f"{type(e).__name__}: {e}"[:300]
     out["fp16"] = run("#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n" + k)
     # the include check refuses the directive; with it bypassed NVRTC still cannot open the file
-    from kernels_env import compile as comp
+    from kernels_env.build import compile as comp
     saved = comp.check_includes
     comp.check_includes = lambda *a, **kw: None
     try:
@@ -104,8 +104,8 @@ def test_trainer_path_compilers_do_not_see_host_files(backend):
     """The trainer's path (EvalPool, compile workers, no evaluator) on a suite task: its solution with a
     host-file probe the include checks cannot see stays correct (the probe is false on NVRTC in the
     confined compile worker and on the cpu backend's host compiler in its private root)."""
-    from kernels_env import landlock
-    from kernels_env.config import EnvConfig, StageLimits
+    from kernels_env.build import landlock
+    from kernels_env.core.config import EnvConfig, StageLimits
     from kernels_env.tasks import list_tasks
     if landlock.abi_version() <= 0:
         pytest.skip("Landlock is not available on this kernel")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.compile import CompileError, log_mentions_foreign_file, redact_paths
-from kernels_env.source_text import directives
+from kernels_env.build.compile import CompileError, log_mentions_foreign_file, redact_paths
+from kernels_env.source.source_text import directives
 
 SECRET = "/etc/passwd"
 
@@ -45,7 +45,7 @@ def test_foreign_file_in_log_is_detected():
 def test_nvrtc_withholds_a_log_from_a_foreign_file(monkeypatch):
     """With the include check switched off, the compiler-side guard still keeps the file out."""
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
-    from kernels_env import compile as C
+    from kernels_env.build import compile as C
     monkeypatch.setattr(C, "check_includes", lambda source: None)
     with pytest.raises(CompileError) as ei:
         C.compile_cuda(f'#include "{SECRET}"\nextern "C" __global__ void k() {{}}', "sm_90")

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from kernels_env.pipeline import score
-from kernels_env.status import Status
+from kernels_env.schedule.pipeline import score
+from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import TASKS, corpus_config
 from tests.kernels_env.hostile_corpus import PWNED, leaked
 from tests.kernels_env.isolation_corpus import ISOLATION_CASES
@@ -41,8 +41,8 @@ def test_isolation_case(device, case):
 def test_runner_is_confined(device):
     """The runner installed its seccomp filter (x86_64 Linux) and is a different process."""
     import platform
-    from kernels_env.program import CompiledModule  # noqa: F401  (the module exists)
-    from kernels_env.pipeline import prepare
+    from kernels_env.core.program import CompiledModule  # noqa: F401  (the module exists)
+    from kernels_env.schedule.pipeline import prepare
     cfg = corpus_config("cpu")
     prep = prepare(TASKS["corpus_affine"], ISOLATION_CASES[-3].text, cfg)
     program = device.load(prep.compiled, cfg)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kernels_env.tasks as T
-from kernels_env.inputs import make_inputs
+from kernels_env.execute.inputs import make_inputs
 from kernels_env.tasks.torch_models import TORCH_MODELS
 
 NAMES = sorted(TORCH_MODELS)

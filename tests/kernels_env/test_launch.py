@@ -8,10 +8,10 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels_env.launch import (MAX_LAUNCHES, FormatError, check_plan, eval_expr, parse_launch,
-                                render_expr)
-from kernels_env.program import BinOp, Call, Dim3, Name, Neg, Num
-from kernels_env.signatures import find_kernels
+from kernels_env.source.launch import (MAX_LAUNCHES, FormatError, check_plan, eval_expr, parse_launch,
+                                       render_expr)
+from kernels_env.core.program import BinOp, Call, Dim3, Name, Neg, Num
+from kernels_env.source.signatures import find_kernels
 from kernels_env.tasks.spec import Buffer, Scalar, Task
 
 
@@ -210,7 +210,7 @@ def _task():
 
 
 def _check(launch: str, sizes=None):
-    from kernels_env.signatures import find_hidden_kernels
+    from kernels_env.source.signatures import find_hidden_kernels
     return check_plan(parse_launch(launch), find_kernels(CUDA), _task(), sizes or {"N": 1000},
                       find_hidden_kernels(CUDA))
 

@@ -13,11 +13,11 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kernels_env.launch import FormatError, parse_launch  # noqa: E402
-from kernels_env.program import LaunchPlan, Submission  # noqa: E402
-from kernels_env.signatures import find_hidden_kernels, find_kernels  # noqa: E402
-from kernels_env.source_text import directives, strip_comments  # noqa: E402
-from kernels_env.submission import parse_submission  # noqa: E402
+from kernels_env.source.launch import FormatError, parse_launch  # noqa: E402
+from kernels_env.core.program import LaunchPlan, Submission  # noqa: E402
+from kernels_env.source.signatures import find_hidden_kernels, find_kernels  # noqa: E402
+from kernels_env.source.source_text import directives, strip_comments  # noqa: E402
+from kernels_env.source.submission import parse_submission  # noqa: E402
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

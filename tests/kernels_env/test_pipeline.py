@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 
 from kernels_env.backends.base import FatalDeviceError
-from kernels_env.cache import cache_key
-from kernels_env.compile import CompileError
-from kernels_env.config import EnvConfig
-from kernels_env import pipeline
-from kernels_env.pipeline import Prepared, execute, prepare, score
-from kernels_env.status import Status
+from kernels_env.schedule.result_cache import cache_key
+from kernels_env.build.compile import CompileError
+from kernels_env.core.config import EnvConfig
+from kernels_env.schedule import pipeline
+from kernels_env.schedule.pipeline import Prepared, execute, prepare, score
+from kernels_env.core.status import Status
 from kernels_env.tasks.spec import Buffer, Task
 from kernels_env.testing.fake_device import FakeDevice
 
@@ -58,7 +58,7 @@ def test_too_small_grid_is_wrong_output():
     r = score(TASK, submission("add<<<1, 128>>>(a, b, c, N);"), CFG, device())
     assert r.status is Status.WRONG_OUTPUT
     assert r.mismatch.reason == "unwritten" and r.mismatch.first_bad_index == [128]
-    from kernels_env.feedback import render_feedback
+    from kernels_env.judge.feedback import render_feedback
     text = render_feedback(r, 400)
     assert text.startswith("wrong_output:") and "output 'c' is wrong" in text and "never written" in text
     assert "first bad index [128]" in text and len(text) <= 400
@@ -99,8 +99,8 @@ def test_a_bad_plan_gets_one_status_and_message_through_score_and_evaluate(launc
     """launch.check_plan is the one resolver: the static checks of `score` and the binding of
     `harness.evaluate` say the same about the same plan (a configuration CUDA would reject
     included: format_error, decided before anything runs)."""
-    from kernels_env.harness import evaluate
-    from kernels_env.submission import parse_submission
+    from kernels_env.execute.harness import evaluate
+    from kernels_env.source.submission import parse_submission
     text = submission(launch, cuda)
     scored = score(TASK, text, CFG, device())
     dev = device()
@@ -226,7 +226,7 @@ def test_score_on_gpu_reports_speedup_and_arch():
 
 def test_warm_up_task_scores_correct_on_the_cpu_backend():
     from kernels_env.backends import get_device
-    from kernels_env.warmup import warm_up
+    from kernels_env.schedule.warmup import warm_up
     device = get_device("cpu")
     try:
         result = warm_up(device)

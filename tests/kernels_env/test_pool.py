@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from kernels_env.config import EnvConfig, StageLimits
-from kernels_env.pool import EvalPool, Job
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig, StageLimits
+from kernels_env.schedule.pool import EvalPool, Job
+from kernels_env.core.status import Status
 from kernels_env.testing.evaluators import scripted_evaluator
 
 # The evaluator's limit is the sum of the stage limits: 2 s here.
@@ -112,7 +112,7 @@ def test_compile_stage_in_worker_processes():
 
 def test_parent_never_imports_cupy():
     code = ("import sys\n"
-            "from kernels_env.pool import EvalPool, Job\n"
+            "from kernels_env.schedule.pool import EvalPool, Job\n"
             "from kernels_env.testing.evaluators import scripted_evaluator\n"
             "if __name__ == '__main__':\n"
             "    with EvalPool(backend='cpu', evaluator=scripted_evaluator, cpu_workers=1) as p:\n"

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from kernels_env.config import EnvConfig, StageLimits
-from kernels_env.pool import EvalPool, Job
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig, StageLimits
+from kernels_env.schedule.pool import EvalPool, Job
+from kernels_env.core.status import Status
 from kernels_env.testing.evaluators import scripted_evaluator
 
 CFG = EnvConfig(backend="cpu", limits=StageLimits(parse=0.5, compile=0.5, correctness=0.5, timing=0.5))
@@ -132,7 +132,7 @@ def test_kept_memory_pool_still_catches_a_write_past_the_output():
     import cupy
 
     from kernels_env.backends.cupy_backend import CupyDevice
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     from kernels_env.tasks import list_tasks
     t = next(x for x in list_tasks(level=1) if len(x.outputs) == 1 and x.outputs[0].dtype == "float32")
     dev = CupyDevice()

@@ -16,10 +16,10 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from kernels_env.config import EnvConfig, StageLimits  # noqa: E402
-from kernels_env.pool import EvalPool, Job  # noqa: E402
+from kernels_env.core.config import EnvConfig, StageLimits  # noqa: E402
+from kernels_env.schedule.pool import EvalPool, Job  # noqa: E402
 from kernels_env.schedule.ray_nodes import EVAL_RESOURCE, eval_spots  # noqa: E402
-from kernels_env.status import Status  # noqa: E402
+from kernels_env.core.status import Status  # noqa: E402
 from kernels_env.tasks import get_task  # noqa: E402
 from kernels_env.testing.evaluators import scripted_evaluator  # noqa: E402
 
@@ -171,8 +171,8 @@ def test_driver_without_cupy_scores_on_hosts(cluster):
     """The driver process cannot import CuPy; the host compiles and runs the kernel (cpu backend)."""
     code = ("import sys\n"
             "sys.modules['cupy'] = None\n"
-            "from kernels_env.config import EnvConfig\n"
-            "from kernels_env.pool import EvalPool, Job\n"
+            "from kernels_env.core.config import EnvConfig\n"
+            "from kernels_env.schedule.pool import EvalPool, Job\n"
             "from kernels_env.tasks import get_task\n"
             "if __name__ == '__main__':\n"
             "    cfg = EnvConfig(backend='cpu', sizes='small', timing=False, correctness_trials=1)\n"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.program import KernelParam
-from kernels_env.signatures import (find_hidden_kernels, find_kernels, parse_param, strip_comments_and_strings)
+from kernels_env.core.program import KernelParam
+from kernels_env.source.signatures import (find_hidden_kernels, find_kernels, parse_param, strip_comments_and_strings)
 
 SRC = r'''
 #include <cuda_fp16.h>
@@ -68,7 +68,7 @@ def test_parse_param(text, want):
 
 def test_suite_solutions_have_kernels():
     from kernels_env.tasks import list_tasks
-    from kernels_env.submission import extract_blocks
+    from kernels_env.source.submission import extract_blocks
     for t in list_tasks():
         cuda, _ = extract_blocks(t.solution)
         assert find_kernels(cuda), t.name

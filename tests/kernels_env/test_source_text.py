@@ -1,12 +1,12 @@
-"""The one comment/literal scanner (kernels_env.source_text) in both of its modes, and its users."""
+"""The one comment/literal scanner (kernels_env.source.source_text) in both of its modes, and its users."""
 from __future__ import annotations
 
 import pytest
 
 from kernels_env.backends.cpu.translate import blank_comments_and_strings
-from kernels_env.cache import normalize_source
-from kernels_env.signatures import strip_comments_and_strings
-from kernels_env.source_text import strip_comments
+from kernels_env.schedule.result_cache import normalize_source
+from kernels_env.source.signatures import strip_comments_and_strings
+from kernels_env.source.source_text import strip_comments
 
 SRC = ('extern "C" __global__ void k(float* y) { // write "one"\n'
        '  /* a block\n     comment */ const char* s = "a // not a comment";\n'

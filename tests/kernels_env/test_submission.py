@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.submission import MAX_TEXT_CHARS, FormatError, extract_blocks, parse_submission
+from kernels_env.source.submission import MAX_TEXT_CHARS, FormatError, extract_blocks, parse_submission
 
 CUDA1 = 'extern "C" __global__ void k(float* y, int n) { }'
 CUDA2 = 'extern "C" __global__ void k2(float* y, int n) { y[0] = n; }'
@@ -85,9 +85,9 @@ def test_parse_submission_only_raises_format_error(text):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(_FRAGMENTS[4:]), max_size=40).map("".join))
 def test_prepare_never_raises_on_random_launch_blocks(launch):
-    from kernels_env.config import EnvConfig
-    from kernels_env.pipeline import Prepared, prepare
-    from kernels_env.status import Status
+    from kernels_env.core.config import EnvConfig
+    from kernels_env.schedule.pipeline import Prepared, prepare
+    from kernels_env.core.status import Status
     from kernels_env.tasks.spec import Buffer, Task
     task = Task(name="fuzz", level=1, description="", sizes={"eval": {"N": 64}, "small": {"N": 8}},
                 inputs=(Buffer("x", "float32", ("N",)),), outputs=(Buffer("y", "float32", ("N",)),),

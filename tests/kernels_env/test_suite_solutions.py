@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import kernels_env.tasks as T
-from kernels_env.config import EnvConfig
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.status import Status
 
 TASKS = T.list_tasks()
 NAMES = [t.name for t in TASKS]
@@ -16,7 +16,7 @@ NAMES = [t.name for t in TASKS]
 @pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS, ids=NAMES)
 def test_solution_correct_on_cpu_backend(task, cpu_device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
 
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=3)
     r = score(task, task.solution, cfg, device=cpu_device)
@@ -27,7 +27,7 @@ def test_solution_correct_on_cpu_backend(task, cpu_device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("task", TASKS, ids=NAMES)
 def test_solution_correct_on_gpu_eval_sizes_and_reference_timeable(task, gpu_device):
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
 
     cfg = EnvConfig(backend="cupy", sizes="eval", timing=True, correctness_trials=5, warmup_runs=3,
                     timed_runs=20)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kernels_env.tasks as T
-from kernels_env.inputs import make_inputs
+from kernels_env.execute.inputs import make_inputs
 from kernels_env.tasks import registry
 from kernels_env.tasks.spec import DEFAULT_TOLERANCE, DTYPES
 
@@ -567,8 +567,8 @@ def test_default_tolerance_is_strict_unless_justified():
 # ---- solutions: format, launch plan, NVRTC ------------------------------------------------------
 @pytest.mark.parametrize("task", TASKS, ids=NAMES)
 def test_solution_parses_and_launch_checks(task):
-    from kernels_env.launch import check_plan
-    from kernels_env.submission import parse_submission
+    from kernels_env.source.launch import check_plan
+    from kernels_env.source.submission import parse_submission
 
     sub = parse_submission(task.solution)
     assert sub.kernels, task.name
@@ -586,8 +586,8 @@ def test_solution_parses_and_launch_checks(task):
 
 @pytest.mark.parametrize("task", TASKS, ids=NAMES)
 def test_solution_compiles_nvrtc_sm90(task):
-    from kernels_env.compile import compile_cuda
-    from kernels_env.submission import parse_submission
+    from kernels_env.build.compile import compile_cuda
+    from kernels_env.source.submission import parse_submission
 
     sub = parse_submission(task.solution)
     mod = compile_cuda(sub.cuda_source, arch="sm_90")

@@ -1,4 +1,4 @@
-"""The timing stage's statistics (kernels_env.timing_stats) and its verified runs on the numpy
+"""The timing stage's statistics (kernels_env.judge.timing_stats) and its verified runs on the numpy
 FakeDevice: cheats that pass the correctness trials must not pass the timed runs (DESIGN 3.3 step 4).
 The same cheats as real CUDA code run on the cpu and cupy backends in test_timing_cheats.py."""
 from __future__ import annotations
@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from kernels_env.config import EnvConfig
-from kernels_env.harness import TIMING_TRIAL_BASE
-from kernels_env.program import Name, ScratchDecl, Num
-from kernels_env.status import Status
-from kernels_env.timing_stats import Plan, ci_rel_width, median_ci, next_batch
+from kernels_env.core.config import EnvConfig
+from kernels_env.execute.harness import TIMING_TRIAL_BASE
+from kernels_env.core.program import Name, ScratchDecl, Num
+from kernels_env.core.status import Status
+from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
 from tests.kernels_env.test_harness import (ADD_SIG, ADD_SUB, FAST, add_kernel, add_task, device_with, launch,
                                             ptr, run, submission, val)
-from kernels_env.program import KernelSignature
+from kernels_env.core.program import KernelSignature
 
 
 # ---- statistics ---------------------------------------------------------------------------------

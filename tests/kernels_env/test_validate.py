@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from kernels_env.tasks import list_tasks
-from kernels_env.validate import validate_task
+from kernels_env.execute.validate import validate_task
 from tests.kernels_env.broken_corpus import SUM, TASKS
 
 SUITE = list_tasks()
@@ -29,7 +29,7 @@ def test_a_loose_tolerance_is_rejected():
 
 def test_inputs_identical_across_trials_are_rejected():
     """A task whose inputs never change (one distribution, fixed seed) accepts a replayed answer."""
-    from kernels_env import inputs as inputs_mod
+    from kernels_env.execute import inputs as inputs_mod
     frozen = dataclasses.replace(SUM, name="frozen_sum")
     real = inputs_mod.make_input
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from kernels_env.result import Result, Timing
-from kernels_env.status import Status
+from kernels_env.core.result import Result, Timing
+from kernels_env.core.status import Status
 from kernels_env.tasks import get_task
 
 

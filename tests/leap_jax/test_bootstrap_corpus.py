@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from kernels_env.config import EnvConfig
-from kernels_env.feedback import render_feedback
-from kernels_env.pipeline import score
-from kernels_env.pool import EvalPool, Job
-from kernels_env.launch import FormatError, check_plan
-from kernels_env.signatures import find_hidden_kernels
-from kernels_env.submission import parse_submission
+from kernels_env.core.config import EnvConfig
+from kernels_env.judge.feedback import render_feedback
+from kernels_env.schedule.pipeline import score
+from kernels_env.schedule.pool import EvalPool, Job
+from kernels_env.source.launch import FormatError, check_plan
+from kernels_env.source.signatures import find_hidden_kernels
+from kernels_env.source.submission import parse_submission
 from kernels_env.tasks import get_task, list_tasks
 from leap_jax.bootstrap import corpus as C
 from leap_jax.bootstrap.mutations import (MUTATIONS, MUTATIONS_BY_NAME, SubmissionShapeError, join_blocks,

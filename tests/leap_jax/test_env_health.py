@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernels_env.result import Result
-from kernels_env.status import Status
+from kernels_env.core.result import Result
+from kernels_env.core.status import Status
 from leap_jax.rollout.policy import ScriptedPolicy
 from leap_jax.train.config import ConfigError, load_config
 from leap_jax.train.env_health import EnvironmentFailure, check_env_errors

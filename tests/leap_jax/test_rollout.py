@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels_env.config import EnvConfig
-from kernels_env.status import Status
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.status import Status
 from kernels_env.tasks import get_task
 from leap_jax.rollout.multiturn import (DEBUG, EASY, HOPELESS, ChatStreams, MultiTurnRollout, outcome_metrics,
                                         select_groups)
@@ -238,7 +238,7 @@ def test_mixed_policy_labels_scripted_rows(tokenizer):
 
 
 def test_bad_variants_are_bad_for_the_real_parser():
-    from kernels_env.submission import FormatError, parse_submission
+    from kernels_env.source.submission import FormatError, parse_submission
     sol = get_task("relu").solution
     parse_submission(sol)
     with pytest.raises(FormatError):

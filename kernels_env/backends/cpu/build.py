@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from kernels_env import landlock
+from kernels_env.build import landlock
 
 HERE = Path(__file__).resolve().parent
 HEADERS = ("cuda_prelude.h", "cpu_runtime.h")

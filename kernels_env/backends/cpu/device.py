@@ -24,27 +24,16 @@ from kernels_env.backends.cpu import build as _build
 from kernels_env.backends.cpu.memory import shared_empty, shared_lookup
 from kernels_env.backends.cpu.sandbox import Runner, RunnerError, RunnerLoadError, RunnerTimeout
 from kernels_env.backends.cpu.translate import UnsupportedFeature, translate
-from kernels_env.config import EnvConfig
-from kernels_env.program import CompiledModule, KernelSignature
-
-# C base types of kernel parameters -> the NumPy dtype a by-value argument is passed as.
-_SCALAR_DTYPES = {
-    "float": np.float32, "double": np.float64, "int": np.int32, "signed": np.int32,
-    "signed int": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32, "int32_t": np.int32,
-    "uint32_t": np.uint32, "long long": np.int64, "long long int": np.int64, "long": np.int64,
-    "long int": np.int64, "int64_t": np.int64, "unsigned long long": np.uint64,
-    "unsigned long": np.uint64, "uint64_t": np.uint64, "size_t": np.uint64, "ptrdiff_t": np.int64,
-    "short": np.int16, "unsigned short": np.uint16, "int16_t": np.int16, "uint16_t": np.uint16,
-    "char": np.int8, "signed char": np.int8, "unsigned char": np.uint8, "int8_t": np.int8,
-    "uint8_t": np.uint8, "bool": np.bool_, "__half": np.float16, "half": np.float16,
-}
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import CompiledModule, KernelSignature
+from kernels_env.source.launch import scalar_type
 
 E_OK, E_FAULT, E_TIMEOUT, E_TRAP, E_FPE, E_STACK, E_CONFIG, E_ABORT, E_ILL, E_SMEM = range(10)
 _LAUNCH_LOCK = threading.Lock()  # the runtime's state is per process: one launch at a time
 
 
 def _compile_error(log: str) -> Exception:
-    from kernels_env.compile import CompileError
+    from kernels_env.build.compile import CompileError
     return CompileError(log)
 
 
@@ -128,8 +117,8 @@ class CpuDevice:
                                              "of this backend")
                 out.append(("b", *where))
             else:
-                dt = _SCALAR_DTYPES.get(" ".join(p.base_type.split()))
-                cell = np.array([a], dtype=dt) if dt is not None else np.array([a])
+                st = scalar_type(p)  # the C type's dtype: launch.SCALAR_TYPES, as the harness passes it
+                cell = np.array([a], dtype=st.dtype) if st is not None else np.array([a])
                 out.append(("s", cell.tobytes()))
         return out
 

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
-from kernels_env.compile import CompileError, compile_cuda, resolve_arch
-from kernels_env.config import EnvConfig
-from kernels_env.launch import FormatError, check_plan
-from kernels_env.program import CompiledModule, Submission
-from kernels_env.result import Result
-from kernels_env.signatures import find_hidden_kernels
-from kernels_env.status import Status
-from kernels_env.submission import in_launch_block, parse_submission
+from kernels_env.build.compile import CompileError, compile_cuda, resolve_arch
+from kernels_env.core.config import EnvConfig
+from kernels_env.source.launch import FormatError, check_plan
+from kernels_env.core.program import CompiledModule, Submission
+from kernels_env.core.result import Result
+from kernels_env.source.signatures import find_hidden_kernels
+from kernels_env.core.status import Status
+from kernels_env.source.submission import in_launch_block, parse_submission
 
 Evaluate = Callable[..., Result]  # harness.evaluate(device, program, task, submission, sizes, config)
 
@@ -47,7 +47,7 @@ def resolve_task(task: Any) -> Any:
 
 
 def _key(task_name: str, text: str, config: EnvConfig) -> str:
-    from kernels_env.cache import cache_key
+    from kernels_env.schedule.result_cache import cache_key
     return cache_key(task_name, text, config)
 
 
@@ -64,7 +64,7 @@ def _env_error(where: str, task_name: str, key: str = "", stage_seconds: dict | 
 
 def _redacted(r: Result) -> Result:
     """The result with host paths removed from everything the policy (or its logs) may see."""
-    from kernels_env.compile import redact_paths
+    from kernels_env.build.compile import redact_paths
     r.message = redact_paths(r.message or "")
     r.details = redact_paths(r.details or "")
     return r
@@ -144,7 +144,7 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
                           f"{log.splitlines()[0] if log else ''}"[:300], details=log), False
         stages["load"] = time.perf_counter() - t0
         if evaluate is None:
-            from kernels_env.harness import evaluate as harness_evaluate
+            from kernels_env.execute.harness import evaluate as harness_evaluate
             evaluate = harness_evaluate
         try:
             result = evaluate(device, program, task, prepared.submission, dict(prepared.sizes), config)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from kernels_env import counter_rng
+from kernels_env.execute import counter_rng
 from kernels_env.tasks.spec import Buffer, Task
 
 STUDENT_T_DOF = 3

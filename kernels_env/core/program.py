@@ -1,6 +1,6 @@
 """Types shared by parsing, compiling and execution: kernel signatures, the launch plan, the compiled module.
 
-The launch-plan types are produced by `kernels_env.launch` (the parser) and consumed by the
+The launch-plan types are produced by `kernels_env.source.launch` (the parser) and consumed by the
 backends. Expressions are small ASTs evaluated against the task's sizes; nothing here evaluates
 policy text with Python's eval.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernels_env.result import KernelResources
+from kernels_env.core.result import KernelResources
 
 
 # ---- expressions over sizes ---------------------------------------------------------------

@@ -12,7 +12,11 @@ fail there, while the cpu backend's host compiler has them all. Kernels ported f
 """
 from __future__ import annotations
 
+import os
 import re
+
+from kernels_env.build.cuda_headers import cuda_include_dirs
+from kernels_env.source.source_text import strip_comments
 
 PRELUDE_NAME = "leap_std_prelude.h"
 
@@ -63,7 +67,6 @@ _DEFINED_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
 
 def defined_macros(source: str) -> set[str]:
     """Names the source `#define`s itself (comments removed first)."""
-    from kernels_env.source_text import strip_comments
     return set(_DEFINED_RE.findall(strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))))
 
 
@@ -76,8 +79,6 @@ _CCCL_TYPES = {"int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t"
 
 
 def _have_cccl() -> bool:
-    from kernels_env.compile import cuda_include_dirs
-    import os
     return any(os.path.isfile(os.path.join(d, "cuda", "std", "cstdint")) for d in cuda_include_dirs())
 
 
@@ -85,7 +86,7 @@ def prelude(source: str = "", cccl: bool = False) -> str:
     """The prelude for `source`: every macro it does not define itself, and the typedefs (with
     `cccl`, libcu++'s headers first, and its own integer types instead of ours)."""
     own = defined_macros(source)
-    lines = ["// LEAP-JAX: C standard-library names for device code (kernels_env/std_prelude.py)",
+    lines = ["// LEAP-JAX: C standard-library names for device code (kernels_env/build/std_prelude.py)",
              "#pragma once"]
     if cccl:
         lines += [f"#include <{h}>" for h in CCCL_HEADERS]

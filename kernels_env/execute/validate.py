@@ -9,7 +9,7 @@ sizes, over the trials the harness runs (same seeds and distributions):
 
 If such an output passes every trial for some output buffer, the task is too weak (its inputs do not
 vary enough between trials, or its tolerance is too loose, or the output is nearly constant) and
-`validate_task` returns the problems. `python -m kernels_env.validate` checks the whole suite.
+`validate_task` returns the problems. `python -m kernels_env.execute.validate` checks the whole suite.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 
 
 def _constants(expected0: np.ndarray) -> list[tuple[str, Any]]:
@@ -32,8 +32,8 @@ def _constants(expected0: np.ndarray) -> list[tuple[str, Any]]:
 
 def validate_task(task: Any, sizes: str = "small", trials: int | None = None, seed: int = 0) -> list[str]:
     """Problems of `task` (empty: no input-ignoring output passes its check at these sizes)."""
-    from kernels_env.harness import _reference_outputs, compare_output
-    from kernels_env.inputs import describe_distributions, make_inputs
+    from kernels_env.execute.harness import _reference_outputs, compare_output
+    from kernels_env.execute.inputs import describe_distributions, make_inputs
     trials = max(2, trials or EnvConfig().correctness_trials)
     size_set = task.size_set(sizes)
     expected: list[list[np.ndarray]] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels_env.config import EnvConfig
+from kernels_env.core.config import EnvConfig
 from kernels_env.tasks.spec import Buffer, Task
 
 _SOURCE = r"""
@@ -42,7 +42,7 @@ WARMUP_TASK = Task(
 
 def warm_up(device: Any, config: EnvConfig | None = None) -> Any:
     """Score the warm-up task on `device` (all trials, a short timing) and return its Result."""
-    from kernels_env.pipeline import score
+    from kernels_env.schedule.pipeline import score
     base = config or EnvConfig()
     cfg = base.replace(sizes="small", correctness_trials=4, warmup_runs=1, timed_runs=3)
     return score(WARMUP_TASK, _TEXT, cfg, device=device)

@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from kernels_env.judge.poison import INT_SENTINEL
+
 MASK64 = (1 << 64) - 1
 _SIP_INIT = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)
 _SIP_LEN8 = 8 << 56  # the final block of an 8-byte message: its length in the top byte
@@ -204,7 +206,6 @@ def cuda_check_source(stored: str, out_dtype: str) -> str:
     if out_dtype in INT_OUTPUTS:
         if stored != "int64":
             raise ValueError(f"int output {out_dtype} needs an int64 expected, got {stored}")
-        from kernels_env.harness import INT_SENTINEL  # the poison of int outputs (lazy: no cycle)
         sentinel = int(INT_SENTINEL[out_dtype])
         bad = f"leap_int_bad((long long)got[i], (long long)bits, atol, rtol, ({sentinel + 1}LL - 1))"
     else:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from kernels_env.result import Mismatch, Result
-from kernels_env.status import Status
+from kernels_env.core.result import Mismatch, Result
+from kernels_env.core.status import Status
 
 TRUNCATION_MARKER = "\n[... feedback truncated]"
 MAX_COMPILER_ERRORS = 3

@@ -7,10 +7,12 @@ from typing import Any
 
 BACKENDS = ("auto", "cupy", "cpu")
 SIZE_SETS = ("eval", "small")
-# How EvalPool runs jobs (kernels_env/pool.py); here so configs can check the name without importing the pool.
+# How EvalPool runs its jobs: worker processes, in the calling process, or
+# on Ray evaluation hosts (schedule/ray_pool.py). Here, not in the pool's
+# heavy module, so a run config (leap_jax/train/config_env.py) checks the mode without importing it.
 POOL_MODES = ("process", "inline", "ray")
-# Fields that change how fast a result is computed, never the result: left out of the result
-# cache's key (kernels_env/cache.py), so cached results are shared and keys stay as they were.
+# Fields that change how fast a result is computed, never the result: left out of the result cache's
+# key (kernels_env/schedule/result_cache.py), so cached results are shared and keys stay as they were.
 RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes")
 
 
@@ -47,7 +49,7 @@ class EnvConfig:
     cpu_compiler: str = "c++"  # the cpu backend's host compiler
     cpu_opt_level: str = "-O1"
     # Reuse each trial's reference outputs across evaluations, stored masked on the device
-    # (kernels_env/expected_cache.py; CuPy devices only); the bound is per device, in bytes.
+    # (kernels_env/judge/expected_cache.py; CuPy devices only); the bound is per device, in bytes.
     cache_expected: bool = True
     expected_cache_bytes: int = 1 << 30
 

@@ -5,7 +5,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels_env.status import Status
+from kernels_env.core.status import Status
 
 
 @dataclass

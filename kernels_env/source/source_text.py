@@ -1,7 +1,8 @@
 """One scanner over CUDA/C++ source text: comments removed, string and char literals kept or blanked.
 
-The cache key (`cache.normalize_source`) and the include check (`compile.check_includes`) need the
-code without comments but with literals intact, since a changed literal is a changed program. The
+The cache key (`result_cache.normalize_source`) and the include check (`compile.check_includes`)
+need the code without comments but with literals intact, since a changed literal is a changed
+program. The
 signature scanner (`signatures.find_kernels`) needs text where nothing inside a comment or a literal
 can look like code, at the same offsets as the source. Both walk the text the same way; only what
 is written for a comment and a literal differs, chosen by `blank_literals`.

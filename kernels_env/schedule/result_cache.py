@@ -14,10 +14,10 @@ import tempfile
 import threading
 from collections import OrderedDict
 
-from kernels_env.config import RESULT_NEUTRAL_FIELDS, EnvConfig
-from kernels_env.result import Result
-from kernels_env.source_text import strip_comments
-from kernels_env.status import Status
+from kernels_env.core.config import RESULT_NEUTRAL_FIELDS, EnvConfig
+from kernels_env.core.result import Result
+from kernels_env.source.source_text import strip_comments
+from kernels_env.core.status import Status
 
 KEY_VERSION = "2"  # 2: std prelude, null pointers, KernelBench-aligned task semantics
 
@@ -34,8 +34,8 @@ def cache_key(task_name: str, text: str, config: EnvConfig) -> str:
     """sha256 hex over the task name, the normalised blocks and the config (less its
     RESULT_NEUTRAL_FIELDS, which never change a result). Text without both blocks (a format error)
     is keyed by its raw content."""
-    from kernels_env.launch import FormatError
-    from kernels_env.submission import extract_blocks
+    from kernels_env.source.launch import FormatError
+    from kernels_env.source.submission import extract_blocks
     try:
         cuda, launch = extract_blocks(text)
         body = {"cuda": normalize_source(cuda), "launch": normalize_source(launch)}

@@ -28,28 +28,24 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kernels_env import expected_cache
+from kernels_env.judge import expected_cache
+from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
 from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program,
                                        TimedSync)
-from kernels_env.config import EnvConfig
-from kernels_env.gpu_lock import gpu_access
-from kernels_env.inputs import describe_distributions, make_inputs
-from kernels_env.launch import SCALAR_TYPES, FormatError, ResolvedLaunch, ResolvedPlan, check_plan
-from kernels_env.launch import eval_expr as eval_expr  # re-exported (tests)
-from kernels_env.launch import scalar_type as launch_scalar_type
-from kernels_env.program import KernelParam, KernelSignature, Submission
-from kernels_env.result import Mismatch, Result, Timing
-from kernels_env.signatures import find_hidden_kernels
-from kernels_env.status import Status
-from kernels_env.submission import in_launch_block
+from kernels_env.core.config import EnvConfig
+from kernels_env.execute.gpu_lock import gpu_access
+from kernels_env.execute.inputs import describe_distributions, make_inputs
+from kernels_env.source.launch import SCALAR_TYPES, FormatError, ResolvedLaunch, ResolvedPlan, check_plan
+from kernels_env.source.launch import eval_expr as eval_expr  # re-exported (tests)
+from kernels_env.source.launch import scalar_type as launch_scalar_type
+from kernels_env.core.program import KernelParam, KernelSignature, Submission
+from kernels_env.core.result import Mismatch, Result, Timing
+from kernels_env.source.signatures import find_hidden_kernels
+from kernels_env.core.status import Status
+from kernels_env.source.submission import in_launch_block
 from kernels_env.tasks.spec import Task
-from kernels_env.timing_stats import Plan, ci_rel_width, median_ci, next_batch
+from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
 
-# Output poison: NaN with a recognisable payload, so a surviving poison reads as "unwritten" and a
-# NaN the kernel computed reads as "nan_or_inf". Integer outputs get the most negative value.
-POISON_BITS = {"float32": (np.uint32, 0x7FC0DEAD), "float16": (np.uint16, 0x7E5A),
-               "float64": (np.uint64, 0x7FF8DEADDEADDEAD)}
-INT_SENTINEL = {"int32": np.iinfo(np.int32).min, "int64": np.iinfo(np.int64).min}
 OUTPUT_GUARD_BYTES = 64 * 1024  # poisoned elements after each output; a write there is out of bounds
 REVERIFY_SEED_OFFSET = 1_000_003  # "another seed" for re-verifying a suspicious speedup
 # Timing (DESIGN 3.3 step 4): timing run r draws the inputs of trial TIMING_TRIAL_BASE + r (never a
@@ -307,7 +303,7 @@ def check_input_unchanged(xp: Any, name: str, original: Any, after: Any, trial: 
 
 def mismatch_message(m: Mismatch, size: int | None = None) -> str:
     """One line for a human: `feedback.mismatch_summary`'s lines joined (one format for every failure)."""
-    from kernels_env.feedback import mismatch_summary
+    from kernels_env.judge.feedback import mismatch_summary
     return " ".join(mismatch_summary(m))
 
 
@@ -371,7 +367,7 @@ class _Run:
             arrays[name], guards[name] = _poison(self.device, (count,), dtype, zero=True)
         return arrays, pristine, guards
 
-    # ---- reference outputs: the only way the stages get them (see kernels_env/expected_cache.py) ----
+    # ---- reference outputs: the only way the stages get them (see kernels_env/judge/expected_cache.py) ----
     # check_outputs   the correctness stages: compares with the masked per-trial cache (fused check,
     #                 no plaintext expected output on the device on a hit that passes);
     # expected_outputs plaintext lists, for code that needs the values themselves (e.g. timing

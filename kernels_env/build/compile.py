@@ -7,18 +7,17 @@ missing, a bad option) raise RuntimeError: they are not the policy's fault.
 """
 from __future__ import annotations
 
-import functools
-import glob
 import os
 import re
-import sys
 import time
 
-from kernels_env.config import EnvConfig
-from kernels_env.program import CompiledModule
-from kernels_env.result import KernelResources
-from kernels_env.signatures import find_kernels
-from kernels_env.std_prelude import PRELUDE_NAME, STD_HEADERS, nvrtc_headers
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import CompiledModule
+from kernels_env.core.result import KernelResources
+from kernels_env.build.cuda_headers import cuda_include_dirs
+from kernels_env.build.std_prelude import PRELUDE_NAME, STD_HEADERS, nvrtc_headers
+from kernels_env.source.signatures import find_kernels
+from kernels_env.source.source_text import directives, strip_comments
 
 SOURCE_NAME = "kernel.cu"
 DEFAULT_ARCH = "sm_90"
@@ -33,27 +32,6 @@ class CompileError(Exception):
         self.log = log
 
 
-@functools.lru_cache(maxsize=1)
-def cuda_include_dirs() -> tuple[str, ...]:
-    """Directories holding the CUDA headers NVRTC needs (cuda_fp16.h, cuda_bf16.h, ...).
-
-    Looked up in $CUDA_PATH, $CUDA_HOME, /usr/local/cuda* and the pip wheels' nvidia/*/include.
-    """
-    cands: list[str] = []
-    for var in ("CUDA_PATH", "CUDA_HOME"):
-        if os.environ.get(var):
-            cands.append(os.path.join(os.environ[var], "include"))
-    cands += ["/usr/local/cuda/include"] + sorted(glob.glob("/usr/local/cuda-*/include"), reverse=True)
-    for sp in sys.path:
-        cands += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "include")))
-    for d in cands:
-        d = os.path.realpath(d)
-        if os.path.isfile(os.path.join(d, "cuda_fp16.h")):
-            cccl = os.path.join(d, "cccl")  # libcu++ (cuda/std/...), needed by cooperative_groups.h
-            return (d, cccl) if os.path.isdir(cccl) else (d,)  # one CUDA header set, never mixed
-    return ()
-
-
 _INCLUDE_DIRECTIVES = frozenset({"include", "include_next", "import", "embed"})
 _INCLUDE_RE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*include(?:_next)?\b(.*)$", re.M)
 _HEADER_RE = re.compile(r"^\s*(?:<([^<>\n]+)>|\"([^\"\n]+)\")\s*$")
@@ -64,7 +42,6 @@ def check_includes(source: str) -> None:
 
     Untrusted code must not read other files of the machine through the preprocessor (their
     contents would come back in the compiler log). Raises CompileError naming the line."""
-    from kernels_env.source_text import directives  # found as the preprocessor finds them
     allowed = cuda_include_dirs()
     for line, directive, rest in directives(source):
         if directive not in _INCLUDE_DIRECTIVES:
@@ -101,8 +78,7 @@ def _header_allowed(name: str | None) -> bool:
 def check_has_include(source: str) -> None:
     """`__has_include` may only ask about a header #include would allow: asking about any other path
     answers whether it exists on the scoring machine. (Defence in depth: pool compile workers and the
-    cpu backend's compiler cannot see host paths at all, kernels_env.landlock.)"""
-    from kernels_env.source_text import strip_comments
+    cpu backend's compiler cannot see host paths at all, kernels_env.build.landlock.)"""
     code = strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
     blank = strip_comments(code, blank_literals=True)  # same offsets; finds the name outside literals
     for m in _HAS_INCLUDE_RE.finditer(blank):

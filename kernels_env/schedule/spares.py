@@ -1,7 +1,7 @@
 """Warm spare workers: a started, warmed-up exec worker per GPU, waiting to replace one that dies.
 
 Replacing an exec worker from scratch costs a process, the CuPy import, a CUDA context and the
-warm-up (kernels_env/warmup.py): seconds during which its lane serves nothing. EvalPool keeps one
+warm-up (kernels_env/schedule/warmup.py): seconds during which its lane serves nothing. EvalPool keeps one
 spare per GPU, started with the pool; `take` hands it over at once and starts the next spare in a
 background thread. When no spare is ready (two deaths in a row, or start-up failing), `take`
 returns None and the caller starts a worker itself, as before.

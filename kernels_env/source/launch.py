@@ -5,7 +5,7 @@ The launch block is the host side of a submission, interpreted here (never execu
     scratch float partial[cdiv(N, 256)];
     sum_kernel<<<cdiv(N, 256), 256, 256 * 4>>>(x, partial, N);
 
-`parse_launch(text) -> LaunchPlan` builds the AST of `kernels_env.program`; `eval_expr` evaluates an
+`parse_launch(text) -> LaunchPlan` builds the AST of `kernels_env.core.program`; `eval_expr` evaluates an
 expression with C semantics; `check_plan` is the one resolver of a plan: it checks it against the
 kernels' C signatures and the task's sizes and returns the `ResolvedPlan` (every number evaluated)
 that the harness launches; the parse-time static checks and the harness both call it. Every failure
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Iterable, Mapping
 
-from kernels_env.program import (BinOp, Call, Dim3, Expr, KernelParam, KernelSignature, Launch,
-                                 LaunchPlan, Name, Neg, Num, ScratchDecl)
+from kernels_env.core.program import (BinOp, Call, Dim3, Expr, KernelParam, KernelSignature, Launch,
+                                      LaunchPlan, Name, Neg, Num, ScratchDecl)
 
 MAX_LAUNCHES = 64
 MAX_NUMBER_CHARS = 64  # int() of thousands of digits is slow and refused by Python

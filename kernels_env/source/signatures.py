@@ -11,8 +11,8 @@ import functools
 import itertools
 import re
 
-from kernels_env.program import KernelParam, KernelSignature
-from kernels_env.source_text import strip_comments
+from kernels_env.core.program import KernelParam, KernelSignature
+from kernels_env.source.source_text import strip_comments
 
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "register"}
 _C_TYPE_WORDS = {"int", "long", "short", "char", "float", "double", "unsigned", "signed", "bool", "void"}

@@ -4,14 +4,14 @@ Process mode runs two stages of long-lived spawned workers, each fed through its
 parent thread that owns it:
   compile workers (CPU): parse + static checks + NVRTC, many in parallel;
   execution workers: `exec_workers_per_gpu` (default 3) per GPU for cupy (CUDA_VISIBLE_DEVICES set
-  per worker), a few for cpu. Workers of one GPU share a readers-writer lock (gpu_lock.py): timing
-  runs alone on the GPU, correctness trials of several workers overlap, host work (module loading)
-  takes no lock, so the GPU is busy while a worker does host work. Time a job waits for the lock
-  extends its wall-clock limit.
+  per worker), a few for cpu. Workers of one GPU share a readers-writer lock (execute/gpu_lock.py):
+  timing runs alone on the GPU, correctness trials of several workers overlap, host work (module
+  loading) takes no lock, so the GPU is busy while a worker does host work. Time a job waits for the
+  lock extends its wall-clock limit.
 A warm spare exec worker per GPU (spares.py; default on for cupy, `spare_worker=`) replaces a worker
 that dies at once, and the next spare starts in the background. Reference timings measured by a worker
 come back with its replies and seed every other worker of that GPU, spares and replacements included
-(reference_cache.py), so a restart never re-times a reference.
+(judge/reference_cache.py), so a restart never re-times a reference.
 The parent enforces per-stage wall-clock limits: a worker that overruns or dies (segfault, sticky
 CUDA error, os._exit) is killed and replaced and the job retried once, then reported as `timeout`
 (overran) or `runtime_error` (died). Every future resolves to a Result. The parent never touches
@@ -35,20 +35,19 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Iterable
 
-from kernels_env import reference_cache
-from kernels_env.cache import ResultCache, cache_key
-from kernels_env.config import POOL_MODES, EnvConfig
-from kernels_env.gpu_lock import GpuLock, GpuLockHandle, attach
-from kernels_env.result import Result
-from kernels_env.spares import SpareWorkers
-from kernels_env.status import Status
+from kernels_env.judge import reference_cache
+from kernels_env.schedule.result_cache import ResultCache, cache_key
+from kernels_env.core.config import POOL_MODES, EnvConfig
+from kernels_env.execute.gpu_lock import GpuLock, GpuLockHandle, attach
+from kernels_env.core.result import Result
+from kernels_env.schedule.spares import SpareWorkers
+from kernels_env.core.status import Status
 
 Evaluator = Callable[[str, str, EnvConfig], Result]
 
 DEFAULT_EXEC_WORKERS_PER_GPU = 3  # cupy: one times (exclusive lock) while the others do host work
 STARTUP_TIMEOUT_S = 180.0  # a worker importing CuPy / creating a CUDA context
 CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory access)"
-MODES = POOL_MODES  # "ray": kernels_env/schedule/ray_pool.py (RayEvalPool)
 
 
 @dataclass(frozen=True)
@@ -88,8 +87,8 @@ def compile_worker_read_paths() -> list[str]:
     path (the package, NVRTC's wheels), CUDA's include directories. Not /etc, /home, /root, /proc,
     /tmp (nor "/" or the home directory even when on sys.path)."""
     import sys
-    from kernels_env import landlock
-    from kernels_env.compile import cuda_include_dirs
+    from kernels_env.build import landlock
+    from kernels_env.build.cuda_headers import cuda_include_dirs
     banned = {"/", os.path.expanduser("~"), os.path.realpath(os.path.expanduser("~"))}
     cands = [*landlock.SYSTEM_READ, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
              *cuda_include_dirs()]
@@ -107,9 +106,9 @@ def _confine_compile_worker() -> bool:
     (a path elsewhere is "not found"). LEAP_COMPILE_LANDLOCK=0 turns it off."""
     if os.environ.get("LEAP_COMPILE_LANDLOCK", "1") == "0":
         return False
-    from kernels_env import landlock
+    from kernels_env.build import landlock
     try:
-        from kernels_env.compile import compile_cuda
+        from kernels_env.build.compile import compile_cuda
         compile_cuda('#include <cuda_fp16.h>\nextern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n')
     except Exception:  # no NVRTC here: prepare reports it per job; confine anyway
         pass
@@ -132,14 +131,14 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
     refs: Any = None  # the object whose __dict__ holds the reference timings (exec workers)
     reported: set = set()  # reference-timing keys the parent has (seeded or reported)
     try:
-        from kernels_env import pipeline
+        from kernels_env.schedule import pipeline
         if role == "compile":
             _confine_compile_worker()
         if role == "exec" and evaluator is None:
             from kernels_env.backends import get_device
             device = refs = get_device(backend, config)
             attach(device, lock)  # before the warm-up: it uses the GPU too
-            from kernels_env.warmup import warm_up
+            from kernels_env.schedule.warmup import warm_up
             warm_up(device, config)  # first-use CuPy kernel builds must not count against a job
         elif role == "exec":
             refs = reference_cache.WorkerDevice()
@@ -371,8 +370,8 @@ class EvalPool:
                  config: EnvConfig | None = None, evaluator: Evaluator | None = None,
                  cpu_workers: int | None = None, worker_env: dict[str, str] | None = None,
                  exec_workers_per_gpu: int | None = None, spare_worker: bool | None = None) -> None:
-        if mode not in MODES or mode == "ray":  # "ray" is RayEvalPool's (see __new__)
-            raise ValueError(f"EvalPool mode={mode!r}; expected one of {MODES}")
+        if mode not in POOL_MODES or mode == "ray":  # "ray" is RayEvalPool's (see __new__)
+            raise ValueError(f"EvalPool mode={mode!r}; expected one of {POOL_MODES}")
         if backend not in ("auto", "cupy", "cpu"):
             raise ValueError(f"EvalPool backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
         for nm, v in (("gpu_workers", gpu_workers), ("compile_workers", compile_workers), ("cpu_workers", cpu_workers),
@@ -574,7 +573,7 @@ class EvalPool:
         try:
             if self.evaluator is not None:
                 return self.evaluator(job.task, job.text, cfg)
-            from kernels_env.pipeline import score
+            from kernels_env.schedule.pipeline import score
             if self._device is None:
                 from kernels_env.backends import get_device
                 self._device = get_device(self.backend if self.backend != "auto" else cfg.backend, cfg)
@@ -591,7 +590,7 @@ class EvalPool:
                 self._stats["env_errors"] += 1
         if not result.key:
             result.key = key
-        from kernels_env.compile import redact_paths  # worker tracebacks, timeouts: no host paths
+        from kernels_env.build.compile import redact_paths  # worker tracebacks, timeouts: no host paths
         result.message = redact_paths(result.message or "")
         result.details = redact_paths(result.details or "")
         if self.cache is not None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-from kernels_env.launch import FormatError, parse_launch
-from kernels_env.program import Submission
-from kernels_env.signatures import find_kernels
+from kernels_env.source.launch import FormatError, parse_launch
+from kernels_env.core.program import Submission
+from kernels_env.source.signatures import find_kernels
 
 MAX_TEXT_CHARS = 200_000
 
@@ -92,7 +92,7 @@ def in_launch_block(message: str) -> str:
 
 def parse_submission(text: str) -> Submission:
     """Extract the blocks, find the extern "C" kernels and parse the launch plan (no task checks yet:
-    see `kernels_env.launch.check_plan`). Raises FormatError."""
+    see `kernels_env.source.launch.check_plan`). Raises FormatError."""
     cuda, launch = extract_blocks(text)
     try:
         plan = parse_launch(launch)

@@ -1,0 +1,1 @@
+"""The types every stage shares: EnvConfig, Status, Result and the parsed/compiled program."""

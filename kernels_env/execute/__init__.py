@@ -1,0 +1,1 @@
+"""Run a compiled submission against the reference on the device: inputs, trials, timing, the GPU lock."""

@@ -1,0 +1,100 @@
+"""The import graph of a package's subfolders, read from the source with `ast`, and its cycles.
+
+Shared by tests/leap_jax/test_import_graph.py and tests/kernels_env/test_import_graph.py. Reading the
+source sees every import: module level, inside functions (the lazy ones), under `if TYPE_CHECKING:`.
+A node is a subfolder of the package or the package's name for its top-level modules; an edge A -> B
+is an import in A of a module of B.
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def node(package: str, module: str) -> str | None:
+    """The graph node of a dotted module name, or None outside `package`."""
+    parts = module.split(".")
+    if parts[0] != package:
+        return None
+    return parts[1] if len(parts) > 1 and (REPO / package / parts[1]).is_dir() else package
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, int]]:
+    """(dotted module name, line) of every import in `tree`, relative ones resolved."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out += [(a.name, n.lineno) for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                pkg = module.split(".") if is_package else module.split(".")[:-1]
+                pkg = pkg[:len(pkg) - (n.level - 1)]
+                base = ".".join(pkg + ([n.module] if n.module else []))
+            # `from pkg import sub` imports the subpackage: count base.name as well
+            out += [(f"{base}.{a.name}", n.lineno) for a in n.names] + [(base, n.lineno)]
+    return out
+
+
+def imports(package: str) -> list[tuple[str, str, str]]:
+    """(importing module, imported module, "path:line") of every import in every .py file of `package`."""
+    out = []
+    for path in sorted((REPO / package).rglob("*.py")):
+        module = _module_name(path)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        out += [(module, name, f"{path.relative_to(REPO)}:{line}")
+                for name, line in _imported(tree, module, path.name == "__init__.py")]
+    return out
+
+
+def import_graph(package: str) -> dict[str, dict[str, list[str]]]:
+    """node -> {imported node: ["path:line", ...]} over every .py file of `package`."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for module, name, where in imports(package):
+        src, dst = node(package, module), node(package, name)
+        assert src is not None
+        if dst is not None and dst != src and where not in graph[src][dst]:
+            graph[src][dst].append(where)
+    return graph
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """A cycle [a, b, ..., a] of the directed graph, or None (depth-first search, three colours)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        path.append(v)
+        for w in sorted(edges.get(v, ())):
+            if state.get(w) == 1:
+                return path[path.index(w):] + [w]
+            if w not in state and (found := visit(w)):
+                return found
+        path.pop()
+        state[v] = 2
+        return None
+
+    for v in sorted(edges):
+        if v not in state and (found := visit(v)):
+            return found
+    return None
+
+
+def assert_acyclic(package: str) -> None:
+    """Raise AssertionError naming a cycle of `package`'s subfolder graph and the imports that make it."""
+    graph = import_graph(package)
+    cycle = find_cycle({src: set(dsts) for src, dsts in graph.items()})
+    if cycle:
+        lines = [f"{a} -> {b}: " + ", ".join(graph[a][b]) for a, b in itertools.pairwise(cycle)]
+        raise AssertionError(f"{package}'s subpackages import each other in a cycle "
+                             f"{' -> '.join(cycle)}:\n" + "\n".join(lines))
