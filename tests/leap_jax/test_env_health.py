@@ -53,13 +53,16 @@ def test_trainer_stops_before_updating_on_a_masked_batch(tmp_path):
 
 
 def test_ray_settings_validate():
-    cfg = load_config(None, ["env.pool_mode=ray", "env.ray_address=head:6379", "env.ray_host_retries=0"])
+    cfg = load_config(None, ["env.pool_mode=ray", "env.ray_address=head:6379", "env.ray_host_retries=0",
+                             "env.ray_heartbeat_timeout_s=12"])
     kw = cfg.env.pool_kwargs()
     assert kw["mode"] == "ray" and kw["address"] == "head:6379" and kw["host_retries"] == 0
+    assert kw["heartbeat_timeout_s"] == 12
     assert "address" not in load_config(None).env.pool_kwargs()
     for override, needle in ((["env.ray_address=head:6379"], "set env.pool_mode=ray"),
                              (["env.max_env_error_fraction=2"], "env.max_env_error_fraction=2"),
                              (["env.ray_batch_jobs=0"], "env.ray_batch_jobs=0"),
+                             (["env.ray_heartbeat_timeout_s=0.5"], r"env.ray_heartbeat_timeout_s=0.5: expected seconds >= 1"),
                              (["env.pool_mode=rays"], "expected one of process, inline, ray")):
         with pytest.raises(ConfigError, match=needle):
             load_config(None, override)
