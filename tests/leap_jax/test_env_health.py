@@ -1,5 +1,6 @@
 """The trainer stops on a step whose evaluations mostly failed in the environment (env_error), with a
-message naming the share, the knob and the first error; the env section's Ray settings validate."""
+message naming the share, the knob and the first error; the Ray pool's host counters become per-step
+metrics; the env section's Ray settings validate."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -10,7 +11,7 @@ from kernels_env.core.result import Result
 from kernels_env.core.status import Status
 from leap_jax.rollout.policy import ScriptedPolicy
 from leap_jax.train.config import ConfigError, load_config
-from leap_jax.train.env_health import EnvironmentFailure, check_env_errors
+from leap_jax.train.env_health import EnvironmentFailure, check_env_errors, pool_counter_deltas
 from leap_jax.train.trainer import Trainer
 from tests.leap_jax._trainer_helpers import OracleEvaluator
 
@@ -34,6 +35,18 @@ def test_share_above_the_limit_stops_with_a_clear_message():
     assert "hosts_up=0, host_deaths=3, resends=6" in msg
     with pytest.raises(EnvironmentFailure):
         check_env_errors(_out([Status.ENV_ERROR]), 0.0, step=0, pool_stats=lambda: 1 / 0)  # stats failing
+
+
+def test_pool_counters_are_logged_as_per_step_deltas():
+    counts = {"evaluations": 9, "host_deaths": 1, "host_hangs": 0, "resends": 3}
+    ray_pool = SimpleNamespace(stats=lambda: dict(counts))
+    seen: dict[str, int] = {}
+    assert pool_counter_deltas(ray_pool, seen) == {"env/host_deaths": 1, "env/host_hangs": 0, "env/resends": 3}
+    counts.update(host_hangs=1, host_deaths=2, resends=7)
+    assert pool_counter_deltas(ray_pool, seen) == {"env/host_deaths": 1, "env/host_hangs": 1, "env/resends": 4}
+    assert pool_counter_deltas(ray_pool, seen) == {"env/host_deaths": 0, "env/host_hangs": 0, "env/resends": 0}
+    process_pool = SimpleNamespace(stats=lambda: {"evaluations": 9, "restarts": 1})
+    assert pool_counter_deltas(process_pool, {}) == {} and pool_counter_deltas(object(), {}) == {}
 
 
 def test_trainer_stops_before_updating_on_a_masked_batch(tmp_path):
