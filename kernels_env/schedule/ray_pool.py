@@ -243,11 +243,11 @@ class RayEvalPool(EvalPool):
         try:
             reply = self._ray.get(ref)
         except self._ray.exceptions.ActorDiedError as e:
-            why = f"the actor cannot restart: {str(e).splitlines()[0][:200]}"
+            first = str(e).splitlines()[0][:200]
             if host.state == "up":
-                self._lose(host, host.epoch, why)
+                self._lose(host, host.epoch, f"the actor died: {first}")
             else:
-                self._declare_dead(host, why)
+                self._declare_dead(host, f"the actor cannot restart: {first}")
             return
         except Exception:
             return
@@ -332,7 +332,8 @@ class RayEvalPool(EvalPool):
             self._done(p, Result.from_dict(d))
 
     def _kill_stuck_hosts(self, now: float) -> None:
-        """Hang out the host of any batch past its hard ceiling (_deadline), alive or not."""
+        """Count as hung, and restart, the host of any batch past its hard ceiling (_deadline), even one
+        that answers pings."""
         for batch in list(self._batches.values()):
             host = batch.host
             if now > batch.deadline and batch.epoch == host.epoch and host.state == "up":
