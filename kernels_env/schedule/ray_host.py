@@ -21,11 +21,12 @@ class EvalHost:
         _bare_main()
         self.pool = EvalPool(mode="process", cache=False, **pool_kwargs)
 
-    def score_batch(self, jobs: list[Job]) -> list[dict[str, Any]]:
-        """Score the jobs in the local pool (all at once: its workers run them in parallel); their
-        results in the order of `jobs`."""
+    def score_batch(self, jobs: list[Job]) -> dict[str, Any]:
+        """Score the jobs in the local pool (all at once: its workers run them in parallel):
+        {"results": their results in the order of `jobs`, "stats": the local pool's counters after}."""
         futures = [self.pool.submit(j) for j in jobs]
-        return [f.result().to_dict() for f in futures]
+        results = [f.result().to_dict() for f in futures]
+        return {"results": results, "stats": self.pool.stats()}
 
     def info(self) -> dict[str, Any]:
         """Who this host is: pid, machine, backend and worker counts (the driver sizes its window by them)."""
@@ -39,8 +40,9 @@ class EvalHost:
         return self.pool.stats()
 
     def ping(self) -> dict[str, Any]:
-        """`info()`, answered as soon as the actor is up (after a restart too): the driver's sign of life."""
-        return self.info()
+        """{"info": info(), "stats": stats()}: the driver's sign of life (sent in the "health" group, it is
+        answered while batches run) and its cached view of this host."""
+        return {"info": self.info(), "stats": self.stats()}
 
     def close(self) -> None:
         self.pool.close()
@@ -54,7 +56,10 @@ def _bare_main() -> None:
     sys.modules["__main__"] = types.ModuleType("__main__")
 
 
+HEALTH_GROUP = "health"  # the concurrency group pings run in (call `handle.ping.options(concurrency_group=...)`)
+
+
 def host_actor_class(ray: Any) -> Any:
     """EvalHost as a Ray actor class. Threaded (options set max_concurrency) so several batches feed the
-    local pool at once and pings are answered while batches run."""
-    return ray.remote(EvalHost)
+    local pool at once; pings get a thread of their own (HEALTH_GROUP), never queued behind batches."""
+    return ray.remote(concurrency_groups={HEALTH_GROUP: 1})(EvalHost)

@@ -8,12 +8,20 @@ into batches (`batch_jobs`) and sends each to the host with the most free room; 
 (ray_host.EvalHost) running a process-mode pool there, so compile workers, exec workers, their limits
 and restarts are the local pool's business; kernel crashes and timeouts come back as results.
 
-Failures of a host, never of a job, are the driver's: a host lost mid-batch (actor or node died, or a
-batch passed its deadline and the driver killed the host) is counted once (`host_deaths`), its batches'
-jobs go back to the front of the queue for other hosts (`resends`), at most `host_retries` times per
-job, then the job is `env_error`. Ray restarts a lost actor where its node still exists; the driver
-pings it and uses it again once it answers. With no host up for `unavailable_timeout_s`, every queued
-job resolves to `env_error` instead of waiting. Ray never retries a call itself (max_task_retries=0).
+Failures of a host, never of a job, are the driver's: a host lost mid-batch (actor or node died, or the
+driver found it hung and killed it) is counted once (`host_deaths`), its batches' jobs go back to the
+front of the queue for other hosts (`resends`), at most `host_retries` times per job, then the job is
+`env_error`. Ray restarts a lost actor where its node still exists; the driver pings it and uses it
+again once it answers. With no host up for `unavailable_timeout_s`, every queued job resolves to
+`env_error` instead of waiting. Ray never retries a call itself (max_task_retries=0).
+
+Hang detection is a heartbeat: the driver pings every up host every `heartbeat_timeout_s / 3` (at most
+every 5 s); the actor answers in a thread of its own while batches run, so a host busy with long
+compiles or jobs keeps answering. A host that answers nothing (not a ping, not a batch) for
+`heartbeat_timeout_s` is hung (`host_hangs`): the driver kills it and Ray restarts it. A batch that
+outlives a generous hard ceiling (`batch_timeout_s`, else every job its host holds at its stage limits
+twice over plus `job_slack_s`) counts as a hang too, for a host alive but stuck. The replies (pings
+and batches) carry the host's local counters, which `stats()` sums without calling the hosts.
 """
 from __future__ import annotations
 
@@ -30,12 +38,13 @@ from kernels_env.schedule.result_cache import ResultCache
 from kernels_env.core.config import EnvConfig
 from kernels_env.schedule.pool import EvalPool, Evaluator, Job, _Pending
 from kernels_env.core.result import Result
-from kernels_env.schedule.ray_host import host_actor_class
+from kernels_env.schedule.ray_host import HEALTH_GROUP, host_actor_class
 from kernels_env.schedule.ray_nodes import HostSpot, actor_options, eval_spots
 from kernels_env.schedule.ray_support import host_lost, require_ray
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1  # the dispatcher's longest wait for a reply before it looks at the queue again
+PING_EVERY_MAX_S = 5.0  # the longest gap between pings of an up host (stats() freshness)
 
 
 @dataclass
@@ -47,10 +56,13 @@ class _Host:
     state: str = "down"  # up | down (starting or lost: pinged until it answers) | dead
     epoch: int = 0  # +1 at each loss, so a loss reported by several batches counts once
     since: float = field(default_factory=time.monotonic)  # when it went down
+    seen: float = field(default_factory=time.monotonic)  # its last answer (ping or batch)
+    pinged: float = 0.0  # when the last ping was sent
     batches: int = 0  # in flight now
     jobs: int = 0
-    info: dict[str, Any] = field(default_factory=dict)
-    ping: Any = None  # the pending ping's ObjectRef while down
+    info: dict[str, Any] = field(default_factory=dict)  # its latest info() (pid, hostname, workers)
+    local: dict[str, int] = field(default_factory=dict)  # its local pool's latest counters
+    ping: Any = None  # the pending ping's ObjectRef (one at a time)
 
 
 @dataclass
@@ -58,7 +70,8 @@ class _Batch:
     host: _Host
     epoch: int
     pends: list[_Pending]
-    deadline: float
+    deadline: float  # monotonic time past which the batch's host counts as hung
+    ceiling: float  # seconds it was given
 
 
 class RayEvalPool(EvalPool):
@@ -75,6 +88,7 @@ class RayEvalPool(EvalPool):
                  inflight_per_gpu: int = 2, host_retries: int = 2, job_slack_s: float = 60.0,
                  batch_timeout_s: float | None = None, unavailable_timeout_s: float = 120.0,
                  restart_timeout_s: float = 300.0, discover_interval_s: float = 30.0,
+                 heartbeat_timeout_s: float = 30.0,
                  ray_init_kwargs: dict[str, Any] | None = None) -> None:
         if mode != "ray":
             raise ValueError(f"RayEvalPool mode={mode!r}; expected 'ray' (EvalPool(mode=...) picks the class)")
@@ -87,6 +101,9 @@ class RayEvalPool(EvalPool):
                       ("restart_timeout_s", restart_timeout_s), ("batch_timeout_s", batch_timeout_s)):
             if s is not None and not s > 0:
                 raise ValueError(f"EvalPool(mode='ray') {nm}={s}; expected seconds > 0")
+        if not heartbeat_timeout_s >= 1:
+            raise ValueError(f"EvalPool(mode='ray') heartbeat_timeout_s={heartbeat_timeout_s}; expected seconds "
+                             ">= 1 (a host silent that long counts as hung; shorter would kill busy hosts)")
         if backend not in ("auto", "cupy", "cpu"):
             raise ValueError(f"EvalPool backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
         self._ray = require_ray()
@@ -104,6 +121,8 @@ class RayEvalPool(EvalPool):
         self.job_slack_s, self.batch_timeout_s = job_slack_s, batch_timeout_s
         self.unavailable_timeout_s, self.restart_timeout_s = unavailable_timeout_s, restart_timeout_s
         self.discover_interval_s, self.max_hosts = discover_interval_s, hosts
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self._ping_every = min(PING_EVERY_MAX_S, heartbeat_timeout_s / 3)
         self._host_kwargs = {k: v for k, v in (
             ("gpu_workers", gpu_workers), ("compile_workers", compile_workers), ("config", self.config),
             ("evaluator", evaluator), ("cpu_workers", cpu_workers), ("worker_env", worker_env),
@@ -161,13 +180,25 @@ class RayEvalPool(EvalPool):
             self._hosts[spot.node_id] = _Host(spot, handle, slots)
 
     def _lose(self, host: _Host, epoch: int, why: str) -> None:
-        """Record the loss of `host` (once per epoch); it is pinged until it answers again."""
+        """Record the loss of `host` (once per epoch); it is pinged until it answers again. A ping sent
+        before the loss is dropped: its answer (or failure) tells nothing about the restarted actor."""
         if host.state == "dead" or epoch != host.epoch:
             return
         host.epoch += 1
         host.state, host.since = "down", time.monotonic()
+        self._drop_ping(host)
         self._count("host_deaths")
         log.warning("evaluation host on %s lost (%s); its jobs go to other hosts", host.spot.address, why)
+
+    def _hang(self, host: _Host, why: str) -> None:
+        """`host` answers nothing, or a batch outlived its ceiling: count a hang, kill it (Ray restarts
+        it), and let its batches fail over to other hosts."""
+        self._count("host_hangs")
+        self._lose(host, host.epoch, f"{why}; the host is restarted")
+        try:
+            self._ray.kill(host.handle, no_restart=False)
+        except Exception:
+            pass
 
     def _declare_dead(self, host: _Host, why: str) -> None:
         host.state = "dead"
@@ -177,26 +208,50 @@ class RayEvalPool(EvalPool):
         except Exception:
             pass
 
-    def _tend_down_hosts(self, now: float) -> None:
+    def _tend_hosts(self, now: float) -> None:
+        """Give up on a host down past restart_timeout_s, kill one silent past heartbeat_timeout_s, and
+        ping the others (a down host as soon as its last ping is answered, an up one every _ping_every)."""
         for host in self._hosts.values():
-            if host.state != "down":
-                continue
-            if now - host.since > self.restart_timeout_s:
+            if host.state == "down" and now - host.since > self.restart_timeout_s:
                 self._declare_dead(host, f"no answer within restart_timeout_s={self.restart_timeout_s:g} s")
-            elif host.ping is None:
-                host.ping = host.handle.ping.remote()
+            elif host.state == "up" and self._silent(host, now):
+                self._hang(host, f"no answer to pings for {now - host.seen:.0f} s "
+                                 f"(heartbeat_timeout_s={self.heartbeat_timeout_s:g})")
+            elif host.state != "dead" and host.ping is None and (
+                    host.state == "down" or now - host.pinged >= self._ping_every):
+                host.ping, host.pinged = host.handle.ping.options(concurrency_group=HEALTH_GROUP).remote(), now
                 self._pings[host.ping] = host
 
+    def _silent(self, host: _Host, now: float) -> bool:
+        """True when `host` has answered nothing for heartbeat_timeout_s and its pending ping is not
+        answered either (an answer the dispatcher has not read yet is a sign of life)."""
+        if now - host.seen <= self.heartbeat_timeout_s:
+            return False
+        return host.ping is None or not self._ray.wait([host.ping], timeout=0)[0]
+
+    def _drop_ping(self, host: _Host) -> None:
+        if host.ping is not None:
+            self._pings.pop(host.ping, None)
+            host.ping = None
+
     def _pinged(self, ref: Any) -> None:
+        """A ping's answer: the host is up (again), its info and counters refreshed. A failure of an up
+        host's ping that means the actor is gone loses the host; for a down host it means Ray cannot
+        restart it (its node is gone). Other failures: the next ping, or the heartbeat, decides."""
         host = self._pings.pop(ref)
         host.ping = None
         try:
-            host.info = self._ray.get(ref)
+            reply = self._ray.get(ref)
         except self._ray.exceptions.ActorDiedError as e:
-            self._declare_dead(host, f"the actor cannot restart: {str(e).splitlines()[0][:200]}")
+            first = str(e).splitlines()[0][:200]
+            if host.state == "up":
+                self._lose(host, host.epoch, f"the actor died: {first}")
+            else:
+                self._declare_dead(host, f"the actor cannot restart: {first}")
             return
-        except Exception:  # still restarting or unreachable: pinged again next tick
+        except Exception:
             return
+        host.seen, host.info, host.local = time.monotonic(), reply["info"], reply["stats"]
         if host.state == "down":
             host.state = "up"
 
@@ -224,9 +279,9 @@ class RayEvalPool(EvalPool):
             self._queue.appendleft(pend)
 
     def _deadline(self, host: _Host, pends: list[_Pending]) -> float:
-        """Seconds a batch may take before its host counts as hung: batch_timeout_s, else every job the host
-        holds run `exec_workers` at a time, each at its stage limits twice over (the local pool retries
-        once), plus job_slack_s."""
+        """The hard ceiling on one batch (its host counts as hung past it, even while answering pings):
+        batch_timeout_s, else every job the host holds run `exec_workers` at a time, each at its stage
+        limits twice over (the local pool retries once), plus job_slack_s."""
         if self.batch_timeout_s is not None:
             return self.batch_timeout_s
         lim = max((p.config.limits for p in pends), key=lambda s: s.parse + s.compile + s.correctness + s.timing)
@@ -250,7 +305,8 @@ class RayEvalPool(EvalPool):
             host.batches += 1
             host.jobs += len(pends)
             ref = host.handle.score_batch.remote(jobs)
-            self._batches[ref] = _Batch(host, host.epoch, pends, time.monotonic() + self._deadline(host, pends))
+            ceiling = self._deadline(host, pends)
+            self._batches[ref] = _Batch(host, host.epoch, pends, time.monotonic() + ceiling, ceiling)
             self._count("batches")
 
     def _collect(self, ref: Any, batch: _Batch) -> None:
@@ -258,7 +314,7 @@ class RayEvalPool(EvalPool):
         host.batches -= 1
         host.jobs -= len(batch.pends)
         try:
-            dicts = self._ray.get(ref)
+            reply = self._ray.get(ref)
         except Exception as e:
             if host_lost(e):
                 why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
@@ -270,19 +326,18 @@ class RayEvalPool(EvalPool):
                     self._done(p, Result.env_error("the evaluation host failed on this batch", task=p.job.task,
                                                    details=str(e)[-6000:]))
             return
-        for p, d in zip(batch.pends, dicts, strict=True):
+        if batch.epoch == host.epoch:
+            host.seen, host.local = time.monotonic(), reply["stats"]
+        for p, d in zip(batch.pends, reply["results"], strict=True):
             self._done(p, Result.from_dict(d))
 
-    def _kill_hung_hosts(self, now: float) -> None:
+    def _kill_stuck_hosts(self, now: float) -> None:
+        """Count as hung, and restart, the host of any batch past its hard ceiling (_deadline), even one
+        that answers pings."""
         for batch in list(self._batches.values()):
             host = batch.host
             if now > batch.deadline and batch.epoch == host.epoch and host.state == "up":
-                self._count("host_hangs")
-                self._lose(host, batch.epoch, "a batch passed its deadline; the host is restarted")
-                try:
-                    self._ray.kill(host.handle, no_restart=False)
-                except Exception:
-                    pass
+                self._hang(host, f"a batch ran past its ceiling of {batch.ceiling:.0f} s")
 
     def _fail_queue_without_hosts(self, now: float) -> None:
         if any(h.state == "up" for h in self._hosts.values()):
@@ -306,8 +361,8 @@ class RayEvalPool(EvalPool):
         if now >= self._next_discover:
             self._next_discover = now + self.discover_interval_s
             self._discover()
-        self._tend_down_hosts(now)
-        self._kill_hung_hosts(now)
+        self._tend_hosts(now)
+        self._kill_stuck_hosts(now)
         self._send()
         self._fail_queue_without_hosts(now)
         refs = [*self._batches, *self._pings]
@@ -349,7 +404,8 @@ class RayEvalPool(EvalPool):
     # -- public API (submit and map are EvalPool's) --
     def stats(self) -> dict[str, int]:
         """The driver's counters (jobs, cache hits, batches, host_deaths, host_hangs, resends), hosts by
-        state, jobs queued, and the sum of the up hosts' local-pool counters (restarts, timeouts, crashes)."""
+        state, jobs queued, and the sum of the up hosts' local-pool counters (restarts, timeouts, crashes)
+        as of their latest reply. Never calls a host: it returns at once, whatever the hosts are doing."""
         with self._lock:
             out = dict(self._stats)
             out["queued"] = len(self._queue)
@@ -357,11 +413,7 @@ class RayEvalPool(EvalPool):
         for state in ("up", "down", "dead"):
             out[f"hosts_{state}"] = sum(h.state == state for h in hosts)
         out["inflight_batches"] = sum(h.batches for h in hosts)
-        up = [h for h in hosts if h.state == "up"]
-        try:
-            local = self._ray.get([h.handle.stats.remote() for h in up], timeout=10)
-        except Exception:
-            local = []
+        local = [h.local for h in hosts if h.state == "up"]
         for name in ("restarts", "timeouts", "crashes", "spare_swaps"):
             out[name] = sum(int(s.get(name, 0)) for s in local)
         return out

@@ -36,12 +36,14 @@ class EnvCfg:
     # pool_mode=ray (kernels_env/schedule/ray_pool.py): the cluster ("HEAD:6379", "ray://HEAD:10001";
     # None: $RAY_ADDRESS, else a local Ray), jobs per call to a host, batches in flight per host GPU,
     # resends of a job after host losses (then env_error), seconds with no host up before queued jobs
-    # resolve to env_error
+    # resolve to env_error, seconds a host may leave pings unanswered before it counts as hung (it is
+    # killed and restarted, its jobs go elsewhere; a host busy with long jobs still answers)
     ray_address: str | None = None
     ray_batch_jobs: int = 8
     ray_inflight_per_gpu: int = 2
     ray_host_retries: int = 2
     ray_unavailable_timeout_s: float = 120.0
+    ray_heartbeat_timeout_s: float = 30.0
     # the trainer stops (instead of training on a masked batch) when more than this share of a step's
     # evaluations are env_error (the environment failed, not the policy); 1 never stops
     max_env_error_fraction: float = 0.25
@@ -63,6 +65,9 @@ class EnvCfg:
         positive(self.ray_inflight_per_gpu, "env.ray_inflight_per_gpu")
         positive(self.ray_host_retries, "env.ray_host_retries", allow_zero=True)
         positive(self.ray_unavailable_timeout_s, "env.ray_unavailable_timeout_s")
+        if not self.ray_heartbeat_timeout_s >= 1:
+            raise ConfigError(f"env.ray_heartbeat_timeout_s={self.ray_heartbeat_timeout_s!r}: expected seconds >= 1 "
+                              "(a host silent that long is killed as hung; shorter would kill busy hosts)")
         if self.ray_address is not None and self.pool_mode != "ray":
             raise ConfigError(f"env.ray_address={self.ray_address!r} is set but env.pool_mode={self.pool_mode!r}: "
                               "set env.pool_mode=ray to evaluate on the cluster, or drop env.ray_address")
@@ -75,7 +80,8 @@ class EnvCfg:
         if self.pool_mode == "ray":
             kw.update(address=self.ray_address, batch_jobs=self.ray_batch_jobs,
                       inflight_per_gpu=self.ray_inflight_per_gpu, host_retries=self.ray_host_retries,
-                      unavailable_timeout_s=self.ray_unavailable_timeout_s)
+                      unavailable_timeout_s=self.ray_unavailable_timeout_s,
+                      heartbeat_timeout_s=self.ray_heartbeat_timeout_s)
         return kw
 
     def env_config(self, timing: bool, seed: int) -> EnvConfig:

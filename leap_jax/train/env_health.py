@@ -1,6 +1,6 @@
 """Stop a training step whose evaluations mostly failed in the environment (env_error: a lost
 evaluation host, a broken worker), rather than update on the few rows left unmasked: such a batch
-measures the infrastructure, not the policy."""
+measures the infrastructure, not the policy. And the pool's host counters as per-step metrics."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -36,3 +36,22 @@ def check_env_errors(out: Any, max_fraction: float, step: int,
     msg += (" Check the evaluation workers or hosts (docs/DISTRIBUTED_EVAL.md), then continue with --resume "
             "from the last checkpoint.")
     raise EnvironmentFailure(msg)
+
+
+POOL_COUNTERS = ("host_deaths", "host_hangs", "resends")  # counted by EvalPool(mode="ray") only
+
+
+def pool_counter_deltas(pool: Any, seen: dict[str, int]) -> dict[str, float]:
+    """env/host_deaths, env/host_hangs, env/resends: how much each pool counter grew since the last call
+    (`seen` holds the counts then, and is updated), so a step's record shows the host trouble since the
+    previous record. {} for a pool without them (process, inline) or an evaluator without stats()."""
+    stats = getattr(pool, "stats", None)
+    if stats is None:
+        return {}
+    now = stats()
+    out: dict[str, float] = {}
+    for name in POOL_COUNTERS:
+        if name in now:
+            out[f"env/{name}"] = float(now[name] - seen.get(name, 0))
+            seen[name] = now[name]
+    return out

@@ -29,7 +29,7 @@ from leap_jax.train import algorithms
 from leap_jax.train.checkpoint import Checkpointer
 from leap_jax.train.compile_clock import compile_seconds
 from leap_jax.train.config import Config, ConfigError, save_config, to_dict
-from leap_jax.train.env_health import check_env_errors
+from leap_jax.train.env_health import check_env_errors, pool_counter_deltas
 from leap_jax.train.metrics import EVAL_FILE, MetricsWriter, truncate_metrics
 from leap_jax.train.update import (build_batch, fill_old_logprobs, init_value_head, make_logprob_fn,
                                    make_optimizer, make_update, make_value_fn, prepare_ppo)
@@ -262,6 +262,7 @@ class Trainer:
         self._policy_override = policy
         self._sampler: Sampler | None = None
         self._sampler_counters_seen: dict[str, int] = {}  # Sampler.counters at this step's start
+        self._pool_counters_seen: dict[str, int] = {}  # the pool's host counters at the last record
         self.streams = ChatStreams(self.tokenizer)
         self.logprob_fn = make_logprob_fn(self.model_config, cfg.optimizer.attention)
         self.value_fn = make_value_fn(self.model_config) if self.ppo else None
@@ -416,6 +417,7 @@ class Trainer:
         metrics["time/train_total"] = self.train_time
         metrics["time/generate"] = out.stats["time/generate"]
         metrics.update(self._sampler_counter_deltas())
+        metrics.update(pool_counter_deltas(self.evaluator, self._pool_counters_seen))
         metrics["time/evaluate"] = out.stats["time/evaluate_wait"] + out.stats["time/evaluate_submit"]
         self.step += 1
         return metrics

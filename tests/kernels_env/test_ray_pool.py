@@ -1,8 +1,9 @@
 """EvalPool(mode="ray") on a local Ray cluster (CPU only): host actors with the cpu backend give the
-statuses process mode gives, in order; the driver de-duplicates; a host SIGKILLed, hung or whose node
-is removed mid-batch loses no job; a job that always kills its host ends as env_error after the
-bounded resends; with every host gone, jobs end as env_error without a hang; a driver without CuPy
-drives remote evaluation. One Ray cluster serves the whole module (skipped without Ray)."""
+statuses process mode gives, in order; the driver de-duplicates; a host busy longer than the heartbeat
+timeout is not hung; a host SIGKILLed, stopped (found by its missed pings) or whose node is removed
+mid-batch loses no job; a job that always kills its host ends as env_error after the bounded resends;
+with every host gone, jobs end as env_error without a hang; a driver without CuPy drives remote
+evaluation. One Ray cluster serves the whole module (skipped without Ray)."""
 from __future__ import annotations
 
 import os
@@ -25,6 +26,8 @@ from kernels_env.testing.evaluators import scripted_evaluator  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 SCRIPTED = EnvConfig(backend="cpu", limits=StageLimits(parse=1, compile=1, correctness=1, timing=1))
+SLOW = EnvConfig(backend="cpu", limits=StageLimits(parse=1, compile=1, correctness=20, timing=1))
+HEARTBEAT_S = 3.0
 REAL = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2,
                  limits=StageLimits(parse=2, compile=20, correctness=5, timing=2))
 
@@ -117,10 +120,31 @@ def _run_then(pool, jobs, action, after_s=1.0):
         t.cancel()
 
 
+def _time_to_hang(pool, pid, jobs):
+    """SIGSTOP host `pid` while `jobs` run: (seconds until the pool counts a hang, slowest stats() call
+    meanwhile, the results)."""
+    futs = [pool.submit(j) for j in jobs]
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGSTOP)
+    t0, slowest = time.monotonic(), 0.0
+    while time.monotonic() - t0 < 120:
+        t = time.monotonic()
+        hangs = pool.stats()["host_hangs"]
+        slowest = max(slowest, time.monotonic() - t)
+        if hangs:
+            break
+        time.sleep(0.1)
+    return time.monotonic() - t0, slowest, [f.result(timeout=120) for f in futs]
+
+
 def test_host_killed_hung_or_node_removed_mid_batch_loses_nothing(cluster, two_nodes):
-    jobs = [Job("t", f"sleep:0.4 job{i}") for i in range(10)]
-    with scripted_pool(batch_timeout_s=6) as p:
+    with scripted_pool(heartbeat_timeout_s=HEARTBEAT_S) as p:
         hosts = wait_hosts_up(p, 2)
+        slow = p.submit(Job("t", f"sleep:{HEARTBEAT_S + 2} slow", SLOW)).result(timeout=60)
+        s = p.stats()
+        assert slow.status is Status.CORRECT and s["host_hangs"] == 0 and s["host_deaths"] == 0, (slow, s)
+
+        jobs = [Job("t", f"sleep:0.4 job{i}") for i in range(10)]
         rs = _run_then(p, jobs, lambda: os.kill(hosts[0]["pid"], signal.SIGKILL))
         assert [r.message for r in rs] == [j.text for j in jobs]
         assert all(r.status is Status.CORRECT for r in rs)
@@ -129,7 +153,10 @@ def test_host_killed_hung_or_node_removed_mid_batch_loses_nothing(cluster, two_n
 
         hosts = wait_hosts_up(p, 2)  # the killed actor restarted on its node
         jobs = [Job("t", f"sleep:0.4 hung{i}") for i in range(10)]
-        rs = _run_then(p, jobs, lambda: os.kill(hosts[1]["pid"], signal.SIGSTOP))
+        took, slowest_stats, rs = _time_to_hang(p, hosts[1]["pid"], jobs)
+        print(f"\nstopped host counted hung after {took:.1f} s (heartbeat_timeout_s={HEARTBEAT_S:g}); "
+              f"slowest stats() meanwhile {slowest_stats:.3f} s")
+        assert took < HEARTBEAT_S + 15 and slowest_stats < 2, (took, slowest_stats)
         assert [r.message for r in rs] == [j.text for j in jobs]
         s = p.stats()
         assert s["host_hangs"] == 1 and s["host_deaths"] == 2, s
@@ -200,7 +227,8 @@ def test_node_choice_and_bad_arguments():
     assert [s.node_id for s in eval_spots([gpu, cpu], "cpu")[1]] == ["g", "c"]
     assert eval_spots([cpu], "cupy")[1] == []
     for kw, msg in (({"batch_jobs": 0}, "batch_jobs=0"), ({"host_retries": -1}, "host_retries=-1"),
-                    ({"unavailable_timeout_s": 0}, "unavailable_timeout_s=0")):
+                    ({"unavailable_timeout_s": 0}, "unavailable_timeout_s=0"),
+                    ({"heartbeat_timeout_s": 0.5}, "heartbeat_timeout_s=0.5; expected seconds >= 1")):
         with pytest.raises(ValueError, match=msg):
             EvalPool(mode="ray", **kw)
 

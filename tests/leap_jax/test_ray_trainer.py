@@ -32,5 +32,6 @@ def test_smoke_config_with_ray_pool(tmp_path, monkeypatch, capsys):
     assert [r["step"] for r in rows] == [0, 1]
     for r in rows:
         assert r["env/evaluations"] >= 8 and r["env/env_errors"] == 0
+        assert r["env/host_deaths"] == r["env/host_hangs"] == r["env/resends"] == 0  # logged, nothing lost
         assert r["update/trainable_tokens"] > 0
     assert any(r["acc@1"] > 0 for r in rows)  # scripted good solutions scored correct on the host
