@@ -29,7 +29,9 @@ from collections.abc import Callable
 import numpy as np
 
 from kernels_env.judge import expected_cache
-from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
+from kernels_env.judge.compare import check_input_unchanged, compare_output, mismatch_message
+from kernels_env.judge.faults import EnvFault, Failed
+from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS, guard_changed, poison_count
 from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program,
                                        TimedSync)
 from kernels_env.core.config import EnvConfig
@@ -60,18 +62,6 @@ KERNEL_SHARE = 0.5
 
 class _StageTimeout(Exception):
     pass
-
-
-class _EnvFault(Exception):
-    """The environment (reference, input generation, backend) failed: env_error."""
-
-
-class _Failed(Exception):
-    """A policy-attributable failure carrying its Result."""
-
-    def __init__(self, result: Result) -> None:
-        super().__init__(result.message)
-        self.result = result
 
 
 # ---- launch-plan binding ----------------------------------------------------------------------
@@ -166,145 +156,7 @@ def _fill_poison(full: Any, dtype: str) -> None:
     elif dtype in INT_SENTINEL:
         full.fill(INT_SENTINEL[dtype])
     else:
-        raise _EnvFault(f"output dtype {dtype!r} has no poison value")
-
-
-def _poison_count(xp: Any, a: Any, dtype: str) -> Any:
-    """How many elements of `a` still hold the poison, as a device scalar: no host sync."""
-    if dtype in POISON_BITS:
-        utype, bits = POISON_BITS[dtype]
-        return (_bits(xp, a) == utype(bits)).sum()
-    return (a == INT_SENTINEL[dtype]).sum()
-
-
-def _guard_changed(xp: Any, guard: Any, dtype: str) -> int:
-    """How many guard elements no longer hold the poison (0: no write outside the buffer)."""
-    if isinstance(guard, tuple):
-        return sum(_guard_changed(xp, part, dtype) for part in guard)
-    if dtype in POISON_BITS:
-        utype, bits = POISON_BITS[dtype]
-        return int((_bits(xp, guard) != utype(bits)).sum())
-    return int((guard != INT_SENTINEL[dtype]).sum())
-
-
-def _bits(xp: Any, a: Any) -> Any:
-    return a.view({1: xp.uint8, 2: xp.uint16, 4: xp.uint32, 8: xp.uint64}[a.dtype.itemsize])
-
-
-def _first_index(xp: Any, mask: Any, shape: tuple[int, ...]) -> list[int]:
-    flat = int(xp.argmax(mask.ravel().astype(xp.uint8)))
-    return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
-
-
-def _scalar(x: Any) -> float:
-    return float(x.item() if hasattr(x, "item") else x)
-
-
-# ---- comparison -------------------------------------------------------------------------------
-def compare_output(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: float, rtol: float,
-                   trial: int, distribution: str) -> Mismatch | None:
-    """Compare one candidate output with the reference; None when allclose and free of bad NaN/Inf."""
-    with np.errstate(all="ignore"):
-        return _compare(xp, name, got, expected, dtype, atol, rtol, trial, distribution)
-
-
-def _compare(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: float, rtol: float,
-             trial: int, distribution: str) -> Mismatch | None:
-    shape = tuple(got.shape)
-    expected = xp.asarray(expected)
-    if tuple(expected.shape) != shape:
-        if expected.size != got.size:
-            raise _EnvFault(f"reference output {name!r} has shape {tuple(expected.shape)}; the task "
-                            f"declares {shape}")
-        expected = expected.reshape(shape)
-    size = got.size
-    if size == 0:
-        return None
-    if dtype in INT_SENTINEL:
-        g, e, absd, bad = _int_bad(xp, got, expected, atol, rtol, INT_SENTINEL[dtype])
-        if not bool(bad.any()):
-            return None
-        unwritten = (g == INT_SENTINEL[dtype]) & (e != INT_SENTINEL[dtype])
-        nonfinite = None
-        both = None
-        e_abs = xp.abs(e).astype(xp.float64)
-    else:
-        g, e, bad = _float_bad(xp, got, expected, atol, rtol)
-        if not bool(bad.any()):
-            return None
-        e_fin, g_fin = xp.isfinite(e), xp.isfinite(g)
-        utype, bits = POISON_BITS[dtype]
-        unwritten = (_bits(xp, got) == utype(bits)) & e_fin
-        nonfinite = ~g_fin & e_fin
-        both = e_fin & g_fin
-        absd = xp.where(both, xp.abs(g - e), 0.0)
-        e_abs = xp.abs(e)
-    if bool(unwritten.any()):
-        reason, where_mask = "unwritten", unwritten
-    elif nonfinite is not None and bool(nonfinite.any()):
-        reason, where_mask = "nan_or_inf", nonfinite
-    else:
-        reason, where_mask = "mismatch", bad
-    rel = absd / xp.maximum(e_abs, 1e-12)
-    if both is not None:
-        rel = xp.where(both, rel, 0.0)
-    idx = _first_index(xp, where_mask, shape)
-    flat = int(np.ravel_multi_index(idx, shape)) if shape else 0
-    return Mismatch(
-        reason=reason, buffer=name, trial=trial, distribution=distribution,
-        max_abs_err=_scalar(absd.max()), max_rel_err=_scalar(rel.max()),
-        frac_mismatched=_scalar(bad.sum()) / size, first_bad_index=idx,
-        expected=_scalar(e.ravel()[flat]), got=_scalar(g.ravel()[flat]), atol=atol, rtol=rtol)
-
-
-def _int_bad(xp: Any, got: Any, expected: Any, atol: float, rtol: float,
-             sentinel: int) -> tuple[Any, Any, Any, Any]:
-    """(g, e as int64, |g - e| as float64, failing mask) of an int output: compare_output's rule.
-
-    The difference is taken in float64: in int64 it wraps (|INT64_MIN - 0| is negative), which let
-    an unwritten int64 output (still the sentinel) pass where the reference is 0. An element still
-    holding the sentinel where the reference does not fails whatever the tolerance."""
-    g = got.astype(xp.int64)
-    e = xp.rint(expected).astype(xp.int64) if expected.dtype.kind == "f" else expected.astype(xp.int64)
-    e64 = e.astype(xp.float64)
-    absd = xp.abs(g.astype(xp.float64) - e64)
-    unwritten = (g == sentinel) & (e != sentinel)
-    return g, e, absd, (absd > (atol + rtol * xp.abs(e64))) | unwritten
-
-
-def _float_bad(xp: Any, got: Any, expected: Any, atol: float, rtol: float) -> tuple[Any, Any, Any]:
-    """(g, e as float64, failing mask) of a float output: compare_output's rule (isclose, equal_nan)."""
-    g = got.astype(xp.float64)
-    e = expected.astype(xp.float64)
-    return g, e, ~xp.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
-
-
-def mismatch_mask(xp: Any, got: Any, expected: Any, dtype: str, atol: float, rtol: float) -> Any:
-    """The elements of `got` that compare_output counts as failing (expected: got's element count)."""
-    expected = expected.reshape(got.shape)
-    if dtype in INT_SENTINEL:
-        return _int_bad(xp, got, expected, atol, rtol, INT_SENTINEL[dtype])[3]
-    return _float_bad(xp, got, expected, atol, rtol)[2]
-
-
-def check_input_unchanged(xp: Any, name: str, original: Any, after: Any, trial: int,
-                          distribution: str) -> Mismatch | None:
-    """Bitwise comparison of an input buffer before and after the candidate ran."""
-    diff = _bits(xp, original) != _bits(xp, after)
-    if not bool(diff.any()):
-        return None
-    shape = tuple(original.shape)
-    idx = _first_index(xp, diff, shape)
-    flat = int(np.ravel_multi_index(idx, shape)) if shape else 0
-    return Mismatch(reason="input_modified", buffer=name, trial=trial, distribution=distribution,
-                    frac_mismatched=_scalar(diff.sum()) / original.size, first_bad_index=idx,
-                    expected=_scalar(original.ravel()[flat]), got=_scalar(after.ravel()[flat]))
-
-
-def mismatch_message(m: Mismatch, size: int | None = None) -> str:
-    """One line for a human: `feedback.mismatch_summary`'s lines joined (one format for every failure)."""
-    from kernels_env.judge.feedback import mismatch_summary
-    return " ".join(mismatch_summary(m))
+        raise EnvFault(f"output dtype {dtype!r} has no poison value")
 
 
 # ---- the stages ---------------------------------------------------------------------------------
@@ -313,11 +165,11 @@ def _reference_outputs(task: Task, xp: Any, inputs: dict[str, Any]) -> list[Any]
     try:
         out = task.reference(xp, **inputs, **scalars)
     except Exception as e:  # a task bug, never the policy's
-        raise _EnvFault(f"the reference of task {task.name!r} raised {type(e).__name__}: {e}") from e
+        raise EnvFault(f"the reference of task {task.name!r} raised {type(e).__name__}: {e}") from e
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if len(outs) != len(task.outputs):
-        raise _EnvFault(f"the reference of task {task.name!r} returned {len(outs)} outputs; the task "
-                        f"declares {len(task.outputs)}")
+        raise EnvFault(f"the reference of task {task.name!r} returned {len(outs)} outputs; the task "
+                       f"declares {len(task.outputs)}")
     return outs
 
 
@@ -354,13 +206,13 @@ class _Run:
             arrays, guards = dict(inputs), {}
             for b in self.task.outputs:
                 arrays[b.name], guards[b.name] = _poison(self.device, b.resolve_shape(self.sizes), b.dtype)
-        except _EnvFault:
+        except EnvFault:
             raise
         except (KernelRuntimeError, KernelTimeout):
             raise
         except Exception as e:
-            raise _EnvFault(f"could not make the inputs of task {self.task.name!r}: "
-                            f"{type(e).__name__}: {e}") from e
+            raise EnvFault(f"could not make the inputs of task {self.task.name!r}: "
+                           f"{type(e).__name__}: {e}") from e
         for name, dtype, count in self.plan.scratch:
             # zeroed, between poisoned guards: a write outside a scratch buffer is caught like one
             # outside an output (names of scratch buffers and outputs never collide)
@@ -458,7 +310,7 @@ class _Run:
         failed: recompute)."""
         for b, masked in zip(self.task.outputs, cached, strict=True):
             atol, rtol = self.task.tol(b.dtype)
-            bad = masked.check(self.xp, arrays[b.name], b.dtype, atol, rtol, bad_of=mismatch_mask)
+            bad = masked.check(self.xp, arrays[b.name], b.dtype, atol, rtol)
             if bad is None:
                 return False
             if bad:
@@ -473,17 +325,17 @@ class _Run:
 
     def verify_outputs(self, arrays: dict[str, Any], pristine: dict[str, Any], trial: int, seed: int,
                        prefix: str) -> None:
-        """Raise _Failed (wrong_output, message starting with `prefix`) when an input of `arrays` was
+        """Raise Failed (wrong_output, message starting with `prefix`) when an input of `arrays` was
         modified or an output differs from the reference's for `pristine` (check_outputs: the
         masked cache's fused check on a hit). Used by the correctness trials and the timed runs."""
         dist = describe_distributions(self.task, trial)
         for b in self.task.inputs:
             m = check_input_unchanged(self.xp, b.name, pristine[b.name], arrays[b.name], trial, dist)
             if m is not None:
-                raise _Failed(self.result(Status.WRONG_OUTPUT, prefix + mismatch_message(m), mismatch=m))
+                raise Failed(self.result(Status.WRONG_OUTPUT, prefix + mismatch_message(m), mismatch=m))
         m = self.check_outputs(trial, seed, pristine, arrays, dist)
         if m is not None:
-            raise _Failed(self.result(Status.WRONG_OUTPUT, prefix + mismatch_message(m), mismatch=m))
+            raise Failed(self.result(Status.WRONG_OUTPUT, prefix + mismatch_message(m), mismatch=m))
 
     def correctness(self, seed: int, stage: str) -> Result | None:
         """Run the trials; None when all pass, else the failing Result."""
@@ -511,12 +363,12 @@ class _Run:
                 checked = [(b.name, b.dtype, "output") for b in self.task.outputs]
                 checked += [(name, dtype, "scratch buffer") for name, dtype, _ in self.plan.scratch]
                 for name, dtype, kind in checked:
-                    changed = _guard_changed(self.xp, guards[name], dtype)
+                    changed = guard_changed(self.xp, guards[name], dtype)
                     if changed:
                         lead, trail = guards[name]
-                        where = ("past the end of" if _guard_changed(self.xp, trail, dtype)
+                        where = ("past the end of" if guard_changed(self.xp, trail, dtype)
                                  else "before the start of")
-                        raise _Failed(self.result(
+                        raise Failed(self.result(
                             Status.RUNTIME_ERROR,
                             f"{stage}: out-of-bounds write: the kernels wrote {where} {kind} "
                             f"{name!r} ({arrays[name].size} elements); {changed} of the "
@@ -528,7 +380,7 @@ class _Run:
         except _StageTimeout as e:
             return self.result(Status.TIMEOUT, f"{stage}: exceeded its {cfg.limits.correctness:g} s limit "
                                                f"(at {e})")
-        except _Failed as f:
+        except Failed as f:
             return f.result
         except FatalDeviceError:
             raise
@@ -551,7 +403,7 @@ class _Run:
                 else KERNEL_SHARE
             kernel = self._time_kernel(buffers, deadline, share)
             ref_ms = self._reference_times(deadline) if dev.timing_comparable else None
-        except _Failed as f:
+        except Failed as f:
             return f.result
         except FatalDeviceError:
             raise
@@ -576,7 +428,7 @@ class _Run:
         return [float(t) for t in times]
 
     def _time_kernel(self, buffers: _TimedBuffers, deadline: float, share: float) -> _Measured:
-        """The kernel's adaptive timing on verified runs; raises _Failed when a run is caught."""
+        """The kernel's adaptive timing on verified runs; raises Failed when a run is caught."""
         measured = _Measured()
         dev = self.device
 
@@ -635,12 +487,12 @@ class _Run:
         return (timed, warmup_done) if timed else (probe, 0)
 
     def _verify_counts(self, buffers: _TimedBuffers, first: int, counts: Any) -> None:
-        """Raise _Failed for the first run of a batch whose device-side checks found a surviving
+        """Raise Failed for the first run of a batch whose device-side checks found a surviving
         poison (wrong_output) or a changed guard (runtime_error)."""
         for i, row in enumerate(np.asarray(counts)):
             for (name, kind, test, _dtype, views), count in zip(buffers.checks, row, strict=True):
                 if count:
-                    raise _Failed(self._timed_run_failure(name, kind, test, views, int(count), first + i))
+                    raise Failed(self._timed_run_failure(name, kind, test, views, int(count), first + i))
 
     def _timed_run_failure(self, name: str, kind: str, test: str, views: tuple[Any, ...], count: int,
                            index: int) -> Result:
@@ -672,8 +524,8 @@ class _Run:
         try:
             return make_inputs(self.task, self.sizes, trial, seed, self.xp)
         except Exception as e:
-            raise _EnvFault(f"could not make the inputs of task {self.task.name!r}: "
-                            f"{type(e).__name__}: {e}") from e
+            raise EnvFault(f"could not make the inputs of task {self.task.name!r}: "
+                           f"{type(e).__name__}: {e}") from e
 
     def _torch_baseline(self, deadline: float, kernel_ms: float) -> dict[str, float] | None:
         """torch eager's median time for the task's KernelBench-style model (`tasks/torch_models.py`)
@@ -738,8 +590,8 @@ class _Run:
             except (KernelRuntimeError, KernelTimeout):
                 raise
             except Exception as e:
-                raise _EnvFault(f"timing the reference of task {self.task.name!r} raised "
-                                f"{type(e).__name__}: {e}") from e
+                raise EnvFault(f"timing the reference of task {self.task.name!r} raised "
+                               f"{type(e).__name__}: {e}") from e
         return list(cache[key])
 
 
@@ -795,9 +647,9 @@ class _TimedBuffers:
         xp = self.run.xp
         for j, (_name, _kind, test, dtype, views) in enumerate(self.checks):
             if test == "unwritten":
-                row[j] = _poison_count(xp, views[0], dtype)
+                row[j] = poison_count(xp, views[0], dtype)
             else:
-                row[j] = sum(v.size - _poison_count(xp, v, dtype) for v in views)
+                row[j] = sum(v.size - poison_count(xp, v, dtype) for v in views)
 
     def snapshot(self) -> dict[str, Any]:
         """Device copies of the inputs and outputs (for a full comparison after the batch)."""
@@ -874,7 +726,7 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
         res.message += " (sticky CUDA error: the worker's context is unusable)"
         e.result = res
         raise
-    except _EnvFault as e:
+    except EnvFault as e:
         return Result.env_error(str(e), task=task.name, details=traceback.format_exc(limit=3))
     except Exception as e:  # a backend bug must not crash the caller nor be blamed on the policy
         return Result.env_error(f"{run.stage}: the {device.name} backend raised {type(e).__name__}: {e}",
