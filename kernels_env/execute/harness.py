@@ -16,39 +16,34 @@ The reference's timing is measured once per (device, task, sizes, timing setting
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import secrets
 import statistics
 import time
 import traceback
-from dataclasses import dataclass, field
-from typing import Any, cast
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.program import Submission
+from kernels_env.core.result import Mismatch, Result, Timing
+from kernels_env.core.status import Status
+from kernels_env.execute.buffers import alloc_poisoned, fill_poison, poison
+from kernels_env.execute.gpu_lock import gpu_access
+from kernels_env.execute.inputs import describe_distributions, make_inputs
+from kernels_env.execute.launching import bind_plan, launch_all, takes_timeout
 from kernels_env.judge import expected_cache
 from kernels_env.judge.compare import check_input_unchanged, compare_output, mismatch_message
 from kernels_env.judge.faults import EnvFault, Failed
-from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS, guard_changed, poison_count
-from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program,
-                                       TimedSync)
-from kernels_env.core.config import EnvConfig
-from kernels_env.execute.gpu_lock import gpu_access
-from kernels_env.execute.inputs import describe_distributions, make_inputs
-from kernels_env.source.launch import SCALAR_TYPES, FormatError, ResolvedLaunch, ResolvedPlan, check_plan
-from kernels_env.source.launch import eval_expr as eval_expr  # re-exported (tests)
-from kernels_env.source.launch import scalar_type as launch_scalar_type
-from kernels_env.core.program import KernelParam, KernelSignature, Submission
-from kernels_env.core.result import Mismatch, Result, Timing
-from kernels_env.source.signatures import find_hidden_kernels
-from kernels_env.core.status import Status
+from kernels_env.judge.poison import guard_changed, poison_count
+from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
+from kernels_env.source.launch import FormatError, ResolvedPlan
 from kernels_env.source.submission import in_launch_block
 from kernels_env.tasks.spec import Task
-from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
 
-OUTPUT_GUARD_BYTES = 64 * 1024  # poisoned elements after each output; a write there is out of bounds
 REVERIFY_SEED_OFFSET = 1_000_003  # "another seed" for re-verifying a suspicious speedup
 # Timing (DESIGN 3.3 step 4): timing run r draws the inputs of trial TIMING_TRIAL_BASE + r (never a
 # correctness trial's); the reference's cache key names TIMING_METHOD (numbers of another method
@@ -62,101 +57,6 @@ KERNEL_SHARE = 0.5
 
 class _StageTimeout(Exception):
     pass
-
-
-# ---- launch-plan binding ----------------------------------------------------------------------
-def bind_plan(submission: Submission, task: Task, sizes: dict[str, int],
-              kernels: dict[str, KernelSignature]) -> ResolvedPlan:
-    """The submission's launch plan resolved with these sizes by `launch.check_plan`, the one
-    resolver the parse-time static checks call too: the same plan gets the same status
-    (`format_error`) and message on both paths. Raises FormatError."""
-    return check_plan(submission.plan, kernels, task, sizes, find_hidden_kernels(submission.cuda_source))
-
-
-def scalar_type(param: KernelParam) -> type:
-    """The numpy type a scalar argument is cast to, from the kernel parameter's C type
-    (`launch.SCALAR_TYPES`); FormatError for a type the launch block cannot pass."""
-    st = launch_scalar_type(param)
-    if st is None:
-        raise FormatError(f"parameter {param.name!r} has type {param.ctype!r}, which cannot take a "
-                          f"scalar argument; supported: {', '.join(sorted(SCALAR_TYPES))}")
-    return np.dtype(st.dtype).type
-
-
-def launch_args(launch: ResolvedLaunch, arrays: dict[str, Any]) -> list[Any]:
-    """A resolved launch's device arguments: the array of a buffer or scratch buffer, None for a
-    null pointer, a value as a numpy scalar of its parameter's type."""
-    return [arrays[a.name] if a.kind in ("buffer", "scratch") else
-            None if a.kind == "null" else np.dtype(a.dtype).type(a.value) for a in launch.args]
-
-
-# ---- device helpers -----------------------------------------------------------------------------
-@functools.lru_cache(maxsize=64)
-def _takes_timeout(device_type: type, method: str) -> bool:
-    """Whether `device_type.method` accepts `timeout_s` (an optional Device protocol extension)."""
-    try:
-        return "timeout_s" in inspect.signature(getattr(device_type, method)).parameters
-    except (TypeError, ValueError, AttributeError):
-        return False
-
-
-def _sync(device: Device, timeout_s: float | None) -> None:
-    """device.synchronize(), passing a soft timeout where the backend accepts one
-    (`synchronize(timeout_s=...)` is an optional extension of the Device protocol)."""
-    if _takes_timeout(type(device), "synchronize"):
-        cast(TimedSync, device).synchronize(timeout_s=timeout_s)
-    else:
-        device.synchronize()
-
-
-def _launch_all(device: Device, program: Program, plan: ResolvedPlan, arrays: dict[str, Any],
-                sync_timeout: Callable[[], float | None] | None) -> None:
-    """Launch the plan in order. With `sync_timeout`, synchronize after each launch so an error is
-    attributed to its launch; without, launch asynchronously (timing)."""
-    for bl in plan.launches:
-        args = launch_args(bl, arrays)
-        try:
-            device.launch(program, bl.kernel, bl.grid, bl.block, bl.shared_bytes, args)
-            if sync_timeout is not None:
-                _sync(device, sync_timeout())
-        except (KernelRuntimeError, KernelTimeout) as e:
-            if not getattr(e, "where", None):
-                e.where = bl.where
-            raise
-
-
-def _poison(device: Device, shape: tuple[int, ...], dtype: str, zero: bool = False) -> tuple[Any, Any]:
-    """(buffer, (lead guard, trail guard)): a poisoned buffer of `shape` (zeroed with `zero`, for
-    scratch) between poisoned guard elements in the same allocation. Whether a write outside a
-    buffer faults depends on what the allocator put there (a GPU memory pool often has live blocks
-    next door); a changed guard catches it always, before the start as past the end."""
-    _, buf, guards = _alloc_poisoned(device, shape, dtype, zero)
-    return buf, guards
-
-
-def _alloc_poisoned(device: Device, shape: tuple[int, ...], dtype: str,
-                    zero: bool = False) -> tuple[Any, Any, tuple[Any, Any]]:
-    """(whole allocation, buffer, guards) of `_poison`; the allocation is kept by the timing stage
-    to re-poison it before every run."""
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    g = OUTPUT_GUARD_BYTES // np.dtype(dtype).itemsize
-    full = device.empty((g + count + g,), dtype)
-    _fill_poison(full, dtype)
-    buf = full[g:g + count]
-    if zero:
-        buf.fill(0)
-    return full, buf.reshape(shape), (full[:g], full[g + count:])
-
-
-def _fill_poison(full: Any, dtype: str) -> None:
-    """Write the dtype's poison (POISON_BITS / INT_SENTINEL) into every element (asynchronously)."""
-    if dtype in POISON_BITS:
-        utype, bits = POISON_BITS[dtype]
-        full.view(utype).fill(utype(bits))
-    elif dtype in INT_SENTINEL:
-        full.fill(INT_SENTINEL[dtype])
-    else:
-        raise EnvFault(f"output dtype {dtype!r} has no poison value")
 
 
 # ---- the stages ---------------------------------------------------------------------------------
@@ -197,7 +97,7 @@ class _Run:
 
     def fresh_arrays(self, trial: int, seed: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(candidate arrays: inputs + poisoned outputs + zeroed scratch, pristine input copies,
-        each output's poisoned guard: see _poison)."""
+        each output's poisoned guard: see buffers.poison)."""
         try:
             inputs = make_inputs(self.task, self.sizes, trial, seed, self.xp)
             if getattr(self.device, "name", "") == "cpu":  # into guard-paged memory: reads past faults
@@ -205,7 +105,7 @@ class _Run:
             pristine = {k: v.copy() for k, v in inputs.items()}
             arrays, guards = dict(inputs), {}
             for b in self.task.outputs:
-                arrays[b.name], guards[b.name] = _poison(self.device, b.resolve_shape(self.sizes), b.dtype)
+                arrays[b.name], guards[b.name] = poison(self.device, b.resolve_shape(self.sizes), b.dtype)
         except EnvFault:
             raise
         except (KernelRuntimeError, KernelTimeout):
@@ -216,7 +116,7 @@ class _Run:
         for name, dtype, count in self.plan.scratch:
             # zeroed, between poisoned guards: a write outside a scratch buffer is caught like one
             # outside an output (names of scratch buffers and outputs never collide)
-            arrays[name], guards[name] = _poison(self.device, (count,), dtype, zero=True)
+            arrays[name], guards[name] = poison(self.device, (count,), dtype, zero=True)
         return arrays, pristine, guards
 
     # ---- reference outputs: the only way the stages get them (see kernels_env/judge/expected_cache.py) ----
@@ -356,7 +256,7 @@ class _Run:
                 arrays, pristine, guards = self.fresh_arrays(trial, seed)
                 self.trials += 1
                 launched_at[0] = time.monotonic()
-                _launch_all(self.device, self.program, self.plan, arrays, remaining)
+                launch_all(self.device, self.program, self.plan, arrays, remaining)
                 spent[0] += time.monotonic() - launched_at[0]
                 if spent[0] > cfg.limits.correctness:
                     raise _StageTimeout(f"trial {trial}")
@@ -420,7 +320,7 @@ class _Run:
                    check: Callable[[int, Any], None], warmup: int, runs: int, deadline: float) -> list[float]:
         """device.time_runs with the stage's remaining time as its hang limit (where accepted)."""
         dev, flush = self.device, self.config.flush_l2
-        if _takes_timeout(type(dev), "time_runs"):
+        if takes_timeout(type(dev), "time_runs"):
             times = dev.time_runs(prepare, fn, check, warmup, runs, flush,
                                   timeout_s=max(0.0, deadline - time.monotonic()))
         else:
@@ -444,7 +344,7 @@ class _Run:
                     snaps[first + i] = buffers.snapshot()
 
             times = self._time_runs(lambda i: buffers.load(first + i),
-                                    lambda arrays: _launch_all(dev, self.program, self.plan, arrays, None),
+                                    lambda arrays: launch_all(dev, self.program, self.plan, arrays, None),
                                     check, warmup, runs, deadline)
             self._verify_counts(buffers, first, dev.to_host(counts))
             for index, snap in snaps.items():
@@ -619,13 +519,13 @@ class _TimedBuffers:
         self.refills: list[tuple[Any, str, Any]] = []  # (allocation, dtype, scratch buffer to zero or None)
         self.checks: list[tuple[str, str, str, str, tuple[Any, ...]]] = []  # (name, kind, test, dtype, views)
         for b in run.task.outputs:
-            full, buf, guards = _alloc_poisoned(dev, b.resolve_shape(sizes), b.dtype)
+            full, buf, guards = alloc_poisoned(dev, b.resolve_shape(sizes), b.dtype)
             self.arrays[b.name] = buf
             self.refills.append((full, b.dtype, None))
             self.checks += [(b.name, "output", "unwritten", b.dtype, (buf,)),
                             (b.name, "output", "guard", b.dtype, guards)]
         for name, dtype, count in run.plan.scratch:
-            full, buf, guards = _alloc_poisoned(dev, (count,), dtype, zero=True)
+            full, buf, guards = alloc_poisoned(dev, (count,), dtype, zero=True)
             self.arrays[name] = buf
             self.refills.append((full, dtype, buf))
             self.checks.append((name, "scratch buffer", "guard", dtype, guards))
@@ -637,7 +537,7 @@ class _TimedBuffers:
         for name, buf in self.inputs.items():
             buf[...] = fresh[name]
         for full, dtype, scratch in self.refills:
-            _fill_poison(full, dtype)
+            fill_poison(full, dtype)
             if scratch is not None:
                 scratch.fill(0)
         return self.arrays
@@ -698,7 +598,7 @@ def plan_callable(device: Device, program: Program, task: Task, submission: Subm
     kernels.update(submission.kernels)
     plan = bind_plan(submission, task, sizes, kernels)
     arrays, _, _ = _Run(device, program, task, plan, sizes, config).fresh_arrays(trial, config.seed)
-    return lambda: _launch_all(device, program, plan, arrays, None)
+    return lambda: launch_all(device, program, plan, arrays, None)
 
 
 def evaluate(device: Device, program: Program, task: Task, submission: Submission,
