@@ -183,7 +183,7 @@ def independent_timing(opts: dict[str, Any]) -> dict[str, Any]:
 
     from kernels_env.backends.cupy_backend import CupyDevice
     from kernels_env.core.config import EnvConfig
-    from kernels_env.execute.harness import bind_plan, launch_args
+    from kernels_env.execute.launching import bind_plan, launch_args
     from kernels_env.execute.inputs import make_inputs
     from kernels_env.schedule.pipeline import Prepared, prepare
     tasks, sizes = workload_tasks("suite", opts.get("limit"), opts.get("only"))

@@ -51,8 +51,9 @@ def _timed_ms(device: Any, fn: Callable[[], Any], reps: int = 3) -> float:
 
 def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     """Score the task's solution, then time each harness step of one trial (ms)."""
-    from kernels_env.execute import harness
+    from kernels_env.execute import harness, launching
     from kernels_env.execute.inputs import make_inputs
+    from kernels_env.judge.compare import compare_output
     from kernels_env.schedule.pipeline import execute, prepare
     prep = prepare(task, task.solution, config, arch=getattr(device, "arch", None))
     if not hasattr(prep, "submission"):
@@ -66,7 +67,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     program = device.load(prep.compiled, config)
     kernels = dict(getattr(program, "kernels", {}) or {})
     kernels.update(prep.submission.kernels)
-    plan = harness.bind_plan(prep.submission, task, prep.sizes, kernels)
+    plan = launching.bind_plan(prep.submission, task, prep.sizes, kernels)
     xp = device.xp
     state: dict[str, Any] = {}
 
@@ -93,7 +94,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
             arrays[b.name] = device.empty(b.resolve_shape(prep.sizes), b.dtype)
         for name, dtype, count in plan.scratch:
             arrays[name] = device.zeros((count,), dtype)
-        harness._launch_all(device, program, plan, arrays, None)
+        launching.launch_all(device, program, plan, arrays, None)
         state["arrays"] = arrays
 
     def reference() -> None:
@@ -102,7 +103,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     def compare() -> None:
         for b, exp in zip(task.outputs, state["expected"], strict=False):
             atol, rtol = task.tol(b.dtype)
-            harness.compare_output(xp, b.name, state["arrays"][b.name], exp, b.dtype, atol, rtol, 0, "")
+            compare_output(xp, b.name, state["arrays"][b.name], exp, b.dtype, atol, rtol, 0, "")
 
     runs_by_cache = {on: harness._Run(device, program, task, plan, prep.sizes, config.replace(cache_expected=on))
                      for on in (False, True)}

@@ -1,8 +1,8 @@
 """The Device protocol: what the backend-agnostic harness (`kernels_env.execute.harness`) needs from a backend.
 
 A Device owns an array module (`xp`: cupy or numpy) and knows how to load a compiled module and
-launch one kernel of it. Trials, poisoning, comparison and timing orchestration live in the harness,
-written once for every backend.
+launch one kernel of it. Trials, poisoning, comparison and timing orchestration live in `execute/`
+(`harness.evaluate` and the modules its docstring names) and `judge/`, written once for every backend.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 It loads NVRTC cubins as CUDA modules (cuModuleLoadData), launches kernels on the current stream, maps CUDA errors to
 the environment's exceptions and times with CUDA events after an L2 flush. Trials, poisoning and
-comparison live in `kernels_env.execute.harness`.
+comparison live in `kernels_env.execute` (`harness.evaluate`) and `kernels_env.judge`.
 
 Error mapping: ordinary launch errors (invalid configuration, too much shared memory) raise
 KernelRuntimeError; sticky errors (illegal address, misaligned address, launch failure, illegal

@@ -58,7 +58,7 @@ class Timing:
     ref_runs: int = 0  # timed runs of the reference (measured once per worker and settings)
     checked_runs: int = 0  # kernel runs whose outputs and guards were checked on the device
     verified_runs: int = 0  # of those, runs compared in full with the reference
-    method: str = ""  # the timing method's version (harness.TIMING_METHOD)
+    method: str = ""  # the timing method's version (timing_stage.TIMING_METHOD)
 
 
 @dataclass

@@ -32,8 +32,9 @@ def _constants(expected0: np.ndarray) -> list[tuple[str, Any]]:
 
 def validate_task(task: Any, sizes: str = "small", trials: int | None = None, seed: int = 0) -> list[str]:
     """Problems of `task` (empty: no input-ignoring output passes its check at these sizes)."""
-    from kernels_env.execute.harness import _reference_outputs, compare_output
+    from kernels_env.execute.harness import _reference_outputs
     from kernels_env.execute.inputs import describe_distributions, make_inputs
+    from kernels_env.judge.compare import compare_output
     trials = max(2, trials or EnvConfig().correctness_trials)
     size_set = task.size_set(sizes)
     expected: list[list[np.ndarray]] = []

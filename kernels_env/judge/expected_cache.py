@@ -19,7 +19,7 @@ in device memory while a submission runs:
   * fused check      one pass over (masked, got) recomputes the checksum and counts the elements that
                      fail compare_output's rule (isclose with equal_nan for float outputs; |g - e| >
                      atol + rtol |e| on int64 for int outputs). On CuPy a RawKernel
-                     (`leap_expected_check`), on NumPy the harness's own mask functions on an
+                     (`leap_expected_check`), on NumPy compare.mismatch_mask on an
                      unmasked temporary (the cpu backend's kernels run in another process and only
                      see shared buffers). A non-zero count falls back to compare_output on an
                      unmasked temporary, so messages are those of the uncached path.
@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels_env.judge.compare import mismatch_mask
 from kernels_env.judge.poison import INT_SENTINEL
 
 MASK64 = (1 << 64) - 1
@@ -163,7 +164,7 @@ __device__ __forceinline__ int leap_float_bad(double g, double e, double atol, d
 }
 __device__ __forceinline__ int leap_int_bad(long long g, long long e, double atol, double rtol,
                                             long long sentinel) {
-    double e64 = (double)e;  // the difference in double: in int64 it wraps (harness._int_bad)
+    double e64 = (double)e;  // the difference in double: in int64 it wraps (compare._int_bad)
     double absd = fabs(__dsub_rn((double)g, e64));
     return absd > __dadd_rn(atol, __dmul_rn(rtol, fabs(e64)))  // separate ops, as in CuPy
            || (g == sentinel && e != sentinel);                 // still the sentinel: unwritten
@@ -300,12 +301,12 @@ class MaskedOutput:
         return _np_mac(self.data, self.k0, self.k1) == self.mac
 
     def check(self, xp: Any, got: Any, out_dtype: str, atol: float, rtol: float,
-              bad_of: Any = None) -> int | None:
+              bad_of: Any = mismatch_mask) -> int | None:
         """How many elements of `got` fail compare_output's rule, or None when the stored bits no
         longer match the checksum (the entry was overwritten: do not trust it).
 
-        `bad_of(xp, got, expected, dtype, atol, rtol)` is the harness's boolean mask of failing
-        elements, used on NumPy so the count is exactly the one compare_output would find."""
+        `bad_of(xp, got, expected, dtype, atol, rtol)` is the boolean mask of failing elements used
+        on NumPy (compare.mismatch_mask), so the count is exactly the one compare_output would find."""
         if is_cupy(xp):
             mac, bad = self._cuda_pass(xp, got, out_dtype, atol, rtol, compare=True)
             return bad if mac == self.mac else None

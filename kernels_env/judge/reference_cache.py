@@ -1,7 +1,7 @@
 """Reference timings that outlive exec workers.
 
 The harness times a task's reference once per device and keeps the run times on the device object,
-in `device.__dict__['_harness_reference_ms']` (a dict keyed by one tuple; see harness
+in `device.__dict__['_harness_reference_ms']` (a dict keyed by one tuple; see execute/timing_stage.py
 `_reference_times`). A worker killed by a sticky CUDA error used to take those numbers with it, so
 its replacement re-timed every reference. Now the worker sends the entries it measured back with
 each job's reply (`new_entries`), the parent keeps them per GPU (`ReferenceStore`), and every worker,

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernels_env.judge import compare
 from kernels_env.judge import expected_cache as ec
 from kernels_env.execute import harness
 from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
@@ -82,7 +83,7 @@ def test_any_changed_word_fails_the_checksum(dtype):
         m.data[i] ^= m.data.dtype.type(1 << bit)
         assert not m.verify(np)
         assert m.check(np, plain, "float32" if dtype != "int64" else "int64", 0.0, 0.0,
-                       bad_of=harness.mismatch_mask) is None
+                       bad_of=compare.mismatch_mask) is None
         m.data[i] = saved
     assert m.verify(np)
 
@@ -196,12 +197,12 @@ def test_fused_rule_agrees_with_compare_output(tmp_path_factory, combo, seed, n,
     plain = ec.normalise_expected(np, e, out, (n,))
     m = ec.mask_output(np, plain)
     with np.errstate(all="ignore"):
-        want = int(harness.mismatch_mask(np, g, plain, out, atol, rtol).sum())
-    mism = harness.compare_output(np, "y", g, e, out, atol, rtol, 0, "t")
+        want = int(compare.mismatch_mask(np, g, plain, out, atol, rtol).sum())
+    mism = compare.compare_output(np, "y", g, e, out, atol, rtol, 0, "t")
     assert (mism is not None) == (want > 0)
     if mism is not None:
         assert mism.frac_mismatched == want / n
-    assert m.check(np, g, out, atol, rtol, bad_of=harness.mismatch_mask) == want
+    assert m.check(np, g, out, atol, rtol, bad_of=compare.mismatch_mask) == want
     mac, bad = _host_check(tmp_path_factory, m, g, out, atol, rtol)
     assert (mac, bad) == (m.mac, want), "the CUDA source's rule or checksum differs from NumPy's"
 
@@ -423,8 +424,8 @@ def test_gpu_fused_check_agrees_with_compare_output(cupy_device, combo):
         ce, cg = cupy.asarray(e), cupy.asarray(g)
         plain = ec.normalise_expected(cupy, ce, out, (5000,))
         m = ec.mask_output(cupy, plain)
-        want = int(harness.mismatch_mask(cupy, cg, plain, out, atol, rtol).sum())
-        mism = harness.compare_output(cupy, "y", cg, ce, out, atol, rtol, 0, "t")
+        want = int(compare.mismatch_mask(cupy, cg, plain, out, atol, rtol).sum())
+        mism = compare.compare_output(cupy, "y", cg, ce, out, atol, rtol, 0, "t")
         assert (mism is not None) == (want > 0)
         assert m.check(cupy, cg, out, atol, rtol) == want, (seed, atol, rtol)
         # the device checksum is the NumPy formula's

@@ -58,7 +58,7 @@ def test_wrong_output_summary():
 def test_one_wrong_output_format_for_every_failure(reason, why):
     """Unwritten, NaN and wrong values give the same fields in the same order, in the feedback and
     in the harness's one-line message alike."""
-    from kernels_env.execute.harness import mismatch_message
+    from kernels_env.judge.compare import mismatch_message
     from kernels_env.core.result import Mismatch
     m = Mismatch(reason, "y", 1, "uniform", 0.5, 0.25, 0.5, [2, 0, 1], 3.0, float("nan"), 1e-4, 1e-3)
     lines = [ln for ln in render_feedback(Result(Status.WRONG_OUTPUT, mismatch=m), 2000).splitlines()[1:]]

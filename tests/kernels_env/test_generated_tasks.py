@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kernels_env.core.config import EnvConfig
-from kernels_env.execute.harness import compare_output
+from kernels_env.judge.compare import compare_output
 from kernels_env.execute.inputs import make_inputs
 from kernels_env.core.status import Status
 from kernels_env.tasks import get_task, list_tasks

@@ -13,13 +13,15 @@ import pytest
 
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
 from kernels_env.core.config import EnvConfig, StageLimits
-from kernels_env.execute.harness import (REVERIFY_SEED_OFFSET, compare_output, eval_expr, evaluate,
-                                         scalar_type)
+from kernels_env.execute.harness import REVERIFY_SEED_OFFSET, evaluate
+from kernels_env.execute.launching import scalar_type
 from kernels_env.execute.inputs import (HEAVY_TAIL_CLIP, buffer_seed, describe_distributions, make_inputs,
                                         trial_distribution)
 from kernels_env.core.program import (BinOp, Call, Dim3, KernelParam, KernelSignature, Launch, LaunchPlan,
                                       Name, Neg, Num, ScratchDecl, Submission)
 from kernels_env.core.status import Status
+from kernels_env.judge.compare import compare_output
+from kernels_env.source.launch import eval_expr
 from kernels_env.tasks.spec import Buffer, Scalar, Task
 from kernels_env.testing.fake_device import FakeDevice
 
@@ -621,7 +623,7 @@ def test_unwritten_int64_output_fails_where_the_reference_is_zero():
     kernel never wrote (still the sentinel) wherever the reference was 0."""
     import numpy as np
 
-    from kernels_env.execute.harness import compare_output, mismatch_mask
+    from kernels_env.judge.compare import compare_output, mismatch_mask
     from kernels_env.judge.poison import INT_SENTINEL
     for dtype in ("int64", "int32"):
         expected = np.array([0, 0, 5, -3], dtype)

@@ -1,0 +1,401 @@
+"""The timing stage of an evaluation (DESIGN 3.3.1): the plan and the reference, timed adaptively.
+
+`time_plan` times the whole launch plan on verified runs: every run gets fresh inputs, poisoned
+outputs and guards, zeroed scratch (`_TimedBuffers`), device-side counts of surviving poison and
+changed guards, and one run per batch (picked after the fact) plus the last is compared in full
+with the reference. Batches follow `judge/timing_stats.py` until the median is known well enough.
+The reference (and torch eager, informational) is timed the same way, trusted, once per device,
+task, sizes and timing settings (`device.__dict__['_harness_reference_ms']`, judge/reference_cache.py).
+"""
+from __future__ import annotations
+
+import secrets
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
+from kernels_env.core.config import EnvConfig
+from kernels_env.core.result import Mismatch, Result, Timing
+from kernels_env.core.status import Status
+from kernels_env.execute.buffers import alloc_poisoned, fill_poison
+from kernels_env.execute.inputs import describe_distributions, make_inputs
+from kernels_env.execute.launching import launch_all, takes_timeout
+from kernels_env.judge.faults import EnvFault, Failed
+from kernels_env.judge.poison import poison_count
+from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
+from kernels_env.source.launch import ResolvedPlan
+from kernels_env.tasks.spec import Task
+
+# Timing run r draws the inputs of trial TIMING_TRIAL_BASE + r (never a correctness trial's); the
+# reference's cache key names TIMING_METHOD (numbers of another method are not comparable); a
+# time_runs call enqueues at most MAX_BATCH_RUNS runs; a slow kernel may use KERNEL_SHARE of the
+# stage time left while the reference is still to be measured.
+TIMING_TRIAL_BASE = 1000
+TIMING_METHOD = "verified-adaptive-median/v2"
+MAX_BATCH_RUNS = 64
+KERNEL_SHARE = 0.5
+
+
+class Evaluation(Protocol):
+    """What the timing stage needs of the evaluation it times (`harness._Run`)."""
+    device: Device
+    program: Program
+    task: Task
+    plan: ResolvedPlan
+    sizes: dict[str, int]
+    config: EnvConfig
+    xp: Any
+    stage: str
+    stage_seconds: dict[str, float]
+
+    def result(self, status: Status, message: str, **kw: Any) -> Result: ...
+
+    def device_failure(self, e: Exception, stage: str) -> Result: ...
+
+    def verify_outputs(self, arrays: dict[str, Any], pristine: dict[str, Any], trial: int, seed: int,
+                       prefix: str) -> None: ...
+
+
+def time_plan(run: Evaluation) -> Timing | Result:
+    """Time the plan on verified runs (fresh inputs every run, outputs checked) and the reference,
+    adaptively (DESIGN 3.3 step 4); a Result when a timed run fails or hangs."""
+    return _Stage(run).timing()
+
+
+class _Stage:
+    """The timing stage of one evaluation: the run's state and the measurements' steps."""
+
+    def __init__(self, run: Evaluation) -> None:
+        self.run = run
+        self.device, self.program, self.task, self.plan = run.device, run.program, run.task, run.plan
+        self.sizes, self.config, self.xp = run.sizes, run.config, run.xp
+
+    def timing(self) -> Timing | Result:
+        """time_plan's stage; the run's stage name and stage seconds updated."""
+        cfg, dev, run = self.config, self.device, self.run
+        run.stage = "timing"
+        start = time.monotonic()
+        deadline = start + cfg.limits.timing
+        try:
+            buffers = _TimedBuffers(self)
+            # a slow kernel leaves room for the reference unless the reference is already measured
+            share = 1.0 if not dev.timing_comparable or self._reference_key() in self._reference_cache() \
+                else KERNEL_SHARE
+            kernel = self._time_kernel(buffers, deadline, share)
+            ref_ms = self._reference_times(deadline) if dev.timing_comparable else None
+        except Failed as f:
+            return f.result
+        except FatalDeviceError:
+            raise
+        except (KernelRuntimeError, KernelTimeout) as e:
+            return run.device_failure(e, "timing")
+        finally:
+            run.stage_seconds["timing"] = time.monotonic() - start
+        timing = _make_timing(dev, kernel, ref_ms)
+        if ref_ms is not None:
+            timing.baseline = self._torch_baseline(deadline, timing.kernel_median_ms)
+        return timing
+
+    def _time_runs(self, prepare: Callable[[int], Any], fn: Callable[[Any], None],
+                   check: Callable[[int, Any], None], warmup: int, runs: int, deadline: float) -> list[float]:
+        """device.time_runs with the stage's remaining time as its hang limit (where accepted)."""
+        dev, flush = self.device, self.config.flush_l2
+        if takes_timeout(type(dev), "time_runs"):
+            times = dev.time_runs(prepare, fn, check, warmup, runs, flush,
+                                  timeout_s=max(0.0, deadline - time.monotonic()))
+        else:
+            times = dev.time_runs(prepare, fn, check, warmup, runs, flush)
+        return [float(t) for t in times]
+
+    def _time_kernel(self, buffers: _TimedBuffers, deadline: float, share: float) -> _Measured:
+        """The kernel's adaptive timing on verified runs; raises Failed when a run is caught."""
+        measured = _Measured()
+        dev = self.device
+
+        def batch(first: int, warmup: int, runs: int) -> list[float]:
+            n = warmup + runs
+            counts = dev.zeros((n, len(buffers.checks)), "int64")
+            pick = secrets.randbelow(n)  # unpredictable: which run of the batch is compared in full
+            snaps: dict[int, dict[str, Any]] = {}
+
+            def check(i: int, arrays: dict[str, Any]) -> None:
+                buffers.count_into(counts[i])
+                if i == pick:
+                    snaps[first + i] = buffers.snapshot()
+
+            times = self._time_runs(lambda i: buffers.load(first + i),
+                                    lambda arrays: launch_all(dev, self.program, self.plan, arrays, None),
+                                    check, warmup, runs, deadline)
+            self._verify_counts(buffers, first, dev.to_host(counts))
+            for index, snap in snaps.items():
+                self._verify_run(snap, index)
+            measured.checked += n
+            measured.verified += len(snaps)
+            measured.last = first + n - 1 if first + n - 1 not in snaps else -1
+            return times
+
+        measured.times, measured.warmup = self._adaptive(batch, deadline, share)
+        if measured.last >= 0:  # the final run, always compared in full: its outputs are still there
+            self._verify_run(buffers.arrays, measured.last)
+            measured.verified += 1
+        return measured
+
+    def _adaptive(self, batch: Callable[[int, int, int], list[float]], deadline: float,
+                  share: float) -> tuple[list[float], int]:
+        """(timed run times, warm-up runs): a probe run, then batches (timing_stats.next_batch) until
+        the median's CI is within `timing_ci_rel_width`, the budget or `timed_runs` is spent, or no
+        further run fits `share` of the stage time left. A kernel too slow for the minimum gets the
+        runs that fit: at least the probe, whose time is then the result (never a timeout)."""
+        cfg = self.config
+        start = time.monotonic()
+        allowance_end = start + share * max(0.0, deadline - start)
+        probe, spent = _costed(batch, 0, 0, 1)
+        per_run, done, warmup_done, warmup_left = spent, 1, 1, max(0, cfg.warmup_runs - 1)
+        timed: list[float] = []
+        while not (len(timed) >= cfg.timing_min_runs and ci_rel_width(timed) <= cfg.timing_ci_rel_width):
+            elapsed = max(time.monotonic() - start, spent)
+            w, n = next_batch(Plan(
+                timed=len(timed), warmup_left=warmup_left, per_run_s=per_run,
+                allowance_s=allowance_end - start - elapsed, budget_left_s=cfg.timing_budget_s - elapsed,
+                min_runs=cfg.timing_min_runs, max_runs=cfg.timed_runs, max_batch=MAX_BATCH_RUNS))
+            if n == 0:
+                break
+            ms, cost = _costed(batch, done, w, n)
+            spent, per_run = spent + cost, cost / (w + n)
+            done, warmup_done, warmup_left = done + w + n, warmup_done + w, 0
+            timed += ms
+        return (timed, warmup_done) if timed else (probe, 0)
+
+    def _verify_counts(self, buffers: _TimedBuffers, first: int, counts: Any) -> None:
+        """Raise Failed for the first run of a batch whose device-side checks found a surviving
+        poison (wrong_output) or a changed guard (runtime_error)."""
+        for i, row in enumerate(np.asarray(counts)):
+            for (name, kind, test, _dtype, views), count in zip(buffers.checks, row, strict=True):
+                if count:
+                    raise Failed(self._timed_run_failure(name, kind, test, views, int(count), first + i))
+
+    def _timed_run_failure(self, name: str, kind: str, test: str, views: tuple[Any, ...], count: int,
+                           index: int) -> Result:
+        """The Result of a timed run whose output was left unwritten or whose guard changed."""
+        trial = TIMING_TRIAL_BASE + index
+        head = (f"timing: the timed runs disagreed with the verified runs: timing run {index + 1} "
+                f"(fresh inputs of trial {trial})")
+        if test == "guard":
+            return self.run.result(Status.RUNTIME_ERROR, f"{head} wrote outside {kind} {name!r}: {count} of "
+                                                         f"the {sum(v.size for v in views)} guard elements "
+                                                         "around it changed. Check the bounds of every store.")
+        size = int(views[0].size)
+        m = Mismatch(reason="unwritten", buffer=name, trial=trial,
+                     distribution=describe_distributions(self.task, trial), frac_mismatched=count / size)
+        return self.run.result(Status.WRONG_OUTPUT, f"{head} left {count} of the {size} elements of output "
+                                                    f"{name!r} unwritten (still the poison). Every launch must "
+                                                    "compute all of its outputs from its inputs.", mismatch=m)
+
+    def _verify_run(self, arrays: dict[str, Any], index: int) -> None:
+        """Compare timing run `index`'s inputs and outputs (`arrays`) in full with the reference."""
+        trial, seed = TIMING_TRIAL_BASE + index, self.config.seed
+        pristine = self._inputs(trial, seed)
+        self.run.verify_outputs(arrays, pristine, trial, seed,
+                                f"timing: the timed runs disagreed with the verified runs: timing run "
+                                f"{index + 1} (fresh inputs of trial {trial}): ")
+
+    def _inputs(self, trial: int, seed: int) -> dict[str, Any]:
+        """make_inputs, its failures an environment fault."""
+        try:
+            return make_inputs(self.task, self.sizes, trial, seed, self.xp)
+        except Exception as e:
+            raise EnvFault(f"could not make the inputs of task {self.task.name!r}: "
+                           f"{type(e).__name__}: {e}") from e
+
+    def _torch_baseline(self, deadline: float, kernel_ms: float) -> dict[str, float] | None:
+        """torch eager's median time for the task's KernelBench-style model (`tasks/torch_models.py`)
+        on the reference's timing inputs, cached like the reference's; None without torch, off the
+        cupy backend, with LEAP_TORCH_BASELINE=0, or on any failure (it never changes the status)."""
+        import importlib.util
+        import os
+        from kernels_env.tasks.torch_models import TORCH_MODELS
+        model = TORCH_MODELS.get(self.task.name)
+        if (model is None or self.device.name != "cupy" or os.environ.get("LEAP_TORCH_BASELINE", "1") == "0"
+                or importlib.util.find_spec("torch") is None):
+            return None
+        try:
+            import torch
+            key = ("torch", *self._reference_key())
+            cache = self._reference_cache()
+            if key not in cache:
+                stream = torch.cuda.ExternalStream(self.xp.cuda.get_current_stream().ptr)
+                inputs = self._inputs(TIMING_TRIAL_BASE, self.config.seed)
+                tensors = {k: torch.from_dlpack(v) for k, v in inputs.items()}
+                scalars = {s.name: s.value for s in self.task.scalars}
+
+                def run(_state: Any) -> None:
+                    with torch.cuda.stream(stream):
+                        model(torch, tensors, scalars)
+
+                cache[key] = self._adaptive(_trusted_batch(self, run, deadline), deadline, 1.0)[0]
+            med = statistics.median(cache[key])
+            return {"torch_median_ms": med, "speedup_vs_torch": med / max(kernel_ms, 1e-9)}
+        except Exception:
+            return None
+
+    def _reference_key(self) -> tuple[Any, ...]:
+        """The reference timing cache's key: the method's version, task, sizes and timing settings."""
+        cfg = self.config
+        return (TIMING_METHOD, self.task.name, tuple(sorted(self.sizes.items())), cfg.warmup_runs,
+                cfg.timing_min_runs, cfg.timed_runs, cfg.timing_ci_rel_width, cfg.timing_budget_s, cfg.flush_l2)
+
+    def _reference_cache(self) -> dict[tuple[Any, ...], list[float]]:
+        """The per-device cache of reference run times (`device.__dict__['_harness_reference_ms']`)."""
+        try:
+            return self.device.__dict__.setdefault("_harness_reference_ms", {})
+        except AttributeError:  # a device without a __dict__: no caching
+            return {}
+
+    def _reference_times(self, deadline: float) -> list[float]:
+        """The reference's run times, measured once per device, task, sizes and timing settings with
+        the kernel's method. The reference is trusted: it runs on one input set, unchecked.
+
+        The reference does not depend on the submission, so a long-lived worker times it once and
+        reuses the numbers (the cache lives on the device object; a new device measures anew)."""
+        key, cache = self._reference_key(), self._reference_cache()
+        if key not in cache:
+            inputs = self._inputs(TIMING_TRIAL_BASE, self.config.seed)
+            scalars = {s.name: s.value for s in self.task.scalars}
+
+            def ref(_state: Any) -> None:
+                self.task.reference(self.xp, **inputs, **scalars)
+
+            try:
+                cache[key] = self._adaptive(_trusted_batch(self, ref, deadline), deadline, 1.0)[0]
+            except (KernelRuntimeError, KernelTimeout):
+                raise
+            except Exception as e:
+                raise EnvFault(f"timing the reference of task {self.task.name!r} raised "
+                               f"{type(e).__name__}: {e}") from e
+        return list(cache[key])
+
+
+@dataclass
+class _Measured:
+    """The kernel's timing: timed run times and what was checked."""
+    times: list[float] = field(default_factory=list)
+    warmup: int = 0
+    checked: int = 0  # runs checked on the device (poison, guards)
+    verified: int = 0  # runs compared in full with the reference
+    last: int = -1  # the last run, when not already compared in full
+
+
+class _TimedBuffers:
+    """The buffers of the timing stage's verified runs, allocated once and refilled before every
+    run: fresh inputs (trial TIMING_TRIAL_BASE + run index, never a correctness trial's), poisoned
+    outputs and guards, zeroed scratch. Same pointers every run, new contents: memoising on either
+    buys nothing, and a run that skips its work leaves the poison."""
+
+    def __init__(self, stage: _Stage) -> None:
+        self.stage = stage
+        dev, sizes = stage.device, stage.sizes
+        self.inputs = {b.name: dev.empty(b.resolve_shape(sizes), b.dtype) for b in stage.task.inputs}
+        self.arrays: dict[str, Any] = dict(self.inputs)
+        self.refills: list[tuple[Any, str, Any]] = []  # (allocation, dtype, scratch buffer to zero or None)
+        self.checks: list[tuple[str, str, str, str, tuple[Any, ...]]] = []  # (name, kind, test, dtype, views)
+        for b in stage.task.outputs:
+            full, buf, guards = alloc_poisoned(dev, b.resolve_shape(sizes), b.dtype)
+            self.arrays[b.name] = buf
+            self.refills.append((full, b.dtype, None))
+            self.checks += [(b.name, "output", "unwritten", b.dtype, (buf,)),
+                            (b.name, "output", "guard", b.dtype, guards)]
+        for name, dtype, count in stage.plan.scratch:
+            full, buf, guards = alloc_poisoned(dev, (count,), dtype, zero=True)
+            self.arrays[name] = buf
+            self.refills.append((full, dtype, buf))
+            self.checks.append((name, "scratch buffer", "guard", dtype, guards))
+
+    def load(self, index: int) -> dict[str, Any]:
+        """Enqueue run `index`'s fresh inputs, poison and zeroed scratch; the arrays to launch on."""
+        stage = self.stage
+        fresh = stage._inputs(TIMING_TRIAL_BASE + index, stage.config.seed)
+        for name, buf in self.inputs.items():
+            buf[...] = fresh[name]
+        for full, dtype, scratch in self.refills:
+            fill_poison(full, dtype)
+            if scratch is not None:
+                scratch.fill(0)
+        return self.arrays
+
+    def count_into(self, row: Any) -> None:
+        """Enqueue the run's checks: row[j] = poisoned elements of output j / changed guard elements."""
+        xp = self.stage.xp
+        for j, (_name, _kind, test, dtype, views) in enumerate(self.checks):
+            if test == "unwritten":
+                row[j] = poison_count(xp, views[0], dtype)
+            else:
+                row[j] = sum(v.size - poison_count(xp, v, dtype) for v in views)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Device copies of the inputs and outputs (for a full comparison after the batch)."""
+        names = [*self.inputs, *(b.name for b in self.stage.task.outputs)]
+        return {name: self.arrays[name].copy() for name in names}
+
+
+def _costed(batch: Callable[[int, int, int], list[float]], first: int, warmup: int,
+            runs: int) -> tuple[list[float], float]:
+    """(times, cost in seconds): a batch's run times and its cost, the larger of its wall time and
+    its runs' device time (a fake device's runs take no wall time)."""
+    t0 = time.monotonic()
+    times = batch(first, warmup, runs)
+    return times, max(time.monotonic() - t0, sum(times) / 1e3)
+
+
+def _trusted_batch(stage: _Stage, fn: Callable[[Any], None], deadline: float) -> Callable[[int, int, int], list[float]]:
+    """A batch of the trusted reference (or torch baseline): nothing to prepare or check."""
+    def batch(first: int, warmup: int, runs: int) -> list[float]:
+        return stage._time_runs(lambda i: None, fn, lambda i, state: None, warmup, runs, deadline)
+    return batch
+
+
+def _make_timing(dev: Device, kernel: _Measured, ref_ms: list[float] | None) -> Timing:
+    """The Timing of a measured kernel (and reference, where comparable)."""
+    times = kernel.times
+    lo, hi = median_ci(times)
+    k_med = statistics.median(times)
+    timing = Timing(device=dev.timing_device, comparable=bool(dev.timing_comparable), runs=len(times),
+                    kernel_median_ms=k_med, kernel_mean_ms=statistics.fmean(times), warmup_runs=kernel.warmup,
+                    kernel_ci_ms=[lo, hi], ci_rel_width=ci_rel_width(times), checked_runs=kernel.checked,
+                    verified_runs=kernel.verified, method=TIMING_METHOD)
+    if ref_ms is not None:
+        timing.ref_median_ms = statistics.median(ref_ms)
+        timing.ref_mean_ms = statistics.fmean(ref_ms)
+        timing.ref_runs = len(ref_ms)
+        timing.speedup = timing.ref_median_ms / max(k_med, 1e-9)
+    return timing
+
+
+def timing_message(t: Timing, trials: int) -> str:
+    """The message of a correct, timed Result: the speedup (or why there is none)."""
+    if t.speedup is None:
+        return (f"correct on {trials} trials; kernel {t.kernel_median_ms:.4g} ms median ({t.device} timing, "
+                f"not comparable: no speedup)")
+    flag = " (suspicious, re-verified on new inputs)" if t.suspicious else ""
+    return (f"correct on {trials} trials; {t.speedup:.3g}x speedup{flag}: kernel {t.kernel_median_ms:.4g} ms "
+            f"vs reference {t.ref_median_ms:.4g} ms (median of {t.runs} verified runs)")
+
+
+def timing_details(t: Timing, config: EnvConfig) -> str:
+    """The details of a correct, timed Result: how the kernel and the reference were timed."""
+    ci = t.kernel_ci_ms or [t.kernel_median_ms, t.kernel_median_ms]
+    return (f"timing ({t.method}): {t.warmup_runs} warm-up + {t.runs} timed runs of the kernel on {t.device} "
+            f"(adaptive: at least {config.timing_min_runs}, at most {config.timed_runs}, until the median's "
+            f"95% CI is within {config.timing_ci_rel_width:.3g} of it or {config.timing_budget_s:g} s); "
+            f"every run on fresh inputs with poisoned outputs, checked on the device ({t.checked_runs} "
+            f"runs), {t.verified_runs} compared in full with the reference; L2 flush before each run: "
+            f"{'on' if config.flush_l2 else 'off'}; kernel median {t.kernel_median_ms:.6g} ms "
+            f"(95% CI [{ci[0]:.6g}, {ci[1]:.6g}] ms), mean {t.kernel_mean_ms:.6g} ms"
+            + (f"; reference median {t.ref_median_ms:.6g} ms over {t.ref_runs} runs, mean {t.ref_mean_ms:.6g} ms"
+               if t.ref_median_ms is not None else "")
+            + (f"; torch eager median {t.baseline['torch_median_ms']:.6g} ms (speedup vs torch "
+               f"{t.baseline['speedup_vs_torch']:.3g}x, informational)" if t.baseline else ""))
