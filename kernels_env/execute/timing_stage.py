@@ -5,7 +5,7 @@ outputs and guards, zeroed scratch (`_TimedBuffers`), device-side counts of surv
 changed guards, and one run per batch (picked after the fact) plus the last is compared in full
 with the reference. Batches follow `judge/timing_stats.py` until the median is known well enough.
 The reference (and torch eager, informational) is timed the same way, trusted, once per device,
-task, sizes and timing settings (`device.__dict__['_harness_reference_ms']`, judge/reference_cache.py).
+task, sizes and timing settings (judge/reference_cache.py `cache_of(device)`).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from kernels_env.core.status import Status
 from kernels_env.execute.buffers import alloc_poisoned, fill_poison
 from kernels_env.execute.inputs import describe_distributions, make_inputs
 from kernels_env.execute.launching import launch_all, takes_timeout
+from kernels_env.judge import reference_cache
 from kernels_env.judge.faults import EnvFault, Failed
 from kernels_env.judge.poison import poison_count
 from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
@@ -250,11 +251,8 @@ class _Stage:
                 cfg.timing_min_runs, cfg.timed_runs, cfg.timing_ci_rel_width, cfg.timing_budget_s, cfg.flush_l2)
 
     def _reference_cache(self) -> dict[tuple[Any, ...], list[float]]:
-        """The per-device cache of reference run times (`device.__dict__['_harness_reference_ms']`)."""
-        try:
-            return self.device.__dict__.setdefault("_harness_reference_ms", {})
-        except AttributeError:  # a device without a __dict__: no caching
-            return {}
+        """The per-device cache of reference run times (judge/reference_cache.py)."""
+        return reference_cache.cache_of(self.device)
 
     def _reference_times(self, deadline: float) -> list[float]:
         """The reference's run times, measured once per device, task, sizes and timing settings with
