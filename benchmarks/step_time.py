@@ -211,9 +211,7 @@ def main(argv=None) -> None:
     else:  # one pool for every arm (worker start-up paid once); no result cache: equal work per arm
         from kernels_env.schedule.pool import EvalPool
         from leap_jax.train.trainer import env_config
-        e = cfg.env
-        evaluator = EvalPool(mode=e.pool_mode, backend=e.backend, gpu_workers=e.gpu_workers,
-                             compile_workers=e.compile_workers, cache=False, config=env_config(cfg))
+        evaluator = EvalPool(**{**cfg.env.pool_kwargs(), "cache": False}, config=env_config(cfg))
     results = []
     try:
         for a in arms:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from kernels_env.core.config import EnvConfig
-
-BACKEND_NAMES = ("auto", "cupy", "cpu")
+from kernels_env.core.config import BACKENDS, EnvConfig
 
 
 def gpu_count() -> int:
@@ -23,8 +21,8 @@ def gpu_count() -> int:
 
 def resolve_backend(name: str) -> str:
     """'auto' -> 'cupy' if a GPU is visible, else 'cpu'; other names are checked and returned."""
-    if name not in BACKEND_NAMES:
-        raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(BACKEND_NAMES)}")
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
     if name == "auto":
         return "cupy" if gpu_count() > 0 else "cpu"
     return name

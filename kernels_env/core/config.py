@@ -11,6 +11,9 @@ SIZE_SETS = ("eval", "small")
 # on Ray evaluation hosts (schedule/ray_pool.py). Here, not in the pool's
 # heavy module, so a run config (leap_jax/train/config_env.py) checks the mode without importing it.
 POOL_MODES = ("process", "inline", "ray")
+# The shortest heartbeat timeout of EvalPool(mode="ray"): a host silent that long counts as hung, and a
+# shorter one would kill busy hosts. Here so the run config checks it without importing the pool.
+RAY_MIN_HEARTBEAT_S = 1.0
 # Fields that change how fast a result is computed, never the result: left out of the result cache's
 # key (kernels_env/schedule/result_cache.py), so cached results are shared and keys stay as they were.
 RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes")

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 
 from kernels_env.judge import reference_cache
 from kernels_env.schedule.result_cache import ResultCache, cache_key
-from kernels_env.core.config import POOL_MODES, EnvConfig
+from kernels_env.core.config import BACKENDS, POOL_MODES, EnvConfig
 from kernels_env.execute.gpu_lock import GpuLock, GpuLockHandle, attach
 from kernels_env.core.result import Result
 from kernels_env.schedule.spares import SpareWorkers
@@ -372,7 +372,7 @@ class EvalPool:
                  exec_workers_per_gpu: int | None = None, spare_worker: bool | None = None) -> None:
         if mode not in POOL_MODES or mode == "ray":  # "ray" is RayEvalPool's (see __new__)
             raise ValueError(f"EvalPool mode={mode!r}; expected one of {POOL_MODES}")
-        if backend not in ("auto", "cupy", "cpu"):
+        if backend not in BACKENDS:
             raise ValueError(f"EvalPool backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
         for nm, v in (("gpu_workers", gpu_workers), ("compile_workers", compile_workers), ("cpu_workers", cpu_workers),
                       ("exec_workers_per_gpu", exec_workers_per_gpu)):

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kernels_env.core.config import BACKENDS
+
 EVAL_RESOURCE = "leap_eval"
 
 
@@ -22,7 +24,7 @@ class HostSpot:
 
 def eval_spots(nodes: list[dict[str, Any]], backend: str) -> tuple[str, list[HostSpot]]:
     """(backend, spots) from `ray.nodes()`: "auto" becomes "cupy" when a chosen node has GPUs, else "cpu"."""
-    if backend not in ("auto", "cupy", "cpu"):
+    if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
     alive = [n for n in nodes if n.get("Alive")]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels_env.schedule.result_cache import ResultCache
-from kernels_env.core.config import EnvConfig
+from kernels_env.core.config import BACKENDS, RAY_MIN_HEARTBEAT_S, EnvConfig
 from kernels_env.schedule.pool import EvalPool, Evaluator, Job, _Pending
 from kernels_env.core.result import Result
 from kernels_env.schedule.ray_host import HEALTH_GROUP, host_actor_class
@@ -101,10 +101,10 @@ class RayEvalPool(EvalPool):
                       ("restart_timeout_s", restart_timeout_s), ("batch_timeout_s", batch_timeout_s)):
             if s is not None and not s > 0:
                 raise ValueError(f"EvalPool(mode='ray') {nm}={s}; expected seconds > 0")
-        if not heartbeat_timeout_s >= 1:
+        if not heartbeat_timeout_s >= RAY_MIN_HEARTBEAT_S:
             raise ValueError(f"EvalPool(mode='ray') heartbeat_timeout_s={heartbeat_timeout_s}; expected seconds "
-                             ">= 1 (a host silent that long counts as hung; shorter would kill busy hosts)")
-        if backend not in ("auto", "cupy", "cpu"):
+                             f">= {RAY_MIN_HEARTBEAT_S:g} (a host silent that long counts as hung; shorter would kill busy hosts)")
+        if backend not in BACKENDS:
             raise ValueError(f"EvalPool backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
         self._ray = require_ray()
         self.mode, self.evaluator = mode, evaluator

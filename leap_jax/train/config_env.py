@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels_env.core.config import BACKENDS, POOL_MODES, SIZE_SETS, EnvConfig, StageLimits
+from kernels_env.core.config import BACKENDS, POOL_MODES, RAY_MIN_HEARTBEAT_S, SIZE_SETS, EnvConfig, StageLimits
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
 
@@ -65,8 +65,9 @@ class EnvCfg:
         positive(self.ray_inflight_per_gpu, "env.ray_inflight_per_gpu")
         positive(self.ray_host_retries, "env.ray_host_retries", allow_zero=True)
         positive(self.ray_unavailable_timeout_s, "env.ray_unavailable_timeout_s")
-        if not self.ray_heartbeat_timeout_s >= 1:
-            raise ConfigError(f"env.ray_heartbeat_timeout_s={self.ray_heartbeat_timeout_s!r}: expected seconds >= 1 "
+        if not self.ray_heartbeat_timeout_s >= RAY_MIN_HEARTBEAT_S:
+            raise ConfigError(f"env.ray_heartbeat_timeout_s={self.ray_heartbeat_timeout_s!r}: expected seconds "
+                              f">= {RAY_MIN_HEARTBEAT_S:g} "
                               "(a host silent that long is killed as hung; shorter would kill busy hosts)")
         if self.ray_address is not None and self.pool_mode != "ray":
             raise ConfigError(f"env.ray_address={self.ray_address!r} is set but env.pool_mode={self.pool_mode!r}: "
