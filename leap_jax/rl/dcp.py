@@ -28,15 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from leap_jax.rl._masks import Array, check_turn_shape, default_attempted, valid_rows
-from leap_jax.rl.options import check_threshold
+from leap_jax.rl.options import check_threshold, max_failed_count, min_failed_count
 
 EASY = 0       # few failures: single-turn only
 DEBUG = 1      # in the band: failed rows get debugging turns
 HOPELESS = 2   # too many failures: abandoned after turn 1
 PAD = -1       # padding group (group_mask False or no valid row)
-
-_FRACTION_SLACK = 1e-4  # absorbs float rounding in f * n_valid (e.g. 0.3 * 10)
-
 
 def _is_fraction(value: object) -> bool:
     if isinstance(value, (float, np.floating)):
@@ -50,18 +47,18 @@ def resolve_thresholds(t_min: Array, t_max: Array | None, n_valid: Array) -> tup
     """Integer (lo, hi) bounds per group so that a group is debugged iff lo <= n_fail <= hi.
 
     `n_valid` is the number of valid rows per group ([num_groups] int). See the module docstring for
-    how counts and fractions are read.
+    how counts and fractions are read; the rounding rule is rl.options' (the config's check uses it too).
     """
     n_valid = jnp.asarray(n_valid)
     nf = n_valid.astype(jnp.float32)
     if _is_fraction(t_min):
-        lo = jnp.ceil(jnp.asarray(t_min, jnp.float32) * nf - _FRACTION_SLACK).astype(jnp.int32)
+        lo = min_failed_count(jnp.asarray(t_min, jnp.float32), nf, jnp.ceil).astype(jnp.int32)
     else:
         lo = jnp.broadcast_to(jnp.asarray(t_min, jnp.int32), n_valid.shape)
     if t_max is None:
         hi = n_valid.astype(jnp.int32) - 1
     elif _is_fraction(t_max):
-        hi = jnp.floor(jnp.asarray(t_max, jnp.float32) * nf + _FRACTION_SLACK).astype(jnp.int32)
+        hi = max_failed_count(jnp.asarray(t_max, jnp.float32), nf, jnp.floor).astype(jnp.int32)
     else:
         hi = jnp.broadcast_to(jnp.asarray(t_max, jnp.int32), n_valid.shape)
     return lo, hi

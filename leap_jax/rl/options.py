@@ -7,9 +7,36 @@ a rule lives in one place.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Integral, Real
+from typing import Any
 
 AGGREGATION_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")  # rl.losses.aggregate
+
+FRACTION_SLACK = 1e-4  # absorbs float rounding in f * n (e.g. 0.3 * 10, or float32 in the jitted rule)
+
+
+def min_failed_count(fraction: Any, n: Any, ceil: Callable[[Any], Any] = math.ceil) -> Any:
+    """The fewest failed rows of `n` that a fractional t_min accepts (`n_fail >= fraction * n`).
+    `ceil` is math.ceil for Python numbers or jnp.ceil for arrays: rl.dcp and the config's check
+    share this rule, so they agree on every (fraction, G)."""
+    return ceil(fraction * n - FRACTION_SLACK)
+
+
+def max_failed_count(fraction: Any, n: Any, floor: Callable[[Any], Any] = math.floor) -> Any:
+    """The most failed rows of `n` that a fractional t_max accepts (`n_fail <= fraction * n`)."""
+    return floor(fraction * n + FRACTION_SLACK)
+
+
+def dcp_band(t_min: int | float, t_max: int | float | None, group_size: int) -> tuple[int, int]:
+    """(lo, hi): a group of `group_size` valid rows is debugged iff lo <= n_fail <= hi. An int
+    threshold is a count, a float a fraction of the group; t_max=None is group_size - 1."""
+    lo = int(t_min) if isinstance(t_min, Integral) else int(min_failed_count(float(t_min), group_size))
+    if t_max is None:
+        hi = group_size - 1
+    else:
+        hi = int(t_max) if isinstance(t_max, Integral) else int(max_failed_count(float(t_max), group_size))
+    return lo, hi
 
 
 def check_threshold(name: str, value: object, group_size: int, error: type[ValueError] = ValueError) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from leap_jax.rl.options import AGGREGATION_MODES, check_threshold
+from leap_jax.rl.options import AGGREGATION_MODES, check_threshold, dcp_band
 from leap_jax.train.algorithms import ALGORITHMS
 from leap_jax.train.config_env import EnvCfg, TasksCfg
 from leap_jax.train.config_loader import (ConfigError, apply_overrides, build, choice, positive, read_yaml,
@@ -107,12 +107,10 @@ class DCPCfg:
             raise ConfigError("dcp.t_min=None: expected an int count or a float fraction of G")
         check_threshold("dcp.t_min", self.t_min, group_size, ConfigError)
         check_threshold("dcp.t_max", self.t_max, group_size, ConfigError)
-        lo = self.t_min if isinstance(self.t_min, int) else -(-self.t_min * group_size // 1)
-        hi = (group_size - 1 if self.t_max is None else
-              self.t_max if isinstance(self.t_max, int) else self.t_max * group_size // 1)
+        lo, hi = dcp_band(self.t_min, self.t_max, group_size)
         if uses_dcp and lo > hi:
-            raise ConfigError(f"dcp.t_min={self.t_min} (= {lo:g} failed of G={group_size}) > dcp.t_max="
-                              f"{self.t_max} (= {hi:g}): no group could ever be debugged")
+            raise ConfigError(f"dcp.t_min={self.t_min} (= {lo} failed of G={group_size}) > dcp.t_max="
+                              f"{self.t_max} (= {hi}): no group could ever be debugged")
 
 
 @dataclass

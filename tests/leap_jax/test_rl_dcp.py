@@ -1,6 +1,8 @@
 """DCP (DESIGN 4.4): decisions against the thresholds, continue masks, schedule, summary, history."""
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -283,3 +285,33 @@ def test_config_validation_does_not_import_jax():
     code = ("import sys, leap_jax.train.config as c; import leap_jax.rl.options; "
             "assert 'jax' not in sys.modules, 'config imported jax'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_one_band_rule_for_config_and_decision_over_the_whole_grid():
+    """The config's "some group can be debugged" check and the jitted decision read a fractional
+    threshold the same way for every fraction 0.01..0.99 and G 2..64, and both match exact rational
+    arithmetic (t_min: the least k with k >= f*G; t_max: the greatest k with k <= f*G)."""
+    from fractions import Fraction
+
+    from leap_jax.rl.options import dcp_band
+    from leap_jax.train.config import ConfigError, DCPCfg
+
+    groups = np.arange(2, 65)
+    for i in range(1, 100):
+        f = i / 100
+        exact = [Fraction(i, 100) * g for g in groups]
+        want_lo = [math.ceil(x) for x in exact]
+        want_hi = [math.floor(x) for x in exact]
+        lo, hi = rl.resolve_thresholds(f, f, jnp.asarray(groups))
+        assert np.asarray(lo).tolist() == want_lo, f
+        assert np.asarray(hi).tolist() == want_hi, f
+        for g, wl, wh in zip(groups.tolist(), want_lo, want_hi, strict=True):
+            assert dcp_band(f, f, g) == (wl, wh)
+            assert dcp_band(f, None, g) == (wl, g - 1)
+            cfg = DCPCfg(t_min=f, t_max=0.3)
+            if dcp_band(f, 0.3, g)[0] > dcp_band(f, 0.3, g)[1]:
+                with pytest.raises(ConfigError, match="no group could ever be debugged"):
+                    cfg.check(g, uses_dcp=True)
+            else:
+                cfg.check(g, uses_dcp=True)
+    assert dcp_band(0.28, None, 25) == (7, 24)  # the case the two copies used to disagree on
