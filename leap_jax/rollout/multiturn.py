@@ -56,7 +56,7 @@ class Row:
     turn_of: list[int] = field(default_factory=list)  # 1..T on trainable tokens, 0 elsewhere
     turns: list[TurnRecord] = field(default_factory=list)
     env_error: bool = False  # some turn's evaluation failed in the environment: excluded from rewards
-    context_limited: bool = False  # stopped because the next turn would not fit max_context_tokens
+    context_limited: bool = False  # stopped because its next turn (or first prompt) would not fit max_context_tokens
 
     def append(self, ids: Sequence[int], trainable: bool, logprobs: np.ndarray | None, turn: int) -> None:
         self.tokens.extend(int(i) for i in ids)
@@ -233,7 +233,9 @@ class MultiTurnRollout:
         gen_rows = [0] * T
         gen_tokens = [0] * T
         env_evals = cache_hits = env_errors = scripted = 0
-        active = list(range(P * G))
+        for row in rows:  # a task whose first prompt leaves no room for a response is not attempted
+            row.context_limited = len(row.tokens) + self.max_new_tokens > self.max_context
+        active = [r for r in range(P * G) if not rows[r].context_limited]
         for t in range(1, T + 1):
             if not active:
                 break

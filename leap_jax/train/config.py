@@ -23,12 +23,12 @@ from leap_jax.train.config_env import EnvCfg, TasksCfg
 from leap_jax.train.config_loader import (ConfigError, apply_overrides, build, choice, positive, read_yaml,
                                           save_yaml, to_dict)
 from leap_jax.train.config_policy import MeshCfg, ModelCfg, SamplingCfg, TokenizerCfg
-from leap_jax.train.config_run import CheckpointCfg, EvalCfg, LoggingCfg, TrainCfg
+from leap_jax.train.config_run import PERIODIC_METRIC, CheckpointCfg, EvalCfg, LoggingCfg, PlateauCfg, TrainCfg
 from leap_jax.train.config_sft import CorpusCfg, SFTCfg
 
 __all__ = ["AlgorithmCfg", "CheckpointCfg", "Config", "ConfigError", "CorpusCfg", "DCPCfg", "EnvCfg", "EvalCfg",
            "LoggingCfg", "LossCfg", "LowPrecisionParamsWarning", "MeshCfg", "ModelCfg", "OptimizerCfg",
-           "RolloutCfg", "SFTCfg", "SamplingCfg", "ScriptedMixCfg", "TasksCfg", "TokenizerCfg", "TrainCfg",
+           "PlateauCfg", "RolloutCfg", "SFTCfg", "SamplingCfg", "ScriptedMixCfg", "TasksCfg", "TokenizerCfg", "TrainCfg",
            "from_dict", "load_config", "save_config", "to_dict", "validate", "validate_sft"]
 
 MODES = ("rl", "sft")
@@ -245,7 +245,25 @@ def validate(cfg: Config) -> None:
                           f"{r.max_context_tokens} (a conversation must fit one row)")
     for section in (cfg.env, cfg.tasks, cfg.train, cfg.eval, cfg.mesh, cfg.checkpoint):
         section.check()
+    _check_plateau(cfg)
     validate_sft(cfg)
+
+
+def _check_plateau(cfg: Config) -> None:
+    """train.plateau.metric must be something the periodic evaluation logs."""
+    metric = cfg.train.plateau.metric
+    if metric is None:
+        return
+    m = PERIODIC_METRIC.match(metric)
+    assert m is not None  # PlateauCfg.check
+    if cfg.eval.interval is None:
+        raise ConfigError(f"train.plateau.metric={metric!r} needs eval.interval (the periodic evaluation "
+                          "it watches); set eval.interval=N")
+    if m.group(1) == "train_eval" and not cfg.eval.train_tasks:
+        raise ConfigError(f"train.plateau.metric={metric!r} needs eval.train_tasks=true")
+    if int(m.group(2)) > cfg.eval.turns:
+        raise ConfigError(f"train.plateau.metric={metric!r}: the periodic evaluation logs acc@1..acc@"
+                          f"{cfg.eval.turns} (eval.turns={cfg.eval.turns})")
 
 
 def validate_sft(cfg: Config) -> None:

@@ -2,9 +2,32 @@
 evaluation, each with the checks of its own fields (`check()`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from leap_jax.train.config_loader import ConfigError, positive
+
+
+PERIODIC_METRIC = re.compile(r"^(heldout|train_eval)/acc@(\d+)$")  # what eval.interval logs
+
+
+@dataclass
+class PlateauCfg:
+    """Stop a run once `metric` (a periodic evaluation's accuracy, e.g. heldout/acc@1) has
+    flattened: its last `window` evaluations each within `tol` of its best, after at least
+    `min_steps` steps (leap_jax.train.stopping). metric None: off."""
+    metric: str | None = None
+    window: int = 3
+    tol: float = 0.01
+    min_steps: int = 0
+
+    def check(self) -> None:
+        if self.metric is not None and not PERIODIC_METRIC.match(self.metric):
+            raise ConfigError(f"train.plateau.metric={self.metric!r}: expected a periodic evaluation's "
+                              "accuracy, heldout/acc@T or train_eval/acc@T (e.g. heldout/acc@1)")
+        positive(self.window, "train.plateau.window")
+        positive(self.tol, "train.plateau.tol", allow_zero=True)
+        positive(self.min_steps, "train.plateau.min_steps", allow_zero=True)
 
 
 @dataclass
@@ -24,9 +47,12 @@ class TrainCfg:
     # before (None: RUN_DIR/../.jax_cache; an existing jax_compilation_cache_dir setting wins)
     compile_cache: bool = True
     compile_cache_dir: str | None = None
+    # the run is complete once its periodic evaluation stops improving (off by default)
+    plateau: PlateauCfg = field(default_factory=PlateauCfg)
 
     def check(self) -> None:
         positive(self.steps, "train.steps", allow_zero=True)
+        self.plateau.check()
         for n in ("max_wall_s", "time_budget_s"):
             if getattr(self, n) is not None:
                 positive(getattr(self, n), f"train.{n}")
@@ -74,8 +100,17 @@ class EvalCfg:
     # evaluate at most this many tasks of each split (a fixed seeded sample; None: all of them), for
     # thousands of generated tasks; the SFT run's pass-rate evaluations use it too
     max_tasks: int | None = None
+    # when the run is complete: evaluate held-out and training tasks (eval.max_tasks each) once more
+    # with this many turns of real feedback, into RUN_DIR/final_eval.json (None: no final evaluation)
+    final_turns: int | None = None
+    # with final_turns: also the hand-written suite (kernels_env.list_tasks()), as split "suite"
+    final_suite: bool = False
 
     def check(self) -> None:
+        if self.final_turns is not None:
+            positive(self.final_turns, "eval.final_turns")
+        elif self.final_suite:
+            raise ConfigError("eval.final_suite=true needs eval.final_turns (the final evaluation it extends)")
         if self.start_metrics is not None and not self.at_start:
             raise ConfigError(f"eval.start_metrics={self.start_metrics!r} needs eval.at_start=true "
                               "(it replaces the evaluation before the first update)")

@@ -25,12 +25,12 @@ from leap_jax.parallel.placement import MeshPlacement
 from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups
 from leap_jax.rollout.policy import MixedPolicy, Policy, SamplerPolicy, ScriptedPolicy
 from leap_jax.sampling.buckets import batch_buckets, prompt_buckets
-from leap_jax.train import algorithms
+from leap_jax.train import algorithms, stopping
 from leap_jax.train.checkpoint import Checkpointer
 from leap_jax.train.compile_clock import compile_seconds
 from leap_jax.train.config import Config, ConfigError, save_config, to_dict
 from leap_jax.train.env_health import check_env_errors, pool_counter_deltas
-from leap_jax.train.metrics import EVAL_FILE, MetricsWriter, truncate_metrics
+from leap_jax.train.metrics import EVAL_FILE, MetricsWriter, read_metrics, truncate_metrics
 from leap_jax.train.update import (build_batch, fill_old_logprobs, init_value_head, make_logprob_fn,
                                    make_optimizer, make_update, make_value_fn, prepare_ppo)
 
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 START_EVAL_FILE = "start_eval.json"  # the evaluation before the first update, reusable by eval.start_metrics
-FINISHED_FILE = "finished.json"  # written when a run reaches train.steps or train.time_budget_s
+FINISHED_FILE = "finished.json"  # written when a run reaches train.steps, train.time_budget_s or its plateau
+FINAL_EVAL_FILE = "final_eval.json"  # eval.final_turns: the finished policy with turns of real feedback
 
 
 # ---- construction helpers ---------------------------------------------------------------------
@@ -249,6 +250,8 @@ class Trainer:
         self.updates_done = 0
         self.train_time = 0.0  # net training seconds so far (time/step minus compilation), all calls
         self.stopped_by_budget = False
+        self.plateau_values: list[float] = []  # train.plateau.metric at each periodic evaluation
+        self.plateaued = False
         self.cursor = {"epoch": 0, "pos": 0}
         self.dcp_history: dict[str, Any] | None = None
         if cfg.dcp.history:
@@ -498,8 +501,17 @@ class Trainer:
 
     @property
     def finished(self) -> bool:
-        """The run is complete: train.steps done or train.time_budget_s spent."""
-        return self.step >= self.cfg.train.steps or self.out_of_time()
+        """The run is complete: train.steps done, train.time_budget_s spent or train.plateau reached."""
+        return self.step >= self.cfg.train.steps or self.out_of_time() or self.plateaued
+
+    def _watch_plateau(self, record: dict[str, Any]) -> None:
+        """Add a periodic evaluation's train.plateau.metric to the history; set `plateaued` once the
+        rule (leap_jax.train.stopping) holds after train.plateau.min_steps steps."""
+        p = self.cfg.train.plateau
+        if p.metric is None or record.get(p.metric) is None:
+            return
+        self.plateau_values.append(float(record[p.metric]))
+        self.plateaued = self.step >= p.min_steps and stopping.plateaued(self.plateau_values, p.window, p.tol)
 
     def train(self, max_steps: int | None = None) -> list[dict[str, Any]]:
         """Run until train.steps or train.time_budget_s (or `max_steps` more steps, or this call's
@@ -510,6 +522,9 @@ class Trainer:
         iv = cfg.eval.interval
         start_eval = iv is not None and cfg.eval.at_start and self.step == 0
         truncate_metrics(self.run_dir, self.step - 1 if not start_eval else -2)
+        self.plateau_values = []
+        for r in read_metrics(self.run_dir):  # a resumed run's history
+            self._watch_plateau(r)
         writer = MetricsWriter(self.run_dir, jsonl=cfg.logging.jsonl, tensorboard=cfg.logging.tensorboard,
                                progress_bar=cfg.logging.progress_bar, total_steps=cfg.train.steps,
                                initial_step=self.step)
@@ -527,14 +542,17 @@ class Trainer:
                         {**self.start_eval_identity(), "metrics": m}, indent=2))
                 writer.write(-1, m, progress=False)
                 records.append({"step": -1, **m})
+                self._watch_plateau(m)
             walls: list[float] = []  # this call's step times, periodic evaluation included
-            while self.step < target and not self.out_of_time():
+            while self.step < target and not self.finished:
                 t_it = time.perf_counter()
                 m = self.train_step()
                 step_done = self.step - 1
                 done = self.finished
                 if iv is not None and (self.step % iv == 0 or done):
                     m.update(self.periodic_eval_metrics())
+                    self._watch_plateau(m)
+                    done = self.finished
                 writer.write(step_done, m)
                 records.append({"step": step_done, **m})
                 walls.append(time.perf_counter() - t_it)
@@ -550,6 +568,7 @@ class Trainer:
                               "checkpoint saved, stopping (continue with --resume)", flush=True)
                     break
             if self.finished:
+                self.final_evaluation()
                 self._mark_finished()
         finally:
             writer.close()
@@ -590,15 +609,16 @@ class Trainer:
         return {**saved["metrics"], "eval/start_shared": 1.0}
 
     def _mark_finished(self) -> None:
-        reason = "time_budget" if self.out_of_time() else "steps"
+        reason = "plateau" if self.plateaued else "time_budget" if self.out_of_time() else "steps"
         (self.run_dir / FINISHED_FILE).write_text(json.dumps(
             {"reason": reason, "step": self.step, "train_time_s": self.train_time}, indent=2))
 
-    def _eval_on(self, tasks: Sequence[str]) -> tuple[dict[str, Any], Any]:
-        """Acc@1..eval.turns of the current params on `tasks` (eval settings, every failing row
-        debugged, no scripted mix, a fixed seed: consumes no training RNG, so resumed runs stay exact)."""
+    def _eval_on(self, tasks: Sequence[str], turns: int | None = None) -> tuple[dict[str, Any], Any]:
+        """Acc@1..turns (default eval.turns) of the current params on `tasks` (eval settings, every
+        failing row debugged, no scripted mix, a fixed seed: consumes no training RNG, so resumed runs
+        stay exact)."""
         cfg = self.cfg
-        rollout = self._rollout(cfg.eval.samples, cfg.eval.turns, "all", evaluation=True)
+        rollout = self._rollout(cfg.eval.samples, turns or cfg.eval.turns, "all", evaluation=True)
         out = rollout.run(list(tasks), self._policy(self._sampling(cfg.eval.temperature), allow_scripted_mix=False),
                           seed=cfg.train.seed + 1_000_003, step=-1)
         return outcome_metrics(out), out
@@ -608,6 +628,59 @@ class Trainer:
         from kernels_env.tasks import subsample
         return subsample(names, self.cfg.eval.max_tasks, self.cfg.tasks.split_seed)
 
+    def final_evaluation(self) -> dict[str, Any] | None:
+        """eval.final_turns: the finished policy on the held-out and training tasks (and the
+        hand-written suite with eval.final_suite), every failing row given final_turns turns of real
+        feedback, in one rollout; written to RUN_DIR/final_eval.json (None: off). A run whose final
+        evaluation for this step exists already keeps it (a resume after it)."""
+        cfg = self.cfg
+        turns = cfg.eval.final_turns
+        if turns is None:
+            return None
+        path = self.run_dir / FINAL_EVAL_FILE
+        if path.is_file():
+            try:
+                saved: dict[str, Any] = json.loads(path.read_text())
+                if saved.get("step") == self.step and saved.get("turns") == turns:
+                    return saved
+            except (OSError, json.JSONDecodeError):
+                pass
+        t0 = time.perf_counter()
+        result = {"step": self.step, "turns": turns, "temperature": cfg.eval.temperature,
+                  "samples": cfg.eval.samples,
+                  "splits": self._split_metrics(self._final_splits(), turns, with_tasks=True)}
+        result["time_s"] = time.perf_counter() - t0
+        path.write_text(json.dumps(result, indent=2))
+        return result
+
+    def _final_splits(self) -> list[tuple[str, list[str]]]:
+        splits = [("heldout", self.eval_tasks(self.held_out)), ("train_eval", self.eval_tasks(self.train_tasks))]
+        if self.cfg.eval.final_suite:
+            from kernels_env.tasks import list_tasks
+            splits.append(("suite", [t.name for t in list_tasks()]))
+        return [(name, tasks) for name, tasks in splits if tasks]
+
+    def _split_metrics(self, splits: Sequence[tuple[str, Sequence[str]]], turns: int,
+                       with_tasks: bool = False) -> dict[str, dict[str, Any]]:
+        """{split: {acc@1..turns, turns_per_pass[, tasks, per_task]}} of one rollout over every
+        split's tasks (one batch per turn, not one sequence of decodes per split)."""
+        union = [t for _, tasks in splits for t in tasks]
+        if not union:
+            return {}
+        _, out = self._eval_on(union, turns)
+        res: dict[str, dict[str, Any]] = {}
+        start = 0
+        for name, tasks in splits:
+            part = select_groups(out, range(start, start + len(tasks)))
+            start += len(tasks)
+            m = outcome_metrics(part)
+            res[name] = {**{f"acc@{t}": m.get(f"acc@{t}") for t in range(1, turns + 1)},
+                         "turns_per_pass": m.get("turns_per_pass")}
+            if with_tasks:
+                res[name]["tasks"] = len(tasks)
+                res[name]["per_task"] = {t: [r.solved_turn for r in part.rows if r.task == t] for t in tasks}
+        return res
+
     def periodic_eval_metrics(self) -> dict[str, Any]:
         """The in-training evaluation (eval.interval): held-out tasks as heldout/..., and the training
         tasks as train_eval/... when eval.train_tasks; its time is time/periodic_eval, not time/step.
@@ -616,19 +689,10 @@ class Trainer:
         training tasks' decode instead of a second sequence of decodes of their own."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        res: dict[str, Any] = {}
         splits = [("heldout", self.eval_tasks(self.held_out))] + (
             [("train_eval", self.eval_tasks(self.train_tasks))] if cfg.eval.train_tasks else [])
-        splits = [(prefix, tasks) for prefix, tasks in splits if tasks]
-        if splits:
-            union = [t for _, tasks in splits for t in tasks]
-            _, out = self._eval_on(union)
-            start = 0
-            for prefix, tasks in splits:
-                m = outcome_metrics(select_groups(out, range(start, start + len(tasks))))
-                start += len(tasks)
-                res.update({f"{prefix}/acc@{t}": m.get(f"acc@{t}") for t in range(1, cfg.eval.turns + 1)})
-                res[f"{prefix}/turns_per_pass"] = m.get("turns_per_pass")
+        by_split = self._split_metrics([(p, tasks) for p, tasks in splits if tasks], cfg.eval.turns)
+        res: dict[str, Any] = {f"{p}/{k}": v for p, m in by_split.items() for k, v in m.items()}
         res["time/periodic_eval"] = time.perf_counter() - t0
         return res
 
