@@ -341,7 +341,9 @@ def launch_notes(out: Path, names: Sequence[str]) -> list[str]:
 
 def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: str | None) -> list[Path]:
     """OUT/report: the generic report of every run with metrics, plus experiment.md."""
-    from leap_jax.experiment_report import DEFAULT_METRIC, experiment_markdown, load_experiment
+    from leap_jax.experiment_plots import seed_curves_plot
+    from leap_jax.experiment_report import DEFAULT_METRIC, load_experiment
+    from leap_jax.experiment_sections import experiment_page, load_final_evals, read_final_eval
     from leap_jax.report import max_turn, write_report
     from leap_jax.train.metrics import read_metrics
     dirs = [out / f"{a}-s{s}" for s in seeds for a in arms if read_metrics(out / f"{a}-s{s}")]
@@ -352,7 +354,9 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
     runs = load_experiment(dirs)
     turns = max_turn([r for by_seed in runs.values() for rows in by_seed.values() for r in rows], "train_eval/",
                      default=3)
-    page = experiment_markdown(runs, metric or DEFAULT_METRIC, turns=turns)
+    metric = metric or DEFAULT_METRIC
+    written.append(seed_curves_plot(runs, metric, report / f"seeds_{metric.replace('/', '_')}.png"))
+    page = experiment_page(runs, metric, load_final_evals(dirs), read_final_eval(out / "start_eval"), turns=turns)
     notes = launch_notes(out, [d.name for d in dirs])
     shared = sorted(f"{arm}-s{seed}" for arm, by_seed in runs.items() for seed, rows in by_seed.items()
                     if any(r.get("step") == -1 and r.get("eval/start_shared") for r in rows))

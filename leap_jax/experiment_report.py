@@ -117,6 +117,8 @@ def _fmt_ms(xs: Sequence[float | None], digits: int = 3) -> str:
     m, s, n = _mean_std(xs)
     if m is None:
         return "n/a"
+    if s is not None and s <= 1e-9 * max(1.0, abs(m)):  # equal values up to float rounding
+        s = 0.0
     return _fmt(m, digits) if n == 1 else f"{_fmt(m, digits)} ± {_fmt(s, 2)}"
 
 

@@ -34,7 +34,7 @@ env: {backend: cpu, pool_mode: inline, sizes: small, correctness_trials: 1, timi
 optimizer: {lr: 1.0e-2, micro_batch_size: 2, pad_to_multiple: 128}
 train: {steps: 2}
 checkpoint: {interval: 100}
-eval: {interval: 1, train_tasks: true, at_start: true, turns: 2, samples: 1}
+eval: {interval: 1, train_tasks: true, at_start: true, turns: 2, samples: 1, final_turns: 2, final_suite: true}
 logging: {progress_bar: false, tensorboard: false}
 """
 
@@ -49,7 +49,7 @@ def test_driver_runs_resumes_and_reports(tmp_path, capsys):
         (cfg_dir / f"{algo}.yaml").write_text(TINY_ARM.replace("ALGO", algo))
     out = tmp_path / "exp"
     base = ["--out", str(out), "--arms", "leap,multiturn", "--seeds", "3", "--config-dir", str(cfg_dir),
-            "--policy", "none"]
+            "--policy", "none", "--metric", "heldout/acc@1"]
     # call 1: one run only, and that one stopped by its wall budget after its first step
     assert experiment.main(base + ["--max-runs", "1", "train.max_wall_s=0.001"]) == 0
     state = json.loads((out / "state.json").read_text())
@@ -75,7 +75,13 @@ def test_driver_runs_resumes_and_reports(tmp_path, capsys):
     page = (out / "report" / "experiment.md").read_text()
     assert "| leap | 3 |" in page and "| multiturn | 3 |" in page and "Target per seed" in page
     assert "leap-s3, multiturn-s3: one shared greedy evaluation of the starting policy" in page
-    for name in ("accuracy_vs_time.png", "eval_accuracy_vs_time.png", "summary.md"):
+    # the final evaluations (2 turns of feedback; held-out, training and suite) of the start and each run
+    for d in ("start_eval", "leap-s3", "multiturn-s3"):
+        fin = json.loads((out / d / "final_eval.json").read_text())
+        assert fin["turns"] == 2 and fin["splits"]["suite"]["tasks"] == 86 and fin["splits"]["heldout"]["tasks"] == 1
+    assert "| start policy | - |" in page and "## How DCP spent the turns" in page
+    assert "steps to target, `multiturn` / `leap`" in page
+    for name in ("accuracy_vs_time.png", "eval_accuracy_vs_time.png", "summary.md", "seeds_heldout_acc@1.png"):
         assert (out / "report" / name).is_file()
     # call 3: nothing left to run
     assert experiment.main(base) == 0

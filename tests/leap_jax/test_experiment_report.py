@@ -111,3 +111,100 @@ def test_learning_table_reports_start_best_last_and_change_over_seeds():
     assert "| grpo | 1 | 1 | 0.1 | 0.4 | 0.4 | 0.3 |" in page
     assert "| grpo | mean ± std |  |  |  |  | 0.175 ± 0.18 |" in page
     assert "## Learning: change from the starting policy" in er.experiment_markdown(runs)
+
+
+# ---- the sections of the experiment page (experiment_sections), on synthetic runs with known answers
+def _run(evals, tokens=1000.0, step_s=10.0, groups=(2, 1, 1)):
+    """A run whose held-out Acc@1 follows `evals` (start first, one step per later value), each step
+    generating `tokens` tokens with DCP outcomes (easy, debug, hopeless) = groups of 4 groups."""
+    rows = [{"step": -1, "time/train_total": 0.0, "heldout/acc@1": evals[0]}]
+    for i, v in enumerate(evals[1:]):
+        easy, debug, hopeless = groups
+        rows.append({"step": i, "time/step": step_s, "time/train_total": step_s * (i + 1), "heldout/acc@1": v,
+                     "tokens/generated": tokens, "rollout/groups": 4.0, "dcp/easy_groups": easy,
+                     "dcp/debug_groups": debug, "dcp/hopeless_groups": hopeless, "turns_per_pass": 1.5,
+                     "dcp/activated_groups_frac": debug / 4, "rollout/gen_rows_turn1": 32.0,
+                     "rollout/gen_rows_turn2": 8.0 * debug, "rollout/gen_rows_turn3": 4.0 * debug})
+    return rows
+
+
+def test_targets_table_and_ratios_in_seconds_steps_and_tokens():
+    from leap_jax import experiment_sections as es
+    m = "heldout/acc@1"
+    runs = {"multiturn": {0: _run([0.2, 0.3, 0.4, 0.5], tokens=2000.0, step_s=20.0),
+                          1: _run([0.2, 0.25, 0.3, 0.3], tokens=2000.0, step_s=20.0)},
+            "leap": {0: _run([0.2, 0.5, 0.5], tokens=1000.0), 1: _run([0.2, 0.2, 0.3, 0.3], tokens=1000.0)},
+            "grpo": {0: _run([0.2, 0.3, 0.3]), 1: _run([0.2, 0.3, 0.35])}}
+    h = er.headline(runs, m)
+    # seed 0: target .5; multiturn at step 3 (60 s, 6000 tokens), leap at step 1 (10 s, 1000 tokens)
+    # seed 1: target .3; multiturn at step 2 (40 s, 4000 tokens), leap at step 2 (20 s, 2000 tokens)
+    assert h["per_seed"][0]["times"] == {"multiturn": 60.0, "leap": 10.0, "grpo": None}
+    assert h["per_seed"][1]["steps"] == {"multiturn": 2, "leap": 2, "grpo": 1}
+    assert h["per_seed"][1]["tokens"] == {"multiturn": 4000.0, "leap": 2000.0, "grpo": 1000.0}
+    table = es.targets_markdown(h, runs, ("leap", "multiturn"))
+    assert "| 0 | 0.5 | leap | 10 | 1 | 1000 | 0.5 | 2 |" in table
+    assert "| 0 | 0.5 | grpo | not reached | not reached | - | 0.3 | 2 |" in table
+    assert "| mean ± std (reached 2/2) | | leap | 15 ± 7.1 | 1.5 ± 0.71 | 1500 ± 7.1e+02 | | |" in table
+    assert "| mean ± std (reached 1/2) | | grpo | 10 | 1 | 1000 | | |" in table
+    lines = es.ratio_lines(h)
+    # seconds: 60/10 = 6 and 40/20 = 2; steps: 3/1 = 3 and 2/2 = 1; tokens: 6 and 2
+    assert lines[0].startswith("- training seconds to target, `multiturn` / `leap`: **4 ± 2.8** over 2 seed(s)")
+    assert "(s0: 6, s1: 2)" in lines[0]
+    assert "**2 ± 1.4**" in lines[1] and "**4 ± 2.8**" in lines[2]
+
+
+def test_final_accuracy_table_from_final_evals_with_the_start_policy(tmp_path):
+    from leap_jax import experiment_sections as es
+
+    def fin(h1, h2, h3, t1, t3, suite=None):
+        splits = {"heldout": {"acc@1": h1, "acc@2": h2, "acc@3": h3, "tasks": 256},
+                  "train_eval": {"acc@1": t1, "acc@2": t1, "acc@3": t3, "tasks": 256}}
+        if suite:
+            splits["suite"] = {"acc@1": suite[0], "acc@2": suite[0], "acc@3": suite[1], "tasks": 86}
+        return {"turns": 3, "step": 10, "splits": splits}
+    for name, f in (("leap-s0", fin(0.5, 0.6, 0.7, 0.3, 0.5, (0.1, 0.2))), ("leap-s1", fin(0.6, 0.7, 0.8, 0.4, 0.4)),
+                    ("grpo-s0", fin(0.55, 0.56, 0.57, 0.35, 0.36, (0.0, 0.05)))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "final_eval.json").write_text(__import__("json").dumps(f))
+    (tmp_path / "multiturn-s0").mkdir()  # no final evaluation: left out
+    finals = es.load_final_evals(sorted(tmp_path.iterdir()))
+    assert sorted(finals) == ["grpo", "leap"] and sorted(finals["leap"]) == [0, 1]
+    start = fin(0.45, 0.5, 0.52, 0.27, 0.3, (0.0, 0.0))
+    page = es.final_accuracy_markdown(finals, start, ("leap",))
+    lines = page.splitlines()
+    assert lines[0].startswith("| policy | seeds | held-out Acc@1 | held-out Acc@2 | held-out Acc@3 | "
+                               "held-out Acc@3 - Acc@1 | training Acc@1")
+    assert lines[2] == ("| start policy | - | 0.45 | 0.5 | 0.52 | 0.07 | 0.27 | 0.27 | 0.3 | 0.03 | 0 | 0 | 0 | 0 |")
+    # leap: held-out Acc@1 mean .55 ± .0707, gain .2 ± 0; suite only on seed 0
+    assert lines[3] == ("| leap | 0,1 | 0.55 ± 0.071 | 0.65 ± 0.071 | 0.75 ± 0.071 | 0.2 ± 0 | 0.35 ± 0.071 | "
+                        "0.35 ± 0.071 | 0.45 ± 0.071 | 0.1 ± 0.14 | 0.1 | 0.1 | 0.2 | 0.1 |")
+    assert lines[4].startswith("| grpo | 0 | 0.55 | 0.56 | 0.57 | 0.02 |")
+    assert "held-out 256, training 256, hand-written suite 86" in page
+    assert "No final evaluations" in es.final_accuracy_markdown({}, None)
+
+
+def test_dcp_shares_per_step_and_over_seeds():
+    from leap_jax import experiment_sections as es
+    rows = _run([0.1, 0.2, 0.3], groups=(2, 1, 1))
+    rows[2].update({"dcp/easy_groups": 0, "dcp/debug_groups": 4, "dcp/hopeless_groups": 0})
+    d = es.dcp_shares(rows)
+    assert d["pruned as solved"] == pytest.approx((0.5 + 0.0) / 2)
+    assert d["given turns"] == pytest.approx((0.25 + 1.0) / 2)
+    assert d["pruned as hopeless"] == pytest.approx(0.125)
+    assert d["turns/pass"] == 1.5 and d["rows turn 2"] == 8.0
+    page = es.dcp_markdown({"leap": {0: rows, 1: _run([0.1, 0.2], groups=(4, 0, 0))}})
+    # solved: seed 0 (.5 + 0)/2, seed 1 all four; hopeless .125 and 0; given turns (.25 + 1)/2 and 0
+    assert "| leap | 0,1 | 0.625 ± 0.53 | 0.0625 ± 0.088 | 0.312 ± 0.44 |" in page
+
+
+def test_experiment_page_holds_every_section_and_the_seed_plot(tmp_path):
+    from leap_jax import experiment_plots as ep
+    from leap_jax import experiment_sections as es
+    runs = {"multiturn": {0: _run([0.2, 0.3, 0.4])}, "leap": {0: _run([0.2, 0.4, 0.4])}}
+    page = es.experiment_page(runs, "heldout/acc@1", {}, None)
+    for heading in ("# LEAP against the baselines", "## Time, steps and generated tokens to the target",
+                    "## Final accuracy with turns of real feedback", "## How DCP spent the turns"):
+        assert heading in page
+    x, y = ep.mean_curve([[(0, 0.0), (10, 1.0)], [(0, 1.0), (5, 1.0), (20, 1.0)]], grid_points=3)
+    assert x.tolist() == [0.0, 5.0, 10.0] and y.tolist() == [0.5, 0.75, 1.0]
+    assert ep.seed_curves_plot(runs, "heldout/acc@1", tmp_path / "p.png").stat().st_size > 1000
