@@ -67,3 +67,78 @@ def test_cpu_build_log_has_no_header_listing():
     with pytest.raises(BuildError) as ei:
         build("#include <cmath>\nint x = ;")
     assert "/usr/include" not in ei.value.log and "expected" in ei.value.log
+
+
+# ---- the compile memory cap (kernels_env/build/memory_cap.py) ------------------------------------
+def test_compile_memory_setting_names_a_bad_value():
+    from kernels_env.build import memory_cap
+    assert memory_cap.compile_memory_bytes({}) == 2 << 30 == memory_cap.DEFAULT_BYTES
+    assert memory_cap.compile_memory_bytes({"LEAP_COMPILE_MEMORY_BYTES": str(256 << 20)}) == 256 << 20
+    for bad in ("lots", "-1", "1000"):
+        with pytest.raises(ValueError, match=f"LEAP_COMPILE_MEMORY_BYTES='{bad}'; expected a whole number"):
+            memory_cap.compile_memory_bytes({"LEAP_COMPILE_MEMORY_BYTES": bad})
+    from kernels_env.core.units import describe_bytes
+    assert describe_bytes(2 << 30) == "2 GiB" and describe_bytes(384 << 20) == "384 MiB"
+
+
+def test_host_compiler_template_bomb_is_a_compile_error_naming_the_limit(monkeypatch):
+    """The cpu backend's host compiler runs under RLIMIT_AS = the cap in its own process (never the
+    caller's): a template bomb ends in about a second at 256 MiB, with the limit named."""
+    from kernels_env.backends.cpu.build import BuildLimitError, build
+    from tests.kernels_env.hostile_corpus import TEMPLATE_BOMB
+    monkeypatch.setenv("LEAP_COMPILE_MEMORY_BYTES", str(256 << 20))
+    with pytest.raises(BuildLimitError) as ei:
+        build(TEMPLATE_BOMB.replace("QUALIFIER", "static") + "int x;\n")
+    assert ei.value.log.startswith("kernel.cu: error: the host C++ compiler ran out of memory: a compile "
+                                   "may use 256 MiB (LEAP_COMPILE_MEMORY_BYTES)"), ei.value.log
+
+
+def test_nvrtc_is_capped_only_in_a_cuda_free_process():
+    """In a process marked CUDA-free (as pool compile workers are), NVRTC on a template bomb is a
+    CompileError naming the cap, the cap covers the compile only, and the next compile works; the
+    test process itself (which may hold a CUDA context) is never capped."""
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    import multiprocessing as mp
+    import resource
+
+    from kernels_env.build import memory_cap
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    with memory_cap.capped(64 << 20) as on:
+        assert not on and resource.getrlimit(resource.RLIMIT_AS) == before
+    with mp.get_context("spawn").Pool(1) as p:
+        out = p.apply(_nvrtc_bomb_in_cuda_free_process, (256 << 20,))
+    assert out["inside"] == "MemoryError" and out["after"] == "ok" and out["rlimit_restored"], out
+    assert out["bomb"].startswith("kernel.cu: error: NVRTC ran out of memory: a compile may use 256 MiB "
+                                  "(LEAP_COMPILE_MEMORY_BYTES)"), out
+    assert out["plain"] == "ok", out
+
+
+def _nvrtc_bomb_in_cuda_free_process(limit: int) -> dict:
+    import os
+    import resource
+
+    from kernels_env.build import memory_cap
+    from kernels_env.build.compile import CompileError, compile_cuda
+    from tests.kernels_env.hostile_corpus import TEMPLATE_BOMB
+    os.environ["LEAP_COMPILE_MEMORY_BYTES"] = str(limit)
+    memory_cap.mark_cuda_free()
+    out: dict = {}
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    with memory_cap.capped(limit):
+        try:
+            bytearray(2 * limit)
+            out["inside"] = "allocated"
+        except MemoryError:
+            out["inside"] = "MemoryError"
+    out["after"] = "ok" if len(bytearray(2 * limit)) else ""
+    kernel = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n'
+    try:
+        compile_cuda(TEMPLATE_BOMB.replace("QUALIFIER", "__device__") + kernel)
+        out["bomb"] = "compiled"
+    except CompileError as e:
+        out["bomb"] = e.log
+    out["rlimit_restored"] = resource.getrlimit(resource.RLIMIT_AS) == before
+    compile_cuda(kernel)
+    out["plain"] = "ok"
+    return out
+

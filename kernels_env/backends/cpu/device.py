@@ -75,7 +75,7 @@ class CpuDevice:
         try:
             path = _build.build(tr.cpp, cfg.cpu_compiler, cfg.cpu_opt_level, timeout_s=cfg.limits.compile,
                                 user_cpp=tr.user_cpp)
-        except _build.SymbolError as e:
+        except (_build.SymbolError, _build.BuildLimitError) as e:
             raise _compile_error(f"cpu backend: {e.log}") from None
         except _build.BuildError as e:
             raise _compile_error(
