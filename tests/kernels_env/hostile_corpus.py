@@ -74,6 +74,11 @@ TEMPLATE_BOMB = ("template <int N, unsigned long long M> struct Bomb {\n"
                  "QUALIFIER unsigned long long bomb() { return Bomb<24, 1>::v; }\n")
 
 
+# 32 scratch buffers of 2 GiB each (the most the launch block allows): 64 GiB the kernel never uses
+SCRATCH_64_GIB = "".join(f"scratch float s{k}[536870912];\n" for k in range(32)) + \
+    "affine<<<cdiv(N, 256), 256>>>(x, y, N);"
+
+
 def _sub(cuda: str, launch: str = "affine<<<cdiv(N, 256), 256>>>(x, y, N);") -> str:
     return f"```cuda\n{cuda}\n```\n```launch\n{launch}\n```\n"
 
@@ -166,6 +171,8 @@ CASES: tuple[HCase, ...] = (
         "    __shared__ int ok;\n    if (threadIdx.x == 0) { void* p = malloc((size_t)1 << 33); ok = p == 0;"
         " if (p) free(p); }\n    __syncthreads();\n    if (i < n) y[i] = ok ? 2.0f * x[i] + 1.0f : 0.0f;"),
           S({"correct"}), note="an 8 GiB device malloc returns NULL on both backends (bounded heap)"),
+    HCase("scratch_64_gib", "B", "corpus_affine", _sub(AFFINE_CUDA, SCRATCH_64_GIB), S({"runtime_error"}),
+          backends=("cpu",), note="refused from the declared sizes (cupy: the GPU's allocator decides)"),
     HCase("template_bomb_nvrtc", "B", "corpus_affine", _sub(TEMPLATE_BOMB.replace("QUALIFIER", "__device__")
                                                             + AFFINE_CUDA), S({"compile_error"}),
           backends=("cpu",), cuda_free_only=True,

@@ -142,3 +142,39 @@ def _nvrtc_bomb_in_cuda_free_process(limit: int) -> dict:
     out["plain"] = "ok"
     return out
 
+
+# ---- scratch on the cpu backend (kernels_env/execute/buffers.py scratch_refusal) -------------------
+def test_cpu_scratch_beyond_the_limit_is_refused_before_allocating(monkeypatch):
+    """32 scratch buffers of 2 GiB each: runtime_error naming the total and the limit, with no
+    device buffer allocated (it once reached 23.6 GB resident and 148 s before failing)."""
+    from kernels_env.backends.cpu.device import CpuDevice
+    from kernels_env.core.status import Status
+    from kernels_env.schedule.pipeline import score
+    from tests.kernels_env.broken_corpus import TASKS, corpus_config
+    from tests.kernels_env.hostile_corpus import AFFINE_CUDA, SCRATCH_64_GIB, _sub
+    dev = CpuDevice(corpus_config("cpu"))
+    allocated: list = []
+    monkeypatch.setattr(dev, "empty", lambda shape, dtype: allocated.append(shape))
+    monkeypatch.setattr(dev, "to_device", lambda a: allocated.append(a.shape))
+    try:
+        r = score(TASKS["corpus_affine"], _sub(AFFINE_CUDA, SCRATCH_64_GIB), corpus_config("cpu"), device=dev)
+    finally:
+        dev.close()
+    assert r.status is Status.RUNTIME_ERROR, r.message
+    assert r.message.startswith("the launch block declares 64 GiB of scratch in 32 buffers ('s0' alone "
+                                "2 GiB); the cpu backend allows at most 4 GiB of scratch per evaluation"), r.message
+    assert allocated == []
+
+
+def test_scratch_limit_is_a_setting_and_within_it_scratch_is_allocated(monkeypatch):
+    from kernels_env.backends.cpu.device import CpuDevice
+    from kernels_env.execute.buffers import scratch_refusal
+    dev = CpuDevice()
+    assert dev.max_scratch_bytes == 4 << 30
+    assert scratch_refusal(dev, [("a", "float32", 1 << 29), ("b", "float16", 1 << 29)]) is None  # 3 GiB
+    monkeypatch.setenv("LEAP_CPU_SCRATCH_BYTES", str(1 << 20))
+    assert "1 MiB of scratch per evaluation" in scratch_refusal(dev, [("a", "int64", 1 << 17 | 1)])
+    monkeypatch.setenv("LEAP_CPU_SCRATCH_BYTES", "4G")
+    with pytest.raises(ValueError, match="LEAP_CPU_SCRATCH_BYTES='4G'; expected a whole number of bytes"):
+        dev.max_scratch_bytes  # noqa: B018
+    assert scratch_refusal(object(), [("a", "float32", 1 << 40)]) is None  # no limit: the allocator's
