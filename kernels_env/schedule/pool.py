@@ -41,9 +41,10 @@ from kernels_env.core.config import BACKENDS, POOL_MODES, EnvConfig
 from kernels_env.execute.gpu_lock import GpuLock, GpuLockHandle, attach
 from kernels_env.core.result import Result
 from kernels_env.schedule.spares import SpareWorkers
+from kernels_env.source.submission import Answer
 from kernels_env.core.status import Status
 
-Evaluator = Callable[[str, str, EnvConfig], Result]
+Evaluator = Callable[[str, Answer, EnvConfig], Result]  # (task, answer, config), in an exec worker
 
 DEFAULT_EXEC_WORKERS_PER_GPU = 3  # cupy: one times (exclusive lock) while the others do host work
 STARTUP_TIMEOUT_S = 180.0  # a worker importing CuPy / creating a CUDA context
@@ -52,9 +53,10 @@ CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory a
 
 @dataclass(frozen=True)
 class Job:
-    """One submission to score: a task name, the policy's text, and optionally its own config."""
+    """One submission to score: a task name, the policy's text (or a file's bytes: UTF-8), and
+    optionally its own config."""
     task: str
-    text: str
+    text: Answer
     config: EnvConfig | None = None
 
 
