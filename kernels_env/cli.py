@@ -87,19 +87,15 @@ def cmd_show(args: argparse.Namespace, out: Any) -> int:
     return 0
 
 
-def _read(path: str) -> str:
+def _read(path: str) -> bytes:
+    """The submission file's bytes (`-`: stdin); scoring decodes them (not UTF-8: format_error)."""
     try:
         if path == "-":
-            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-        return data.decode("utf-8")
+            return sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        with open(path, "rb") as f:
+            return f.read()
     except OSError as e:
         raise CliError(f"cannot read submission file {path!r}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise CliError(f"submission file {path!r} is not valid UTF-8 text (byte {e.start}: "
-                       f"{e.reason}); submissions are UTF-8 Markdown") from None
 
 
 def _pool_mode(args: argparse.Namespace) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import time
 from kernels_env.core.config import EnvConfig
 from kernels_env.core.program import CompiledModule
 from kernels_env.core.result import KernelResources
+from kernels_env.build import memory_cap
 from kernels_env.build.cuda_headers import cuda_include_dirs
 from kernels_env.build.std_prelude import PRELUDE_NAME, STD_HEADERS, nvrtc_headers
 from kernels_env.source.signatures import find_kernels
@@ -206,18 +207,25 @@ def compile_cuda(source: str, arch: str | None = None, config: EnvConfig | None 
     check_has_include(source)
     headers, header_names, prelude_opts = nvrtc_headers(source)
     prog = nvrtc.createProgram(source, SOURCE_NAME, headers, header_names)
+    limit = memory_cap.compile_memory_bytes()
     try:
-        try:
-            nvrtc.compileProgram(prog, nvrtc_options(arch) + prelude_opts)
-            ok = True
-        except nvrtc.NVRTCError as e:
-            if "COMPILATION" not in str(e):
-                raise RuntimeError(f"NVRTC failed: {e}") from e
-            ok = False
+        with memory_cap.capped(limit) as is_capped:
+            try:
+                nvrtc.compileProgram(prog, nvrtc_options(arch) + prelude_opts)
+                ok = True
+            except nvrtc.NVRTCError as e:
+                if is_capped and "OUT_OF_MEMORY" in str(e):
+                    raise CompileError(memory_cap.limit_message("NVRTC", limit)) from None
+                if "COMPILATION" not in str(e):
+                    raise RuntimeError(f"NVRTC failed: {e}") from e
+                ok = False
         raw = nvrtc.getProgramLog(prog) or ""
         if isinstance(raw, bytes):
             raw = raw.decode("utf-8", "replace")
         diag, info = _split_log(raw.replace("\x00", ""))
+        if not ok and is_capped and memory_cap.ran_out_of_memory(diag or raw):
+            raise CompileError(memory_cap.limit_message("NVRTC", limit) + "\n"
+                               + clean_log(diag or raw, config.max_log_chars))
         if not ok:
             if log_mentions_foreign_file(diag or raw):  # never quote a file the policy may not read
                 raise CompileError(f"{SOURCE_NAME}: error: compilation failed in a file that is not the "

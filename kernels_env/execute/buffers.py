@@ -7,15 +7,34 @@ bounds, whatever the allocator put next door. judge/poison.py reads the poison b
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from kernels_env.backends.base import Device
+from kernels_env.core.units import describe_bytes
 from kernels_env.judge.faults import EnvFault
 from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
 
 OUTPUT_GUARD_BYTES = 64 * 1024  # poisoned elements after each output; a write there is out of bounds
+
+
+def scratch_refusal(device: Device, scratch: Sequence[tuple[str, str, int]]) -> str | None:
+    """Why the plan's `scratch` ((name, dtype, count), as launch.ResolvedPlan has it) may not be
+    allocated on `device`, else None: decided from the declared sizes against the device's optional
+    `max_scratch_bytes` (the cpu backend's; a GPU refuses at its allocator), before anything is
+    allocated."""
+    limit = getattr(device, "max_scratch_bytes", None)
+    sizes = {name: count * np.dtype(dtype).itemsize for name, dtype, count in scratch}
+    total = sum(sizes.values())
+    if limit is None or total <= limit:
+        return None
+    largest = max(sizes, key=sizes.__getitem__)
+    return (f"the launch block declares {describe_bytes(total)} of scratch in {len(sizes)} buffer"
+            f"{'s' if len(sizes) != 1 else ''} ({largest!r} alone {describe_bytes(sizes[largest])}); the "
+            f"{device.name} backend allows at most {describe_bytes(limit)} of scratch per evaluation, so "
+            "nothing was allocated; declare less scratch")
 
 
 def poison(device: Device, shape: tuple[int, ...], dtype: str, zero: bool = False) -> tuple[Any, Any]:

@@ -18,6 +18,7 @@ Optional extensions of the Device protocol that the harness uses when present:
   `synchronize(timeout_s=...)`    the soft time left in the stage, so a hang raises instead of blocking;
   `time_runs(..., timeout_s=...)` the same for the timing stage's runs (a kernel may hang only sometimes);
   `end_job()`                     called after every evaluation (CupyDevice frees its memory pool);
+  `max_scratch_bytes`             the scratch one evaluation may declare (cpu), checked before allocating;
   `healthy`                       False after a sticky error (read by the pipeline to replace the worker).
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ from kernels_env.core.config import EnvConfig
 from kernels_env.core.program import Submission
 from kernels_env.core.result import Mismatch, Result
 from kernels_env.core.status import Status
-from kernels_env.execute.buffers import poison
+from kernels_env.execute.buffers import poison, scratch_refusal
 from kernels_env.execute.gpu_lock import gpu_access
 from kernels_env.execute.inputs import describe_distributions, make_inputs
 from kernels_env.execute.launching import bind_plan, launch_all
@@ -341,6 +342,9 @@ def _evaluate(run: _Run, submission: Submission) -> Result:
         run.plan = bind_plan(submission, task, run.sizes, kernels)
     except FormatError as e:  # the message `prepare` gives the same plan (see bind_plan)
         return run.result(Status.FORMAT_ERROR, in_launch_block(str(e)))
+    refused = scratch_refusal(run.device, run.plan.scratch)
+    if refused is not None:
+        return run.result(Status.RUNTIME_ERROR, refused)
     with gpu_access(run.device, exclusive=False):  # other workers' timing waits; trials overlap
         failure = run.correctness(config.seed, "correctness")
     if failure is not None:

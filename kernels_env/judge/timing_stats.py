@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 CONFIDENCE = 0.95  # of the median's interval
 EXACT_UP_TO = 1000  # runs: exact binomial ranks up to here, the normal approximation above
+# How much slower than planned a batch may run and still end inside the stage: a loaded host ran 2.5x
+# slower than the probe predicted and turned a slow but correct kernel into a timeout.
+SLOWDOWN_MARGIN = 4.0
 
 
 def _lower_rank(n: int, confidence: float) -> int:
@@ -69,17 +72,16 @@ def next_batch(p: Plan) -> tuple[int, int]:
 
     Below the minimum, runs are limited only by the stage's allowance: a slow kernel gets as many
     timed runs as fit, its warm-up dropped first (`warmup_left` runs are skipped when they do not
-    fit along with a timed run). One such batch takes at most half of the allowance left (one run
-    where only one fits), so runs up to ~3x slower than `per_run_s` predicts (a loaded host, a
-    clock that changes) end the batch inside the stage, and the next batch is planned on the new
-    cost. Past the minimum (and only while the caller's precision criterion is unmet), batches grow
-    geometrically within the adaptive budget and `max_runs`."""
+    fit along with a timed run). Every batch is planned to fit the allowance left even if its runs
+    take SLOWDOWN_MARGIN (4x) the time `per_run_s` predicts (a loaded host, a clock that changes):
+    a batch that does not fit that way is not started, and the runs already done are the result,
+    never a timeout. The next batch is planned on the new cost. Past the minimum (and only while the
+    caller's precision criterion is unmet), batches grow geometrically within the adaptive budget
+    and `max_runs`."""
     if p.timed >= p.max_runs:
         return 0, 0
     per_run = max(p.per_run_s, 1e-6)
-    fit = math.floor(0.9 * p.allowance_s / per_run)
-    if p.timed < p.min_runs and fit >= 1:
-        fit = max(1, math.floor(0.45 * p.allowance_s / per_run))
+    fit = math.floor(0.9 * p.allowance_s / (SLOWDOWN_MARGIN * per_run))
     if p.timed >= p.min_runs:
         fit = min(fit, math.floor(p.budget_left_s / per_run))
         want = max(p.timed // 2, 5)

@@ -22,7 +22,7 @@ from kernels_env.core.program import CompiledModule, Submission
 from kernels_env.core.result import Result
 from kernels_env.source.signatures import find_hidden_kernels
 from kernels_env.core.status import Status
-from kernels_env.source.submission import in_launch_block, parse_submission
+from kernels_env.source.submission import Answer, in_launch_block, parse_submission
 
 Evaluate = Callable[..., Result]  # harness.evaluate(device, program, task, submission, sizes, config)
 
@@ -46,7 +46,7 @@ def resolve_task(task: Any) -> Any:
     return task
 
 
-def _key(task_name: str, text: str, config: EnvConfig) -> str:
+def _key(task_name: str, text: Answer, config: EnvConfig) -> str:
     from kernels_env.schedule.result_cache import cache_key
     return cache_key(task_name, text, config)
 
@@ -70,12 +70,12 @@ def _redacted(r: Result) -> Result:
     return r
 
 
-def prepare(task: Any, text: str, config: EnvConfig | None = None, arch: str | None = None) -> Prepared | Result:
+def prepare(task: Any, text: Answer, config: EnvConfig | None = None, arch: str | None = None) -> Prepared | Result:
     out = _prepare(task, text, config, arch)
     return _redacted(out) if isinstance(out, Result) else out
 
 
-def _prepare(task: Any, text: str, config: EnvConfig | None = None, arch: str | None = None) -> Prepared | Result:
+def _prepare(task: Any, text: Answer, config: EnvConfig | None = None, arch: str | None = None) -> Prepared | Result:
     """Parse, check and compile for config.arch, else `arch` (the device's), else sm_90.
     Returns Prepared, or a format_error / compile_error / env_error Result."""
     config = config or EnvConfig()
@@ -213,10 +213,11 @@ def _finish(result: Result, prepared: Prepared, backend: str) -> Result:
     return result
 
 
-def score(task: Any, text: str, config: EnvConfig | None = None, device: Any = None, *,
+def score(task: Any, text: Answer, config: EnvConfig | None = None, device: Any = None, *,
           evaluate: Evaluate | None = None) -> Result:
     """Score one submission for `task` (a Task or a task name) in this process. Never raises for
-    policy input: failures are statuses; environment failures are env_error."""
+    policy input: failures are statuses (bytes that are not UTF-8: format_error naming the byte
+    offset); environment failures are env_error."""
     config = config or EnvConfig()
     task_name = task if isinstance(task, str) else getattr(task, "name", "")
     own_device = False

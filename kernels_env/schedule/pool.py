@@ -41,9 +41,10 @@ from kernels_env.core.config import BACKENDS, POOL_MODES, EnvConfig
 from kernels_env.execute.gpu_lock import GpuLock, GpuLockHandle, attach
 from kernels_env.core.result import Result
 from kernels_env.schedule.spares import SpareWorkers
+from kernels_env.source.submission import Answer
 from kernels_env.core.status import Status
 
-Evaluator = Callable[[str, str, EnvConfig], Result]
+Evaluator = Callable[[str, Answer, EnvConfig], Result]  # (task, answer, config), in an exec worker
 
 DEFAULT_EXEC_WORKERS_PER_GPU = 3  # cupy: one times (exclusive lock) while the others do host work
 STARTUP_TIMEOUT_S = 180.0  # a worker importing CuPy / creating a CUDA context
@@ -52,9 +53,10 @@ CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory a
 
 @dataclass(frozen=True)
 class Job:
-    """One submission to score: a task name, the policy's text, and optionally its own config."""
+    """One submission to score: a task name, the policy's text (or a file's bytes: UTF-8), and
+    optionally its own config."""
     task: str
-    text: str
+    text: Answer
     config: EnvConfig | None = None
 
 
@@ -66,20 +68,12 @@ def _worker_env(extra: dict[str, str]) -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
-COMPILE_WORKER_AS_BYTES = int(os.environ.get("LEAP_COMPILE_WORKER_AS_BYTES", 16 << 30))
-
-
-def _limit_compile_worker() -> None:
-    """Bound a compile worker's address space: NVRTC runs in it on untrusted code (template or
-    constexpr bombs), so exhausting memory fails that job (env limits -> MemoryError -> the job's
-    result) instead of the host. The wall-clock limit is the parent's (parse + compile)."""
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        cap = COMPILE_WORKER_AS_BYTES if hard == resource.RLIM_INFINITY else min(hard, COMPILE_WORKER_AS_BYTES)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    except (ImportError, ValueError, OSError):
-        pass
+def _mark_cuda_free(role: str, backend: str) -> None:
+    """Compile workers and cpu-backend workers never hold a CUDA context: NVRTC compiles in them run
+    under the compile memory cap (build/memory_cap.py), which a CUDA process must never get."""
+    if role == "compile" or backend == "cpu":
+        from kernels_env.build import memory_cap
+        memory_cap.mark_cuda_free()
 
 
 def compile_worker_read_paths() -> list[str]:
@@ -125,8 +119,7 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except (ValueError, OSError):
         pass
-    if role == "compile":
-        _limit_compile_worker()
+    _mark_cuda_free(role, backend)
     device = None
     refs: Any = None  # the object whose __dict__ holds the reference timings (exec workers)
     reported: set = set()  # reference-timing keys the parent has (seeded or reported)
@@ -202,6 +195,16 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
 
 
 # ---- parent side ------------------------------------------------------------------------------
+def _compile_memory_text(env: dict[str, str]) -> str:
+    """The compile memory cap of workers started with `env`, as messages name it."""
+    from kernels_env.build import memory_cap
+    from kernels_env.core.units import describe_bytes
+    try:
+        return describe_bytes(memory_cap.compile_memory_bytes({**os.environ, **env}))
+    except ValueError as e:
+        return str(e)
+
+
 class WorkerStartError(RuntimeError):
     """A worker process could not start (its traceback, if any, in `details`)."""
 
@@ -746,7 +749,8 @@ class EvalPool:
             self._complete(pend, Result.env_error("EvalPool closed while the job ran", task=pend.job.task))
         elif failure is not None:
             what = (f"compilation did not finish within {limit:g} s" if failure == "overran"
-                    else f"the compiler crashed on this code ({failure})")
+                    else f"the compiler crashed on this code ({failure}; a compile may use "
+                         f"{_compile_memory_text(env)} of memory)")
             self._complete(pend, Result(Status.COMPILE_ERROR, message=what + " (retried once)",
                                         task=pend.job.task, backend=self.backend))
         elif kind == "result":

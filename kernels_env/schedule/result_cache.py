@@ -17,6 +17,7 @@ from collections import OrderedDict
 from kernels_env.core.config import RESULT_NEUTRAL_FIELDS, EnvConfig
 from kernels_env.core.result import Result
 from kernels_env.source.source_text import strip_comments
+from kernels_env.source.submission import Answer
 from kernels_env.core.status import Status
 
 KEY_VERSION = "2"  # 2: std prelude, null pointers, KernelBench-aligned task semantics
@@ -30,7 +31,7 @@ def normalize_source(src: str) -> str:
     return "\n".join(ln for ln in lines if ln)
 
 
-def cache_key(task_name: str, text: str, config: EnvConfig) -> str:
+def cache_key(task_name: str, text: Answer, config: EnvConfig) -> str:
     """sha256 hex over the task name, the normalised blocks and the config (less its
     RESULT_NEUTRAL_FIELDS, which never change a result). Text without both blocks (a format error)
     is keyed by its raw content."""

@@ -12,8 +12,25 @@ from kernels_env.core.program import Submission
 from kernels_env.source.signatures import find_kernels
 
 MAX_TEXT_CHARS = 200_000
+Answer = str | bytes  # the policy's answer: text, or the bytes of a file (decoded as UTF-8 here)
 
-__all__ = ["FormatError", "extract_blocks", "parse_submission", "in_launch_block", "MAX_TEXT_CHARS"]
+__all__ = ["FormatError", "Answer", "decode_answer", "extract_blocks", "parse_submission", "in_launch_block",
+           "MAX_TEXT_CHARS"]
+
+
+def decode_answer(answer: Answer) -> str:
+    """The answer as text: bytes are UTF-8 (a byte sequence that is not is a FormatError naming its
+    offset); text is returned as is. Anything else is a FormatError naming its type."""
+    if isinstance(answer, str):
+        return answer
+    if not isinstance(answer, (bytes, bytearray)):
+        raise FormatError(f"the submission must be text, got {type(answer).__name__}")
+    try:
+        return bytes(answer).decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = " ".join(f"0x{b:02x}" for b in e.object[e.start:e.end][:4])
+        raise FormatError(f"the answer is not valid UTF-8 text: byte offset {e.start} ({bad}): {e.reason}; "
+                          "expected UTF-8 Markdown") from None
 
 # The info string is read in code, not by a regex: `[^`\s]*[^`]*$` backtracks quadratically on a
 # long line ending in a backtick.
@@ -46,11 +63,10 @@ def _blocks(text: str) -> tuple[list[tuple[str, str, int]], tuple[str, int] | No
     return blocks, None
 
 
-def extract_blocks(text: str) -> tuple[str, str]:
+def extract_blocks(answer: Answer) -> tuple[str, str]:
     """Return (cuda source, launch source) from the last ```cuda and ```launch blocks; FormatError if
-    either is missing, unterminated, empty, or the text is too large."""
-    if not isinstance(text, str):
-        raise FormatError(f"the submission must be text, got {type(text).__name__}")
+    either is missing, unterminated, empty, the text is too large or not UTF-8 (decode_answer)."""
+    text = decode_answer(answer)
     if len(text) > MAX_TEXT_CHARS:
         raise FormatError(f"the answer is {len(text)} characters; at most {MAX_TEXT_CHARS} are accepted")
     try:
@@ -90,7 +106,7 @@ def in_launch_block(message: str) -> str:
     return f"launch block {message}" if message.startswith("line ") else message
 
 
-def parse_submission(text: str) -> Submission:
+def parse_submission(text: Answer) -> Submission:
     """Extract the blocks, find the extern "C" kernels and parse the launch plan (no task checks yet:
     see `kernels_env.source.launch.check_plan`). Raises FormatError."""
     cuda, launch = extract_blocks(text)

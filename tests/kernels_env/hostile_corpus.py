@@ -54,11 +54,29 @@ class HCase:
     note: str = ""
     must_not_leak: bool = False  # message and details must not show host paths or file contents
     timing: bool = False  # run the timing stage too (a few runs)
+    # NVRTC explodes: only a CUDA-free process caps NVRTC's memory (pool workers, hostile_table's cpu
+    # children); in-process `score` in the test process does not (docs/THREAT_MODEL.md, B)
+    cuda_free_only: bool = False
 
     def config(self, backend: str):
         from tests.kernels_env.broken_corpus import corpus_config
         cfg = corpus_config(backend)
         return cfg.replace(timing=True, warmup_runs=1, timed_runs=3) if self.timing else cfg
+
+
+# The compile memory cap the corpus runs under (LEAP_COMPILE_MEMORY_BYTES): the default 2 GiB takes
+# four times as long to fill; the limit and its message are the same code at any size.
+COMPILE_MEMORY_BYTES = 512 << 20
+# 2^24 distinct instantiations (a binary tree of T<N, M>): gigabytes on any compiler, in seconds
+TEMPLATE_BOMB = ("template <int N, unsigned long long M> struct Bomb {\n"
+                 "    static constexpr unsigned long long v = Bomb<N - 1, 2 * M>::v + Bomb<N - 1, 2 * M + 1>::v;\n};\n"
+                 "template <unsigned long long M> struct Bomb<0, M> { static constexpr unsigned long long v = M; };\n"
+                 "QUALIFIER unsigned long long bomb() { return Bomb<24, 1>::v; }\n")
+
+
+# 32 scratch buffers of 2 GiB each (the most the launch block allows): 64 GiB the kernel never uses
+SCRATCH_64_GIB = "".join(f"scratch float s{k}[536870912];\n" for k in range(32)) + \
+    "affine<<<cdiv(N, 256), 256>>>(x, y, N);"
 
 
 def _sub(cuda: str, launch: str = "affine<<<cdiv(N, 256), 256>>>(x, y, N);") -> str:
@@ -153,6 +171,16 @@ CASES: tuple[HCase, ...] = (
         "    __shared__ int ok;\n    if (threadIdx.x == 0) { void* p = malloc((size_t)1 << 33); ok = p == 0;"
         " if (p) free(p); }\n    __syncthreads();\n    if (i < n) y[i] = ok ? 2.0f * x[i] + 1.0f : 0.0f;"),
           S({"correct"}), note="an 8 GiB device malloc returns NULL on both backends (bounded heap)"),
+    HCase("scratch_64_gib", "B", "corpus_affine", _sub(AFFINE_CUDA, SCRATCH_64_GIB), S({"runtime_error"}),
+          backends=("cpu",), note="refused from the declared sizes (cupy: the GPU's allocator decides)"),
+    HCase("template_bomb_nvrtc", "B", "corpus_affine", _sub(TEMPLATE_BOMB.replace("QUALIFIER", "__device__")
+                                                            + AFFINE_CUDA), S({"compile_error"}),
+          backends=("cpu",), cuda_free_only=True,
+          note="NVRTC runs out of the compile memory cap (cupy: tests/kernels_env/test_hostile_pool.py)"),
+    HCase("template_bomb_host_compiler", "B", "corpus_affine",
+          _sub("#ifdef __x86_64__\n" + TEMPLATE_BOMB.replace("QUALIFIER", "static") + "#endif\n"
+               + AFFINE_CUDA), S({"compile_error"}),
+          backends=("cpu",), note="only the host compiler sees it; cupy: NVRTC never compiles it"),
     # ---- D: memory errors that pass -------------------------------------------------------------
     HCase("scratch_write_past_end", "D", "corpus_affine", _sub(
         'extern "C" __global__ void affine(const float* x, float* y, float* s, int n) {\n'

@@ -99,20 +99,25 @@ def test_python_dash_m_entry_point():
     assert len(json.loads(out.stdout)) == len(list_tasks(level=1))
 
 
-def test_score_invalid_utf8_is_a_clear_error(capsys, tmp_path):
-    """Bytes that are not UTF-8 give a one-line error (exit 2), never a traceback."""
+def test_score_invalid_utf8_is_a_format_error(tmp_path):
+    """Bytes that are not UTF-8 are the submission's format_error naming the byte offset (exit 1,
+    JSON with --json), never a traceback."""
     p = tmp_path / "bad.md"
     p.write_bytes(b"```cuda\n\xff\xfe int x;\n```\n```launch\nk<<<1,1>>>();\n```\n")
-    assert main(["score", "--task", "relu", str(p)]) == 2
-    err = capsys.readouterr().err
-    assert "not valid UTF-8" in err and "Traceback" not in err
+    code, text = run(["score", "--task", "relu", str(p), "--backend", "cpu", "--inline", "--json"])
+    d = json.loads(text)
+    assert code == 1 and d["status"] == "format_error" and d["task"] == "relu"
+    assert d["message"].startswith("the answer is not valid UTF-8 text: byte offset 8 (0xff)"), d["message"]
+    code, text = run(["score", "--task", "relu", str(p), "--backend", "cpu", "--inline"])
+    assert code == 1 and text.startswith("format_error:") and "byte offset 8" in text
 
 
 def test_score_invalid_utf8_subprocess(tmp_path):
-    import subprocess
-    import sys
+    """The real command through its worker pool (the path that once crashed with a traceback)."""
     p = tmp_path / "bad.md"
     p.write_bytes(b"\xc3\x28 hello")
-    proc = subprocess.run([sys.executable, "-m", "kernels_env", "score", "--task", "relu", str(p)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "UTF-8" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "kernels_env", "score", "--task", "relu", str(p), "--backend",
+                           "cpu", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    d = json.loads(proc.stdout)
+    assert d["status"] == "format_error" and "byte offset 0 (0xc3): invalid continuation byte" in d["message"]

@@ -532,19 +532,21 @@ def test_correctness_limit_charges_the_candidate_not_the_reference():
     """A slow reference (e.g. CuPy building its elementwise kernels on a cold worker) must not
     turn a fast, correct kernel into a timeout; a slow candidate still is one."""
     def slow_reference(xp, a, b):
-        time.sleep(0.03)
+        time.sleep(0.15)
         return a + b
 
-    cfg = FAST.replace(timing=False, limits=StageLimits(correctness=0.05))
+    # the fast kernel's 5 launches take well under a millisecond: 0.25 s holds at any load we see,
+    # while the 5 references (0.75 s) would be over it if they were charged
+    cfg = FAST.replace(timing=False, limits=StageLimits(correctness=0.25))
     res = run(device_with(add=add_kernel), add_task(reference=slow_reference), ADD_SUB, config=cfg)
     assert res.status is Status.CORRECT and res.trials == 5, res.message
 
     def slow(grid, block, shared, a, b, y, n):
-        time.sleep(0.02)
+        time.sleep(0.1)
         add_kernel(grid, block, shared, a, b, y, n)
 
     res = run(device_with(add=slow), add_task(reference=slow_reference), ADD_SUB, config=cfg)
-    # 0.02 s per trial: over 0.05 s by the third at the latest (sooner on a loaded machine)
+    # at least 0.1 s per trial: over 0.25 s by the third at the latest (sooner on a loaded machine)
     assert res.status is Status.TIMEOUT and 1 <= res.trials <= 3
 
 

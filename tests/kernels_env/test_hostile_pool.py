@@ -13,7 +13,7 @@ import pytest
 from kernels_env.schedule.pool import EvalPool, Job
 from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import AFFINE_SOLUTION, corpus_config, corpus_evaluator
-from tests.kernels_env.hostile_corpus import CASES, leaked
+from tests.kernels_env.hostile_corpus import CASES, COMPILE_MEMORY_BYTES, TEMPLATE_BOMB, leaked
 from tests.kernels_env.isolation_corpus import ISOLATION_CASES
 
 
@@ -22,7 +22,8 @@ def test_corpus_through_pool_has_no_env_error():
     jobs = [Job(c.task, c.text, c.config("cpu")) for c in cases]
     t0 = time.monotonic()
     with EvalPool(mode="process", backend="cpu", evaluator=corpus_evaluator, cache=False,
-                  config=corpus_config("cpu"), cpu_workers=2) as pool:
+                  config=corpus_config("cpu"), cpu_workers=2,
+                  worker_env={"LEAP_COMPILE_MEMORY_BYTES": str(COMPILE_MEMORY_BYTES)}) as pool:
         results = pool.map(jobs)
         after = pool.map([Job("corpus_affine", AFFINE_SOLUTION, corpus_config("cpu"))])[0]
         stats = pool.stats() if hasattr(pool, "stats") else {}
@@ -118,3 +119,23 @@ def test_trainer_path_compilers_do_not_see_host_files(backend):
         plain, r = pool.map([Job(t.name, t.solution), Job(t.name, probed)])
     assert plain.status is Status.CORRECT, plain.message
     assert r.status is Status.CORRECT, r.message
+
+
+@pytest.mark.parametrize("backend", [pytest.param("cpu", id="cpu"),
+                                     pytest.param("cupy", id="cupy", marks=pytest.mark.gpu)])
+def test_trainer_path_caps_compile_memory(backend):
+    """The trainer's path (compile workers, no evaluator): a template bomb NVRTC compiles runs out of
+    the compile memory cap in a CUDA-free compile worker, a compile_error naming the limit, and the
+    pool still scores the task's solution."""
+    from kernels_env.core.config import EnvConfig, StageLimits
+    from kernels_env.tasks import list_tasks
+    t = list_tasks(level=1)[0]
+    bomb = t.solution.replace("```cuda\n", "```cuda\n" + TEMPLATE_BOMB.replace("QUALIFIER", "__device__"), 1)
+    cfg = EnvConfig(backend=backend, sizes="small", timing=False, correctness_trials=2,
+                    limits=StageLimits(parse=2, compile=20, correctness=10, timing=10))  # the bomb: ~1 s
+    with EvalPool(backend=backend, config=cfg, compile_workers=1, cpu_workers=1, cache=False,
+                  worker_env={"LEAP_COMPILE_MEMORY_BYTES": str(256 << 20)}) as pool:
+        r, plain = pool.map([Job(t.name, bomb), Job(t.name, t.solution)])
+    assert r.status is Status.COMPILE_ERROR, r.message
+    assert "NVRTC ran out of memory: a compile may use 256 MiB (LEAP_COMPILE_MEMORY_BYTES)" in r.message
+    assert plain.status is Status.CORRECT, plain.message

@@ -35,7 +35,7 @@ def test_isolation_case(device, case):
         f"{case.id}: got {r.status.value} ({r.message}), expected one of {sorted(case.expected)}")
     shown = leaked(r.message + "\n" + r.details)
     assert not shown, f"{case.id}: the result shows {shown}: {r.message}"
-    assert seconds < 30.0, f"{case.id} took {seconds:.1f} s"
+    assert seconds < 60.0, f"{case.id} took {seconds:.1f} s"  # under 15 s idle: holds at 4x load
 
 
 def test_runner_is_confined(device):

@@ -70,6 +70,24 @@ def test_format_error_stops_before_compile():
     assert "compile" not in r.stage_seconds and r.backend == "fake"
 
 
+def test_bytes_are_decoded_and_invalid_utf8_is_a_format_error_naming_the_offset():
+    """score() takes a file's bytes: UTF-8 scores as the text does; anything else is format_error
+    naming the byte offset, never an exception or env_error."""
+    text = submission("add<<<cdiv(N, 128), 128>>>(a, b, c, N);")
+    r = score(TASK, text.encode(), CFG, device())
+    assert r.status is Status.CORRECT, r.message
+    assert r.key == cache_key("vec_add_test", text, CFG)  # the same submission as the text
+    bad = text.encode().replace(b"Here", b"H\xffre", 1)
+    r = score(TASK, bad, CFG, device())
+    assert r.status is Status.FORMAT_ERROR and "compile" not in r.stage_seconds
+    assert r.message == ("the answer is not valid UTF-8 text: byte offset 1 (0xff): invalid start byte; "
+                         "expected UTF-8 Markdown"), r.message
+    assert r.key == cache_key("vec_add_test", bad, CFG) != cache_key("vec_add_test", text, CFG)
+    cut = "é".encode()[:1] + text.encode()  # a truncated two-byte sequence
+    assert "byte offset 0 (0xc3)" in prepare(TASK, cut, CFG).message
+    assert "must be text, got int" in score(TASK, 42, CFG, device()).message  # type: ignore[arg-type]
+
+
 def test_static_check_error_names_the_line():
     r = score(TASK, submission("// comment\nadd<<<1, 128>>>(a, b, c);"), CFG, device())
     assert r.status is Status.FORMAT_ERROR

@@ -29,7 +29,7 @@ def test_results_in_order_with_hangs_and_crashes(pool):
             Job("t", "raise")]
     t0 = time.monotonic()
     rs = pool.map(jobs)
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 180  # ~20 s idle (hangs, crashes, worker restarts): 4x load fits
     assert [r.status for r in rs] == [Status.CORRECT, Status.TIMEOUT, Status.RUNTIME_ERROR,
                                       Status.RUNTIME_ERROR, Status.CORRECT, Status.ENV_ERROR]
     assert [r.message for r in (rs[0], rs[4])] == ["ok-1", "ok-2"]

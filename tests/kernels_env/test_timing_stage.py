@@ -12,7 +12,7 @@ from kernels_env.core.config import EnvConfig
 from kernels_env.execute.timing_stage import TIMING_TRIAL_BASE
 from kernels_env.core.program import Name, ScratchDecl, Num
 from kernels_env.core.status import Status
-from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
+from kernels_env.judge.timing_stats import SLOWDOWN_MARGIN, Plan, ci_rel_width, median_ci, next_batch
 from tests.kernels_env.test_harness import (ADD_SIG, ADD_SUB, FAST, add_kernel, add_task, device_with, launch,
                                             ptr, run, submission, val)
 from kernels_env.core.program import KernelSignature
@@ -53,14 +53,27 @@ def test_next_batch_reaches_the_minimum_then_grows_within_the_budget():
 
 
 def test_next_batch_of_a_slow_kernel_drops_the_warmup_and_takes_what_fits():
-    # a batch below the minimum takes at most half the allowance left: 4 of 5 s fit, 2 are taken
-    assert next_batch(plan(per_run_s=1.0, allowance_s=5.0)) == (0, 2)
-    assert next_batch(plan(per_run_s=1.0, allowance_s=7.0)) == (2, 1)  # 3 of 6 fit: 2 warm-up + 1
-    assert next_batch(plan(per_run_s=1.0, allowance_s=2.5)) == (0, 1)
-    assert next_batch(plan(per_run_s=1.0, allowance_s=1.5)) == (0, 1)  # one run fits: it is taken
-    assert next_batch(plan(per_run_s=1.0, allowance_s=0.5)) == (0, 0)
+    # a batch must end inside 90% of the allowance left even at 4x the predicted time per run
+    assert SLOWDOWN_MARGIN == 4.0
+    assert next_batch(plan(per_run_s=1.0, allowance_s=10.0)) == (0, 2)  # 2 runs: 8 s at 4x
+    assert next_batch(plan(per_run_s=1.0, allowance_s=14.0)) == (2, 1)  # 3 fit at 4x: 2 warm-up + 1
+    assert next_batch(plan(per_run_s=1.0, allowance_s=5.0)) == (0, 1)
+    assert next_batch(plan(per_run_s=1.0, allowance_s=4.0)) == (0, 0)  # 1 run could take 4 s: the probe stands
+    assert next_batch(plan(per_run_s=1.0, allowance_s=1.5)) == (0, 0)
     # below the minimum the adaptive budget does not stop it; the stage allowance does
-    assert next_batch(plan(per_run_s=0.5, budget_left_s=-3.0, warmup_left=0)) == (0, 10)
+    assert next_batch(plan(per_run_s=0.5, budget_left_s=-3.0, warmup_left=0, allowance_s=30.0)) == (0, 10)
+    assert next_batch(plan(per_run_s=0.5, budget_left_s=-3.0, warmup_left=0, allowance_s=10.0)) == (0, 4)
+
+
+def test_a_batch_planned_by_next_batch_ends_inside_the_stage_at_4x_slowdown():
+    """The busy-machine failure: runs 2.5x (here up to 4x) slower than the probe predicted must not
+    push a batch past the allowance (the stage's deadline: a timeout for a correct kernel)."""
+    for per_run in (0.05, 0.3, 1.0, 2.5):
+        for allowance in (1.0, 3.0, 7.0, 30.0):
+            for timed in (0, 3, 10, 40):
+                p = plan(timed=timed, per_run_s=per_run, allowance_s=allowance, budget_left_s=100.0)
+                w, n = next_batch(p)
+                assert (w + n) * per_run * SLOWDOWN_MARGIN <= allowance, (p, w, n)
 
 
 def test_config_validation_names_the_bad_value():

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from kernels_env.build import landlock
+from kernels_env.build import landlock, memory_cap
 
 HERE = Path(__file__).resolve().parent
 HEADERS = ("cuda_prelude.h", "cpu_runtime.h")
@@ -36,6 +36,17 @@ class BuildError(Exception):
     def __init__(self, log: str) -> None:
         super().__init__(log)
         self.log = log
+
+
+class BuildLimitError(BuildError):
+    """The host compiler ran out of the memory a compile may use (build.memory_cap); `log` names it."""
+
+
+def _failed(log: str, src: str, limit: int) -> BuildError:
+    """The error of a failed compile: out of the memory limit (named), else the cleaned log."""
+    if memory_cap.ran_out_of_memory(log):
+        return BuildLimitError(memory_cap.limit_message("the host C++ compiler", limit))
+    return BuildError(clean_log(log, src))
 
 
 def cache_dir() -> Path:
@@ -113,9 +124,6 @@ def foreign_headers(opened: list[str], exe: str) -> list[str]:
     return [h for h in opened if not os.path.realpath(h).startswith(allowed)]
 
 
-COMPILER_AS_BYTES = int(os.environ.get("LEAP_CPU_COMPILER_AS_BYTES", 4 << 30))
-
-
 def _compiler_paths(exe: str) -> tuple[list[str], list[str]]:
     """(read-only, read-write) paths the host compiler may open: the system's binaries, libraries and
     headers, the backend's headers, the compiler's own directories; the build cache and /dev/null."""
@@ -124,12 +132,12 @@ def _compiler_paths(exe: str) -> tuple[list[str], list[str]]:
     return read, [str(cache_dir()), os.devnull]
 
 
-def _limit_compiler(timeout_s: float, exe: str | None = None):
-    """preexec_fn bounding the host compiler's address space and CPU time (template bombs) and, where
-    Landlock is available, the files it can open (includes of host paths fail inside the kernel).
-    Where user namespaces work it also runs in a private root holding only those paths, so
-    `__has_include` of any other host path is false (Landlock alone answers EACCES, which GCC turns
-    into an error: one bit). LEAP_CPU_LANDLOCK=0 / LEAP_CPU_PRIVATE_ROOT=0 turn these off."""
+def _limit_compiler(timeout_s: float, exe: str | None, as_bytes: int):
+    """preexec_fn bounding the host compiler's address space (`as_bytes`, build.memory_cap) and CPU
+    time (template bombs) and, where Landlock is available, the files it can open (includes of host
+    paths fail inside the kernel). Where user namespaces work it also runs in a private root holding
+    only those paths, so `__has_include` of any other host path is false (Landlock alone answers
+    EACCES, which GCC turns into an error: one bit). LEAP_CPU_LANDLOCK=0 / LEAP_CPU_PRIVATE_ROOT=0 turn these off."""
     paths = _compiler_paths(exe) if exe and os.environ.get("LEAP_CPU_LANDLOCK", "1") != "0" else None
     root = None
     if paths is not None and os.environ.get("LEAP_CPU_PRIVATE_ROOT", "1") != "0":
@@ -141,7 +149,7 @@ def _limit_compiler(timeout_s: float, exe: str | None = None):
         if root is not None and paths is not None:  # a file system holding only the allowed paths
             # (where namespaces work; root is set only with paths)
             landlock.private_root(*paths, root=root)
-        resource.setrlimit(resource.RLIMIT_AS, (COMPILER_AS_BYTES, COMPILER_AS_BYTES))
+        memory_cap.preexec_limit(as_bytes)
         cpu = int(timeout_s) + 5
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
         if paths is not None:
@@ -222,12 +230,13 @@ def _user_object(exe: str, fl: list[str], source: str, d: Path, tag: str) -> str
     # baseline too, so what the prelude itself calls (malloc in device_malloc, snprintf) is allowed
     cflags = [("-O0" if re.fullmatch(r"-O[0-3sg]?", f) else f) for f in fl if f != "-shared"]
     cflags.append("-fkeep-inline-functions")
+    limit = memory_cap.compile_memory_bytes()
     try:
         proc = subprocess.run([exe, *cflags, "-c", "-I", str(HERE), "-o", obj, src], capture_output=True,
-                              text=True, timeout=120, preexec_fn=_limit_compiler(120, exe),
+                              text=True, timeout=120, preexec_fn=_limit_compiler(120, exe, limit),
                               env=_compiler_env())
         if proc.returncode != 0:
-            raise BuildError(clean_log(proc.stderr, src))
+            raise _failed(proc.stderr, src, limit)
         return obj
     finally:
         os.unlink(src)
@@ -295,9 +304,10 @@ def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: fl
         # -H: the compiler lists every file it opens; a file outside the allowed directories (an
         # #include the NVRTC-side check missed) fails the build with its log withheld.
         cmd = [exe, *fl, "-H", "-I", str(HERE), "-o", tmp_out, src]
+        limit = memory_cap.compile_memory_bytes()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                                  preexec_fn=_limit_compiler(timeout_s, exe), env=_compiler_env())
+                                  preexec_fn=_limit_compiler(timeout_s, exe, limit), env=_compiler_env())
         except subprocess.TimeoutExpired:
             raise BuildError(f"the cpu backend's C++ build took longer than {timeout_s:g} s") from None
         opened, log = opened_headers(proc.stderr or "")
@@ -306,7 +316,7 @@ def build(cpp: str, compiler: str = "c++", opt_level: str = "-O1", timeout_s: fl
             raise BuildError("kernel.cu: error: the code includes a file that is not one of the allowed "
                              "headers (the compiler log is withheld)")
         if proc.returncode != 0:
-            raise BuildError(clean_log(log or proc.stdout, src))
+            raise _failed(log or proc.stdout, src, limit)
         os.replace(tmp_out, out)
         return out
     finally:

@@ -21,7 +21,7 @@ import numpy as np
 
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout, untimed_hooks
 from kernels_env.backends.cpu import build as _build
-from kernels_env.backends.cpu.memory import shared_empty, shared_lookup
+from kernels_env.backends.cpu.memory import max_scratch_bytes, shared_empty, shared_lookup
 from kernels_env.backends.cpu.sandbox import Runner, RunnerError, RunnerLoadError, RunnerTimeout
 from kernels_env.backends.cpu.translate import UnsupportedFeature, translate
 from kernels_env.core.config import EnvConfig
@@ -75,7 +75,7 @@ class CpuDevice:
         try:
             path = _build.build(tr.cpp, cfg.cpu_compiler, cfg.cpu_opt_level, timeout_s=cfg.limits.compile,
                                 user_cpp=tr.user_cpp)
-        except _build.SymbolError as e:
+        except (_build.SymbolError, _build.BuildLimitError) as e:
             raise _compile_error(f"cpu backend: {e.log}") from None
         except _build.BuildError as e:
             raise _compile_error(
@@ -186,6 +186,12 @@ class CpuDevice:
             raise err
 
     # ---- memory ------------------------------------------------------------------------------
+    @property
+    def max_scratch_bytes(self) -> int:
+        """The scratch one evaluation may declare (memory.max_scratch_bytes); the harness refuses
+        more before allocating anything."""
+        return max_scratch_bytes()
+
     def empty(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         return shared_empty(tuple(shape), dtype)
 
