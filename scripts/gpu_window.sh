@@ -8,7 +8,8 @@
 #                                           final evaluations, logs and report (window_runs.tgz)
 # A window is several device commands back to back (each at most 10 minutes; the machine keeps what the
 # last one left while it is held): `start; wait 560`, then `wait 580` until it prints "window: done".
-# A policy brought back earlier is carried as tar parts: POLICY_PARTS='artifacts/.../policy.tar.part-*'.
+# A policy made in an earlier window starts every arm instead of a new SFT run: POLICY_TGZ names its
+# tar.gz (e.g. artifacts/policies/gen-2026-12-04/policy.tar.gz, which the repository carries).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_out}"; mkdir -p "$OUT"
@@ -17,9 +18,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHO
 mkdir -p "$EXP_OUT"
 case ${1:-} in
   start)
-    if [ -n "${POLICY_PARTS:-}" ] && [ ! -f "$EXP_OUT/policy/config.json" ]; then
-      # shellcheck disable=SC2086
-      cat $POLICY_PARTS | tar xf - -C "$EXP_OUT" && touch "$EXP_OUT/.policy_carried"
+    if [ -n "${POLICY_TGZ:-}" ] && [ ! -f "$EXP_OUT/policy/config.json" ]; then
+      tar xzf "$POLICY_TGZ" -C "$EXP_OUT" || { echo "window: cannot unpack POLICY_TGZ=$POLICY_TGZ"; exit 2; }
     fi
     [ -f "$EXP_OUT/policy/config.json" ] && touch "$EXP_OUT/.policy_carried"
     base="--out $EXP_OUT --config-dir configs/generated --sft-config configs/generated/bootstrap_sft.yaml --metric heldout/acc@1"
