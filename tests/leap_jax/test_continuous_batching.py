@@ -223,3 +223,20 @@ def test_multiturn_rollout_same_with_continuous_batching(tmp_path):
         assert [t.finished for t in ra.turns] == [t.finished for t in rb.turns]
         np.testing.assert_allclose(np.asarray(ra.logprobs), np.asarray(rb.logprobs), atol=1e-5)
     np.testing.assert_array_equal(a.status_rank, b.status_rank)
+
+
+def test_sampling_config_opt_in():
+    from leap_jax.sampling import decode_impl
+    from leap_jax.train import config_policy
+    from leap_jax.train.config import load_config
+    from leap_jax.train.config_loader import ConfigError
+    assert config_policy.BATCHINGS == decode_impl.BATCHINGS
+    cfg = load_config(None, [])
+    assert cfg.sampling.decode_impl() == DecodeImpl(steps_per_iter=cfg.sampling.steps_per_iter)
+    cfg = load_config(None, ["sampling.batching=continuous", "sampling.slots=16"])
+    assert cfg.sampling.decode_impl() == DecodeImpl(steps_per_iter=cfg.sampling.steps_per_iter,
+                                                    batching="continuous", slots=16)
+    with pytest.raises(ConfigError, match="sampling.batching"):
+        load_config(None, ["sampling.batching=dynamic"])
+    with pytest.raises(ConfigError, match="decode_segments=1"):
+        load_config(None, ["sampling.batching=continuous", "sampling.decode_segments=2"])
