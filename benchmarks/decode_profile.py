@@ -10,8 +10,11 @@ trace process (host threads, GPU streams) the busy time, and for the device the 
 the most time, per decode step (host events nest, so their sum exceeds the wall time; kernels on a
 device stream do not). Wall time per step against device busy time per step says whether
 the loop is bound by its kernels (busy ~ wall) or by launches and host round trips (busy << wall).
-Rows never stop early (no stop ids). Variants of the Sampler options are compared side by side
-(`--variants 'k1:steps_per_iter=1' 'k4:steps_per_iter=4' ...`).
+Rows never stop early (no stop ids) unless `--stop-ids N`: then ids 3..N+2 stop a row, so with
+random weights lengths are about geometric (mean ~vocab/N, cut at --new), the case where continuous
+batching (`batching=continuous,slots=32`) refills slots. Variants of the Sampler options are
+compared side by side (`--variants 'k1:steps_per_iter=1' 'k4:steps_per_iter=4' ...`); "steps" are
+the decode steps the sampler ran (every step of a continuous loop, each a forward of all slots).
 """
 from __future__ import annotations
 
@@ -82,7 +85,8 @@ def is_device(proc: str) -> bool:
     return ("gpu" in p or "/device:" in p or "stream" in p) and "host" not in p and "cpu" not in p
 
 
-def run_variant(shape: dict, kw: dict, batch: int, prompt: int, new: int, trace_dir: str) -> dict:
+def run_variant(shape: dict, kw: dict, batch: int, prompt: int, new: int, trace_dir: str,
+                stop_ids: int = 0) -> dict:
     import jax
     import numpy as np
 
@@ -97,19 +101,23 @@ def run_variant(shape: dict, kw: dict, batch: int, prompt: int, new: int, trace_
     sampler = Sampler(cfg, max_batch=batch, prompt_buckets=[prompt], max_new_tokens=new, impl=DecodeImpl(**kw))
     rng = np.random.default_rng(0)
     prompts = [list(rng.integers(3, cfg.vocab_size, size=prompt - 1)) for _ in range(batch)]
-    sp = SamplingParams(temperature=1.0, max_new_tokens=new, stop_token_ids=())
+    sp = SamplingParams(temperature=1.0, max_new_tokens=new, stop_token_ids=tuple(range(3, 3 + stop_ids)))
     sampler.generate(params, prompts, sp, jax.random.key(1))  # compiles
+    before = sampler.counters["decode_iterations"]
     t0 = time.perf_counter()
     out = sampler.generate(params, prompts, sp, jax.random.key(2))
     untraced = time.perf_counter() - t0
+    untraced_steps = sampler.counters["decode_iterations"] - before
+    tokens = sum(len(t) for t in out.tokens)  # with stop ids, each call's rows differ
+    before = sampler.counters["decode_iterations"]
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
         t0 = time.perf_counter()
         out = sampler.generate(params, prompts, sp, jax.random.key(3))
         traced = time.perf_counter() - t0
-    steps = max(len(t) for t in out.tokens)
+    steps = sampler.counters["decode_iterations"] - before
     prof = read_perfetto(trace_dir)
     return {"untraced_s": untraced, "traced_s": traced, "steps": steps,
-            "tokens": sum(len(t) for t in out.tokens), **prof}
+            "untraced_steps": untraced_steps, "tokens": tokens, **prof}
 
 
 def main() -> None:
@@ -119,6 +127,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--new", type=int, default=512)
+    ap.add_argument("--stop-ids", type=int, default=0, help="stop on ids 3..N+2 (rows of varied lengths)")
     ap.add_argument("--top", type=int, default=12, help="device events listed per variant")
     ap.add_argument("--variants", nargs="*", default=["k1:steps_per_iter=1", "k4:steps_per_iter=4"])
     args = ap.parse_args()
@@ -128,11 +137,11 @@ def main() -> None:
     for text in args.variants:
         name, kw = parse_variant(text)
         with tempfile.TemporaryDirectory() as d:
-            r = run_variant(shape, kw, args.batch, args.prompt, args.new, d)
+            r = run_variant(shape, kw, args.batch, args.prompt, args.new, d, args.stop_ids)
         steps = max(r["steps"], 1)
         print(f"\n== {name} {kw}: shape {args.shape} batch {args.batch} prompt {args.prompt} new {args.new}")
         print(f"generate {r['untraced_s'] * 1e3:.1f} ms untraced ({r['tokens'] / r['untraced_s']:.0f} tokens/s, "
-              f"{r['untraced_s'] / steps * 1e3:.3f} ms/step), {r['traced_s'] * 1e3:.1f} ms traced; {steps} steps")
+              f"{r['untraced_s'] / max(r['untraced_steps'], 1) * 1e3:.3f} ms/step), {r['traced_s'] * 1e3:.1f} ms traced; {steps} steps")
         for proc, us in sorted(r["busy"].items(), key=lambda kv: -kv[1]):
             print(f"  {'device' if is_device(proc) else 'host  '} {proc[:60]:60s} events {us / 1e3:9.1f} ms "
                   f"({us / steps:8.1f} us/step) in {r['count'][proc]} events ({r['count'][proc] / steps:.1f}/step)")

@@ -5,7 +5,8 @@ the alternatives equal); they trade compile time, memory layout and kernel count
 the measured choice on the H200 (benchmarks/sampler_throughput.py and benchmarks/decode_profile.py
 compare the alternatives side by side); the trainer sets only `decode_segments` and
 `steps_per_iter` (config `sampling.*`). `rng_impl` changes the random stream of stochastic
-sampling, not its distribution.
+sampling, not its distribution; so does `batching="continuous"` (sampling/continuous.py), an
+opt-in that is not the default until GPU measurements say so.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from leap_jax.models.layers import ATTN_IMPLS
 PADDINGS = ("left", "right")
 LAYER_LOOPS = ("scan", "unrolled")
 RNG_IMPLS = ("threefry", "rbg")
+BATCHINGS = ("static", "continuous")
 
 
 @dataclass(frozen=True)
@@ -35,18 +37,30 @@ class DecodeImpl:
     static_filter: bool = True
     decode_segments: int = 1  # consecutive while_loops with growing static KV windows
     steps_per_iter: int = 1  # decode steps per while_loop iteration (steps past the end discarded)
+    # "static": a chunk's rows decode together until its longest row stops; "continuous" (opt-in,
+    # sampling.continuous): `slots` decode slots with their own positions and caches, a slot whose
+    # row stopped takes the chunk's next pending row (left padding, one segment only)
+    batching: str = "static"
+    slots: int = 0  # continuous only: decode slots per chunk (0 = half the chunk's batch bucket)
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("padding", self.padding, PADDINGS),
                                      ("layer_loop", self.layer_loop, LAYER_LOOPS),
                                      ("rng_impl", self.rng_impl, RNG_IMPLS),
-                                     ("attention", self.attention, ATTN_IMPLS)):
+                                     ("attention", self.attention, ATTN_IMPLS),
+                                     ("batching", self.batching, BATCHINGS)):
             if value not in allowed:
                 raise ValueError(f"DecodeImpl {name}={value!r}; expected one of {allowed}")
         for name, count in (("decode_segments", self.decode_segments),
                             ("steps_per_iter", self.steps_per_iter)):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise ValueError(f"DecodeImpl {name}={count!r}; expected an int >= 1")
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 0:
+            raise ValueError(f"DecodeImpl slots={self.slots!r}; expected an int >= 0 (0 = half the batch)")
+        if self.batching == "continuous" and (self.padding != "left" or self.decode_segments != 1):
+            raise ValueError(f"DecodeImpl batching='continuous' needs padding='left' and "
+                             f"decode_segments=1, got padding={self.padding!r}, "
+                             f"decode_segments={self.decode_segments}")
 
     def replace(self, **changes: object) -> DecodeImpl:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

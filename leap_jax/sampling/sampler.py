@@ -26,6 +26,10 @@ truncated behaviour distribution is not returned.
 
 Determinism: the same params, prompts, SamplingParams, rng (and Sampler buckets) give the same
 tokens; step i of a chunk uses `fold_in(chunk_rng, i)`.
+
+Opt-in: `DecodeImpl(batching="continuous")` replaces step 3 by continuous batching (a fixed number
+of decode slots, each taking the chunk's next prompt when its row stops; sampling/continuous.py):
+the same greedy tokens and log-probs, the same sampling distribution from another random stream.
 """
 from __future__ import annotations
 
@@ -259,7 +263,8 @@ class Sampler:
     pad_id: the token of padding (default: the config's pad token, else 0).
     impl: how the decode loop is built (`DecodeImpl`: padding side, layer loop, RNG, attention,
     fused projections, decode segments, steps per loop iteration); the default is the measured
-    fastest and every alternative samples the same greedy tokens.
+    fastest and every alternative samples the same greedy tokens (`batching="continuous"`: the
+    chunk's rows pass through `impl.slots` decode slots, see sampling/continuous.py).
     `trace_counts` counts traces (= compilations) of the two jitted functions.
     """
 
@@ -315,8 +320,23 @@ class Sampler:
                           segments=impl.decode_segments, filtered=filtered,
                           steps_per_iter=impl.steps_per_iter)
 
+        def decode_continuous_fn(params, cache, store, logits, lengths, active, rng, temperature,
+                                 top_p, top_k, stop_ids, max_new, filtered=None):
+            from leap_jax.sampling.continuous import decode_continuous
+            self.trace_counts["decode"] += 1
+            return decode_continuous(prep(params), config, cache, store, logits, lengths, active, rng,
+                                     temperature, top_p, top_k, stop_ids, max_new,
+                                     max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
+                                     rng_impl=impl.rng_impl, attn_impl=impl.attention,
+                                     filtered=filtered, steps_per_iter=impl.steps_per_iter)
+
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,), static_argnames=("filtered",))
+        # batching="continuous": the prompt store is read, the slot cache donated
+        self.decode_continuous_jit = jax.jit(decode_continuous_fn, donate_argnums=(1,),
+                                             static_argnames=("filtered",))
+        self._pool: dict[str, tuple[tuple[int, int], KVCache]] = {}  # continuous: store, slots
+        self._last_steps: int | None = None  # continuous: decode steps of the last call
 
     # -- helpers
     def _get_cache(self, batch: int, slots: int) -> KVCache:
@@ -330,6 +350,23 @@ class Sampler:
                 cache = unstack_cache(cache)
         self._cache = None
         return cache
+
+    def _pooled_cache(self, name: str, batch: int, slots: int) -> KVCache:
+        """`_get_cache` for the continuous path's two buffers (the prompt store, the slot cache):
+        taken out of the pool; the caller puts it back after the call."""
+        held = self._pool.pop(name, None)
+        if held is not None and held[0] == (batch, slots):
+            return held[1]
+        del held  # free the old shape's buffer before allocating the new one
+        cache = init_cache(self.config, batch, slots, self.cache_dtype)
+        return unstack_cache(cache) if self.impl.layer_loop == "unrolled" else cache
+
+    def with_impl(self, impl: DecodeImpl) -> Sampler:
+        """A new Sampler of the same model, buckets and budgets that decodes with `impl`."""
+        return Sampler(self.config, max_batch=self.max_batch, prompt_buckets=self.prompt_buckets,
+                       max_new_tokens=self.max_new_tokens, batch_buckets=self.batch_buckets,
+                       pad_id=self.pad_id, impl=impl, max_stop_ids=self.max_stop_ids,
+                       cache_dtype=str(self.cache_dtype))
 
     def _stop_array(self, sampling: SamplingParams) -> np.ndarray:
         ids = sampling.resolved_stop_ids(self.config.eos_token_ids)
@@ -370,6 +407,8 @@ class Sampler:
         if max_new > self.max_new_tokens:
             raise ValueError(f"max_new_tokens={max_new} exceeds the Sampler's static budget "
                              f"{self.max_new_tokens}")
+        if self.impl.batching == "continuous":
+            return self._generate_continuous(params, tokens, lengths, active, sampling, rng, max_new)
         cache = self._get_cache(b, p + self.max_new_tokens)
         t0 = time.perf_counter()
         logits, cache = self.prefill_jit(params, cache, jnp.asarray(tokens, jnp.int32),
@@ -387,10 +426,42 @@ class Sampler:
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
 
+    def _generate_continuous(self, params: Params, tokens: np.ndarray, lengths: np.ndarray,
+                             active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
+                             max_new: int) -> DecodeResult:
+        """generate_padded with batching="continuous" (sampling/continuous.py): prefill every row
+        into the prompt store, then decode them through the slot cache."""
+        from leap_jax.sampling.continuous import default_slots
+        b, p = tokens.shape
+        store = self._pooled_cache("store", b, p)
+        cache = self._pooled_cache("slots", default_slots(b, self.impl.slots), p + self.max_new_tokens)
+        t0 = time.perf_counter()
+        logits, store = self.prefill_jit(params, store, jnp.asarray(tokens, jnp.int32),
+                                         jnp.asarray(lengths, jnp.int32))
+        logits.block_until_ready()
+        t1 = time.perf_counter()
+        res, cache, steps = self.decode_continuous_jit(
+            params, cache, store, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool),
+            rng, np.float32(sampling.temperature), np.float32(sampling.top_p),
+            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new),
+            filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
+        res.tokens.block_until_ready()
+        t2 = time.perf_counter()
+        self._pool["store"] = ((b, p), store)
+        self._pool["slots"] = ((cache.seg.shape[0], cache.seg.shape[1]), cache)
+        self._last_steps = int(steps)
+        self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
+        return res
+
     def _count(self, lengths: np.ndarray, finished: np.ndarray) -> None:
-        """Add one decode call's rows to `counters` (the loop ran max(lengths) iterations)."""
+        """Add one decode call's rows to `counters` (the static loop ran max(lengths) iterations;
+        the continuous one reports its own decode steps)."""
         self.counters["decode_calls"] += 1
-        self.counters["decode_iterations"] += int(lengths.max()) if lengths.size else 0
+        if self._last_steps is not None:
+            self.counters["decode_iterations"] += self._last_steps
+            self._last_steps = None
+        else:
+            self.counters["decode_iterations"] += int(lengths.max()) if lengths.size else 0
         self.counters["decode_rows"] += int(lengths.size)
         self.counters["generated_tokens"] += int(lengths.sum())
         self.counters["truncated_rows"] += int((~finished).sum())

@@ -9,9 +9,13 @@ from collections.abc import Sequence
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
 if TYPE_CHECKING:
+    from leap_jax.sampling.decode_impl import DecodeImpl
     from leap_jax.sampling.params import SamplingParams
 
 DTYPES = ("float32", "bfloat16", "float16")
+# = leap_jax.sampling.decode_impl.BATCHINGS, spelled out so config checks import no JAX
+# (tests/leap_jax/test_continuous_batching.py checks they agree)
+BATCHINGS = ("static", "continuous")
 
 
 @dataclass
@@ -83,6 +87,13 @@ class SamplingCfg:
     # with growing static KV windows, and decode steps per loop test; tokens are the same either way
     decode_segments: int = 1
     steps_per_iter: int = 4  # H200, 26M policy, batch 64: 0.49 ms/step vs 0.58 with 1 (decode_profile.py)
+    # opt-in continuous batching (DecodeImpl.batching / .slots, leap_jax/sampling/continuous.py):
+    # "continuous" decodes each generate call's rows through `slots` decode slots (0 = half the
+    # batch bucket), a slot taking the next row when its row stops. Not read by the trainer yet
+    # (it builds DecodeImpl from decode_segments and steps_per_iter only); benchmarks/step_time.py
+    # applies `decode_impl()` to its arms
+    batching: str = "static"
+    slots: int = 0
 
     def check(self) -> None:
         positive(self.temperature, "sampling.temperature", allow_zero=True)
@@ -91,6 +102,17 @@ class SamplingCfg:
         positive(self.top_k, "sampling.top_k", allow_zero=True)
         positive(self.max_new_tokens, "sampling.max_new_tokens")
         choice(self.buckets, ("coarse", "fine"), "sampling.buckets")
+        choice(self.batching, BATCHINGS, "sampling.batching")
+        positive(self.slots, "sampling.slots", allow_zero=True)
+        if self.batching == "continuous" and self.decode_segments != 1:
+            raise ConfigError(f"sampling.batching=continuous needs sampling.decode_segments=1, got "
+                              f"{self.decode_segments}")
+
+    def decode_impl(self) -> DecodeImpl:
+        """The Sampler's DecodeImpl of this section."""
+        from leap_jax.sampling.decode_impl import DecodeImpl
+        return DecodeImpl(decode_segments=self.decode_segments, steps_per_iter=self.steps_per_iter,
+                          batching=self.batching, slots=self.slots)
 
     def params(self, stop_token_ids: Sequence[int], temperature: float | None = None) -> SamplingParams:
         """The Sampler's per-call SamplingParams of this section (`temperature` overrides its own)."""
