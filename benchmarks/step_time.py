@@ -24,10 +24,9 @@ subset; `--arm 'NAME: k=v ...'` adds an arm of the defaults plus overrides (it r
 cache, so its compile seconds count only its new programs), e.g. the options not on by default:
     --arm 'cudnn: optimizer.attention=cudnn' --arm 'seg4: sampling.decode_segments=4 sampling.steps_per_iter=4'
 `--json` prints the records instead of the table.
-Continuous batching (opt-in `sampling.batching=continuous`, `sampling.slots`, read here since the
-trainer does not pass them to its Sampler yet: `install_decode_impl`) next to the default, with its
-one-call-per-turn control `onechunk`, on the SFT policy (random weights never stop early, so slot
-refills never happen):
+Continuous batching (opt-in `sampling.batching=continuous`, `sampling.slots`) next to the default,
+with its one-call-per-turn control `onechunk`, on the SFT policy (random weights never stop early, so
+slot refills never happen):
     --arms after,continuous,cb --arm 'onechunk: rollout.overlap_chunks=1'
 `decode loop iterations` counts decode steps: the longest row per static call, every step of the
 continuous loop.
@@ -97,17 +96,6 @@ def reset_compile_cache(path: str | None) -> None:
         pass
 
 
-def install_decode_impl(tr, cfg) -> None:
-    """Give the trainer a Sampler decoding with `cfg.sampling.decode_impl()` where that is not what
-    the trainer builds itself (it passes only sampling.decode_segments / steps_per_iter): the
-    opt-in continuous batching. Default arms keep the trainer's own Sampler, untouched."""
-    impl = cfg.sampling.decode_impl()
-    if impl.batching == "static":
-        return
-    own = tr._sampler_policy(tr._sampling()).sampler  # built lazily by the trainer; no compilation
-    tr._sampler = own.with_impl(impl)
-
-
 def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, steps: int, warmup: int,
             work: Path, cache_dir: Path) -> dict:
     from leap_jax.train.config import load_config
@@ -119,7 +107,6 @@ def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, st
     reset_compile_cache(None)  # each arm decides: before none, after a fresh dir, resume the same
     t0 = time.perf_counter()
     tr = Trainer(cfg, evaluator=evaluator, resume=False)
-    install_decode_impl(tr, cfg)
     build_s = time.perf_counter() - t0
     recs = []
     try:

@@ -89,9 +89,8 @@ class SamplingCfg:
     steps_per_iter: int = 4  # H200, 26M policy, batch 64: 0.49 ms/step vs 0.58 with 1 (decode_profile.py)
     # opt-in continuous batching (DecodeImpl.batching / .slots, leap_jax/sampling/continuous.py):
     # "continuous" decodes each generate call's rows through `slots` decode slots (0 = half the
-    # batch bucket), a slot taking the next row when its row stops. Not read by the trainer yet
-    # (it builds DecodeImpl from decode_segments and steps_per_iter only); benchmarks/step_time.py
-    # applies `decode_impl()` to its arms
+    # batch bucket), a slot taking the next row when its row stops (the trainer's Sampler reads
+    # `decode_impl()`)
     batching: str = "static"
     slots: int = 0
 

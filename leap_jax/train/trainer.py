@@ -292,7 +292,6 @@ class Trainer:
         return self.evaluator
 
     def _sampler_policy(self, sampling: Any) -> SamplerPolicy:
-        from leap_jax.sampling.decode_impl import DecodeImpl
         from leap_jax.sampling.sampler import Sampler
         r = self.cfg.rollout
         if self._sampler is None:
@@ -302,8 +301,7 @@ class Trainer:
                                     prompt_buckets=pb,
                                     max_new_tokens=self.cfg.sampling.max_new_tokens,
                                     pad_id=self.tokenizer.pad_id,
-                                    impl=DecodeImpl(decode_segments=self.cfg.sampling.decode_segments,
-                                                    steps_per_iter=self.cfg.sampling.steps_per_iter))
+                                    impl=self.cfg.sampling.decode_impl())
         return SamplerPolicy(self._sampler, self.tokenizer, sampling, end_ids=self.streams.end_ids)
 
     def _policy(self, sampling: Any, allow_scripted_mix: bool = True) -> Policy:

@@ -240,3 +240,16 @@ def test_sampling_config_opt_in():
         load_config(None, ["sampling.batching=dynamic"])
     with pytest.raises(ConfigError, match="decode_segments=1"):
         load_config(None, ["sampling.batching=continuous", "sampling.decode_segments=2"])
+
+
+def test_the_trainer_builds_its_sampler_from_the_sampling_section(tmp_path):
+    """sampling.batching / sampling.slots reach the trainer's Sampler (no knob that does nothing)."""
+    from leap_jax.train.config import load_config
+    from leap_jax.train.trainer import Trainer
+    from tests.leap_jax._trainer_helpers import OracleEvaluator
+    from tests.leap_jax.test_trainer import TINY
+    cfg = load_config(None, TINY + [f"train.run_dir={tmp_path}", "sampling.batching=continuous", "sampling.slots=2"])
+    tr = Trainer(cfg, evaluator=OracleEvaluator())
+    impl = tr._sampler_policy(tr._sampling()).sampler.impl
+    assert (impl.batching, impl.slots, impl.steps_per_iter) == ("continuous", 2, cfg.sampling.steps_per_iter)
+    tr.close()
