@@ -58,8 +58,11 @@ def test_size_limit():
 
 
 def test_non_text_is_a_format_error():
-    with pytest.raises(FormatError, match="must be text, got bytes"):
-        extract_blocks(b"```cuda")  # type: ignore[arg-type]
+    with pytest.raises(FormatError, match="must be text, got int"):
+        extract_blocks(7)  # type: ignore[arg-type]
+    # a file's bytes are read as UTF-8 and judged like the same text
+    with pytest.raises(FormatError, match="never closed"):
+        extract_blocks(b"```cuda")
 
 
 # ---- robustness: arbitrary policy text never raises anything but FormatError ----------------
