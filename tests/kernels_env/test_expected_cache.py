@@ -276,9 +276,15 @@ def test_expected_outputs_is_plaintext_from_the_cache(monkeypatch):
 
 # ---- the harness: same results with the cache on and off -----------------------------------------
 def _outcome(r: Any) -> tuple[Any, ...]:
-    """What must not depend on the cache (a fault's address varies from run to run)."""
+    """What must not depend on the cache. A fault's address, and so which thread of an overrunning
+    kernel faults first and how far past the allocation, varies with where the allocator put the
+    buffer (the cache's own arrays change the cpu backend's layout: 0 or 284 bytes of slack before
+    the guard page were both seen); the status, the stage and the mismatch must not."""
     mismatch = repr(dataclasses.asdict(r.mismatch)) if r.mismatch else None  # repr: NaN == NaN
-    return (r.status.value, re.sub(r"0x[0-9a-f]{6,}", "0x?", r.message), mismatch, r.trials)
+    msg = re.sub(r"0x[0-9a-f]{6,}", "0x?", r.message)
+    msg = re.sub(r"\(\d+ bytes (past the end|before the start) of", r"(N bytes \1 of", msg)
+    msg = re.sub(r"in block \(\d+,\d+,\d+\) thread \(\d+,\d+,\d+\)", "in block (?) thread (?)", msg)
+    return (r.status.value, msg, mismatch, r.trials)
 
 
 INT_TASK = Task(
