@@ -1,9 +1,11 @@
-"""The import graph of a package's subfolders, read from the source with `ast`, and its cycles.
+"""The import graph of a package's subfolders (or of the modules of one subpackage), read from the
+source with `ast`, and its cycles.
 
 Shared by tests/leap_jax/test_import_graph.py and tests/kernels_env/test_import_graph.py. Reading the
 source sees every import: module level, inside functions (the lazy ones), under `if TYPE_CHECKING:`.
 A node is a subfolder of the package or the package's name for its top-level modules; an edge A -> B
-is an import in A of a module of B.
+is an import in A of a module of B. `module_import_graph` has one node per module of one subpackage
+instead (kernels_env.schedule: the pool above its modes).
 """
 from __future__ import annotations
 
@@ -90,11 +92,27 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def assert_acyclic(package: str) -> None:
-    """Raise AssertionError naming a cycle of `package`'s subfolder graph and the imports that make it."""
-    graph = import_graph(package)
+def module_import_graph(package: str, under: str) -> dict[str, dict[str, list[str]]]:
+    """module -> {imported module: ["path:line", ...]} between the modules of the dotted package `under`
+    (e.g. "kernels_env.schedule": its __init__ and every module in its folder and below), every import
+    counted, function-local ones included; `from under import name` counts when name is a module."""
+    modules = {module for module, _, _ in imports(package)}
+    inside = {m for m in modules if m == under or m.startswith(under + ".")}
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for module, name, where in imports(package):
+        if module in inside and name in inside and name != module and where not in graph[module][name]:
+            graph[module][name].append(where)
+    return graph
+
+
+def assert_graph_acyclic(graph: dict[str, dict[str, list[str]]], what: str) -> None:
+    """Raise AssertionError naming a cycle of `graph` and the imports that make it."""
     cycle = find_cycle({src: set(dsts) for src, dsts in graph.items()})
     if cycle:
         lines = [f"{a} -> {b}: " + ", ".join(graph[a][b]) for a, b in itertools.pairwise(cycle)]
-        raise AssertionError(f"{package}'s subpackages import each other in a cycle "
-                             f"{' -> '.join(cycle)}:\n" + "\n".join(lines))
+        raise AssertionError(f"{what} import each other in a cycle {' -> '.join(cycle)}:\n" + "\n".join(lines))
+
+
+def assert_acyclic(package: str) -> None:
+    """Raise AssertionError naming a cycle of `package`'s subfolder graph and the imports that make it."""
+    assert_graph_acyclic(import_graph(package), f"{package}'s subpackages")

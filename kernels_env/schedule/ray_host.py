@@ -1,4 +1,4 @@
-"""EvalHost: the Ray actor on one evaluation machine. It wraps today's process-mode EvalPool there, so
+"""EvalHost: the Ray actor on one evaluation machine. It wraps a process-mode pool (ProcessEvalPool) there, so
 compilation runs on that machine's CPUs and kernels run in its exec workers; the actor itself never
 imports CuPy or touches CUDA, so a kernel that poisons its CUDA context costs one exec worker (replaced
 by the local pool), never the host. Results travel back as `Result.to_dict()` in batch order."""
@@ -10,7 +10,8 @@ import sys
 import types
 from typing import Any
 
-from kernels_env.schedule.pool import EvalPool, Job
+from kernels_env.schedule.pool_base import Job
+from kernels_env.schedule.process_pool import ProcessEvalPool
 
 
 class EvalHost:
@@ -19,7 +20,7 @@ class EvalHost:
     def __init__(self, pool_kwargs: dict[str, Any]) -> None:
         os.environ["LEAP_EVAL_HOST"] = "1"  # this process and its workers serve a Ray evaluation host
         _bare_main()
-        self.pool = EvalPool(mode="process", cache=False, **pool_kwargs)
+        self.pool = ProcessEvalPool(mode="process", cache=False, **pool_kwargs)
 
     def score_batch(self, jobs: list[Job]) -> dict[str, Any]:
         """Score the jobs in the local pool (all at once: its workers run them in parallel):

@@ -2,11 +2,12 @@
 every future resolves to a Result) with jobs scored on evaluation hosts of a Ray cluster.
 
 The driver (this process, e.g. the trainer) keeps the result cache and the in-flight de-duplication of
-EvalPool, so a job already scored or being scored never leaves it. A dispatcher thread packs queued jobs
-into batches (`batch_jobs`) and sends each to the host with the most free room; a host takes at most
-`inflight_per_gpu` batches per GPU at once (the backpressure window). Each host is one actor per machine
-(ray_host.EvalHost) running a process-mode pool there, so compile workers, exec workers, their limits
-and restarts are the local pool's business; kernel crashes and timeouts come back as results.
+every pool (pool_base.PoolBase), so a job already scored or being scored never leaves it. A dispatcher
+thread packs queued jobs into batches (`batch_jobs`) and sends each to the host with the most free room;
+a host takes at most `inflight_per_gpu` batches per GPU at once (the backpressure window). Each host is
+one actor per machine (ray_host.EvalHost) running a process-mode pool there, so compile workers, exec
+workers, their limits and restarts are the local pool's business; kernel crashes and timeouts come
+back as results.
 
 Failures of a host, never of a job, are the driver's: a host lost mid-batch (actor or node died, or the
 driver found it hung and killed it) is counted once (`host_deaths`), its batches' jobs go back to the
@@ -36,7 +37,7 @@ from typing import Any
 
 from kernels_env.schedule.result_cache import ResultCache
 from kernels_env.core.config import BACKENDS, RAY_MIN_HEARTBEAT_S, EnvConfig
-from kernels_env.schedule.pool import EvalPool, Evaluator, Job, _Pending
+from kernels_env.schedule.pool_base import Evaluator, Job, Pending, PoolBase
 from kernels_env.core.result import Result
 from kernels_env.schedule.ray_host import HEALTH_GROUP, host_actor_class
 from kernels_env.schedule.ray_nodes import HostSpot, actor_options, eval_spots
@@ -69,12 +70,12 @@ class _Host:
 class _Batch:
     host: _Host
     epoch: int
-    pends: list[_Pending]
+    pends: list[Pending]
     deadline: float  # monotonic time past which the batch's host counts as hung
     ceiling: float  # seconds it was given
 
 
-class RayEvalPool(EvalPool):
+class RayEvalPool(PoolBase):
     """EvalPool(mode="ray"): see the module docstring. The process-pool arguments (backend, compile_workers,
     cpu_workers, exec_workers_per_gpu, spare_worker, worker_env, evaluator, gpu_workers) configure each
     host's local pool; gpu_workers defaults to the host node's GPU count."""
@@ -107,16 +108,8 @@ class RayEvalPool(EvalPool):
         if backend not in BACKENDS:
             raise ValueError(f"EvalPool backend={backend!r}; expected 'auto', 'cupy' or 'cpu'")
         self._ray = require_ray()
-        self.mode, self.evaluator = mode, evaluator
-        self.config = config or EnvConfig(backend=backend)
-        self.cache = cache if isinstance(cache, ResultCache) else (ResultCache() if cache else None)
-        self.arch = self.config.arch
-        self._lock = threading.Lock()
-        self._inflight: dict[str, _Pending] = {}
-        self._stats = {"submitted": 0, "evaluations": 0, "cache_hits": 0, "env_errors": 0, "batches": 0,
-                       "host_deaths": 0, "host_hangs": 0, "resends": 0}
-        self._closed = False
-        self._spares = None
+        super().__init__(mode, config or EnvConfig(backend=backend), cache, evaluator,
+                         ("batches", "host_deaths", "host_hangs", "resends"))
         self.batch_jobs, self.inflight_per_gpu, self.host_retries = batch_jobs, inflight_per_gpu, host_retries
         self.job_slack_s, self.batch_timeout_s = job_slack_s, batch_timeout_s
         self.unavailable_timeout_s, self.restart_timeout_s = unavailable_timeout_s, restart_timeout_s
@@ -127,7 +120,7 @@ class RayEvalPool(EvalPool):
             ("gpu_workers", gpu_workers), ("compile_workers", compile_workers), ("config", self.config),
             ("evaluator", evaluator), ("cpu_workers", cpu_workers), ("worker_env", worker_env),
             ("exec_workers_per_gpu", exec_workers_per_gpu), ("spare_worker", spare_worker)) if v is not None}
-        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queue: collections.deque[Pending] = collections.deque()
         self._wake = threading.Event()
         self._batches: dict[Any, _Batch] = {}  # ObjectRef of score_batch -> its batch
         self._pings: dict[Any, _Host] = {}
@@ -256,16 +249,16 @@ class RayEvalPool(EvalPool):
             host.state = "up"
 
     # -- jobs --
-    def _enqueue(self, pend: _Pending) -> None:
+    def _enqueue(self, pend: Pending) -> None:
         with self._lock:
             self._queue.append(pend)
         self._wake.set()
 
-    def _done(self, pend: _Pending, result: Result) -> None:
+    def _done(self, pend: Pending, result: Result) -> None:
         self._resends.pop(pend.key, None)
         self._complete(pend, result)
 
-    def _resend(self, pend: _Pending, why: str) -> None:
+    def _resend(self, pend: Pending, why: str) -> None:
         """Back to the front of the queue after a host loss, or env_error after host_retries resends."""
         n = self._resends.get(pend.key, 0) + 1
         if n > self.host_retries:
@@ -278,7 +271,7 @@ class RayEvalPool(EvalPool):
         with self._lock:
             self._queue.appendleft(pend)
 
-    def _deadline(self, host: _Host, pends: list[_Pending]) -> float:
+    def _deadline(self, host: _Host, pends: list[Pending]) -> float:
         """The hard ceiling on one batch (its host counts as hung past it, even while answering pings):
         batch_timeout_s, else every job the host holds run `exec_workers` at a time, each at its stage
         limits twice over (the local pool retries once), plus job_slack_s."""
@@ -401,13 +394,13 @@ class RayEvalPool(EvalPool):
             self._resends.pop(p.key, None)
             self._resolve_futures(p, Result.env_error(why, task=p.job.task, details=details))
 
-    # -- public API (submit and map are EvalPool's) --
+    # -- public API (submit and map are PoolBase's) --
     def stats(self) -> dict[str, int]:
         """The driver's counters (jobs, cache hits, batches, host_deaths, host_hangs, resends), hosts by
         state, jobs queued, and the sum of the up hosts' local-pool counters (restarts, timeouts, crashes)
         as of their latest reply. Never calls a host: it returns at once, whatever the hosts are doing."""
+        out = super().stats()
         with self._lock:
-            out = dict(self._stats)
             out["queued"] = len(self._queue)
         hosts = list(self._hosts.values())
         for state in ("up", "down", "dead"):

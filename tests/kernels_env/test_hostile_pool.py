@@ -50,7 +50,7 @@ def test_compile_workers_cannot_see_host_paths():
     import platform
 
     from kernels_env.build import landlock
-    from kernels_env.schedule.pool import _confine_compile_worker, compile_worker_read_paths  # noqa: F401
+    from kernels_env.schedule.workers import _confine_compile_worker, compile_worker_read_paths  # noqa: F401
     if landlock.abi_version() <= 0 or platform.system() != "Linux":
         pytest.skip("Landlock is not available on this kernel")
     import multiprocessing as mp
@@ -67,7 +67,7 @@ def test_compile_workers_cannot_see_host_paths():
 
 def _probe_in_confined_process() -> dict:
     from kernels_env.build.compile import CompileError, compile_cuda
-    from kernels_env.schedule.pool import _confine_compile_worker
+    from kernels_env.schedule.workers import _confine_compile_worker
     out = {"confined": _confine_compile_worker()}
     k = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n'
 

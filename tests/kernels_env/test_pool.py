@@ -93,6 +93,15 @@ def test_bad_arguments():
     with EvalPool(mode="inline", backend="cpu", evaluator=scripted_evaluator) as p:
         r = p.submit("not a job").result()  # type: ignore[arg-type]
     assert r.status is Status.ENV_ERROR and "expects a Job, got str" in r.message
+    with pytest.raises(TypeError, match="EvalPool\\(mode='process'\\) got address, batch_jobs: only mode='ray'"):
+        EvalPool(mode="process", backend="cpu", batch_jobs=4, address="head:6379")
+
+
+def test_factory_builds_the_pool_of_each_local_mode():
+    """EvalPool(mode=...) is the factory above both kinds of pool; the local modes are ProcessEvalPool."""
+    from kernels_env.schedule.pool import PoolBase, ProcessEvalPool
+    with EvalPool(mode="inline", backend="cpu", evaluator=scripted_evaluator) as p:
+        assert isinstance(p, ProcessEvalPool) and isinstance(p, PoolBase) and p.mode == "inline"
 
 
 def test_compile_stage_in_worker_processes():

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kernels_env.core.config import EnvConfig, StageLimits
-from kernels_env.schedule.pool import EvalPool, Job
+from kernels_env.schedule.pool import EvalPool, Job, ProcessEvalPool
 from kernels_env.core.status import Status
 from kernels_env.testing.evaluators import scripted_evaluator
 
@@ -20,7 +20,7 @@ def _pid(r) -> int:
     return int(r.details[4:])
 
 
-def _wait_for_spare(pool: EvalPool, not_pid: int | None = None, timeout: float = 60.0) -> int:
+def _wait_for_spare(pool: ProcessEvalPool, not_pid: int | None = None, timeout: float = 60.0) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pids = [p for p in pool.spare_pids() if p != not_pid]
