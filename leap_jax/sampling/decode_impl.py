@@ -63,9 +63,8 @@ class DecodeImpl:
             raise ValueError(f"DecodeImpl slots={self.slots!r}; expected an int >= 0 (0 = half the batch)")
         if not isinstance(self.kv_reuse, bool):
             raise ValueError(f"DecodeImpl kv_reuse={self.kv_reuse!r}; expected a bool")
-        if self.kv_reuse and (self.padding != "left" or self.batching != "static"):
-            raise ValueError(f"DecodeImpl kv_reuse=True needs padding='left' and batching='static', "
-                             f"got padding={self.padding!r}, batching={self.batching!r}")
+        if self.kv_reuse and self.padding != "left":
+            raise ValueError(f"DecodeImpl kv_reuse=True needs padding='left', got {self.padding!r}")
         if self.batching == "continuous" and (self.padding != "left" or self.decode_segments != 1):
             raise ValueError(f"DecodeImpl batching='continuous' needs padding='left' and "
                              f"decode_segments=1, got padding={self.padding!r}, "

@@ -331,7 +331,7 @@ class Sampler:
                           segments=impl.decode_segments, filtered=filtered,
                           steps_per_iter=impl.steps_per_iter)
 
-        def decode_continuous_fn(params, cache, store, logits, lengths, active, rng, temperature,
+        def decode_continuous_fn(params, cache, store, keep, logits, lengths, active, rng, temperature,
                                  top_p, top_k, stop_ids, max_new, filtered=None):
             from leap_jax.sampling.continuous import decode_continuous
             self.trace_counts["decode"] += 1
@@ -339,12 +339,13 @@ class Sampler:
                                      temperature, top_p, top_k, stop_ids, max_new,
                                      max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
                                      rng_impl=impl.rng_impl, attn_impl=impl.attention,
-                                     filtered=filtered, steps_per_iter=impl.steps_per_iter)
+                                     filtered=filtered, steps_per_iter=impl.steps_per_iter, keep=keep)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,), static_argnames=("filtered",))
-        # batching="continuous": the prompt store is read, the slot cache donated
-        self.decode_continuous_jit = jax.jit(decode_continuous_fn, donate_argnums=(1,),
+        # batching="continuous": the prompt store is read, the slot cache (and kv_reuse's keep
+        # cache, None without it) donated
+        self.decode_continuous_jit = jax.jit(decode_continuous_fn, donate_argnums=(1, 3),
                                              static_argnames=("filtered",))
         self._pool: dict[str, tuple[tuple[int, int], KVCache]] = {}  # continuous: store, slots
 
@@ -454,22 +455,33 @@ class Sampler:
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
 
-    def _generate_continuous(self, params: Params, tokens: np.ndarray, lengths: np.ndarray,
+    def _generate_continuous(self, params: Params, tokens: np.ndarray | None, lengths: np.ndarray,
                              active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
-                             max_new: int) -> DecodeResult:
+                             max_new: int,
+                             prefilled: tuple[jax.Array, KVCache] | None = None) -> DecodeResult:
         """generate_padded with batching="continuous" (sampling/continuous.py): prefill every row
-        into the prompt store, then decode them through the slot cache."""
+        into the prompt store, then decode them through the slot cache. prefilled: (logits, store)
+        already made (kv_reuse's kept K/V + new tokens; tokens None). With kv_reuse the rows' final
+        caches are left in `_cache`, in the static loop's layout, for the caller to keep."""
         from leap_jax.sampling.continuous import default_slots
-        b, p = tokens.shape
-        store = self._pooled_cache("store", b, p)
+        if prefilled is None:
+            if tokens is None:
+                raise ValueError("_generate_continuous: tokens or prefilled")
+            b, p = tokens.shape
+            store = self._pooled_cache("store", b, p)
+        else:
+            logits, store = prefilled
+            b, p = store.seg.shape
         cache = self._pooled_cache("slots", default_slots(b, self.impl.slots), p + self.max_new_tokens)
+        keep = self._get_cache(b, p + self.max_new_tokens) if self.impl.kv_reuse else None
         t0 = time.perf_counter()
-        logits, store = self.prefill_jit(params, store, jnp.asarray(tokens, jnp.int32),
-                                         jnp.asarray(lengths, jnp.int32))
-        logits.block_until_ready()
+        if prefilled is None:
+            logits, store = self.prefill_jit(params, store, jnp.asarray(tokens, jnp.int32),
+                                             jnp.asarray(lengths, jnp.int32))
+            logits.block_until_ready()
         t1 = time.perf_counter()
-        res, cache, steps = self.decode_continuous_jit(
-            params, cache, store, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool),
+        res, cache, steps, keep = self.decode_continuous_jit(
+            params, cache, store, keep, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool),
             rng, np.float32(sampling.temperature), np.float32(sampling.top_p),
             np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new),
             filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
@@ -477,6 +489,8 @@ class Sampler:
         t2 = time.perf_counter()
         self._pool["store"] = ((b, p), store)
         self._pool["slots"] = ((cache.seg.shape[0], cache.seg.shape[1]), cache)
+        if keep is not None:
+            self._cache = ((b, p + self.max_new_tokens), keep)
         self._last_steps = int(steps)
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
@@ -652,7 +666,9 @@ class Sampler:
         b = pick_bucket(len(rows), self.batch_buckets, "batch size")
         dpad = int(rows[0][1][2])
         p = pick_bucket(max(plan[1] + dpad for _, plan in rows), self.prompt_buckets, "prompt length")
-        cache = self._get_cache(b, p + self.max_new_tokens)
+        static = self.impl.batching == "static"  # continuous: a prompt store of P slots
+        cache = (self._get_cache(b, p + self.max_new_tokens) if static
+                 else self._pooled_cache("store", b, p))
         t0 = time.perf_counter()
         by_buf: dict[int, list[int]] = collections.defaultdict(list)
         for r, (_, plan) in enumerate(rows):
@@ -676,6 +692,16 @@ class Sampler:
                                                jnp.asarray(offs), prompt_slots=p)
         logits.block_until_ready()
         t1 = time.perf_counter()
+        self.counters["prefill_tokens"] += int(lens[active].sum())
+        self.counters["kv_reused_tokens"] += int(offs[active].sum())
+        if not static:
+            res = self._generate_continuous(params, None, full, active, sampling, rng, max_new,
+                                            prefilled=(logits, cache))
+            if self._cache is None:
+                raise RuntimeError("kv_reuse: the continuous decode left no cache to keep")
+            cache, self._cache = self._cache[1], None
+            self.last_timings["prefill_s"] += t1 - t0
+            return res, cache, p
         res, cache = self.decode_jit(
             params, cache, logits, jnp.asarray(full), jnp.asarray(active), rng,
             np.float32(sampling.temperature), np.float32(sampling.top_p),
@@ -683,7 +709,5 @@ class Sampler:
             filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
-        self.counters["prefill_tokens"] += int(lens[active].sum())
-        self.counters["kv_reused_tokens"] += int(offs[active].sum())
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res, cache, p

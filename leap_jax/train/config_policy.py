@@ -96,7 +96,8 @@ class SamplingCfg:
     # opt-in KV reuse across turns (DecodeImpl.kv_reuse, leap_jax/sampling/prefix.py): the sampler
     # keeps each rollout conversation's KV cache between its turns and a debugging turn prefills only
     # its feedback (not the prompt and earlier turns again); costs the kept caches' memory between
-    # turns (at most every row's cache of the previous turn). Needs batching=static.
+    # turns (at most every row's cache of the previous turn; with batching=continuous also a cache of
+    # every row of a call, which continuous batching alone does not allocate).
     kv_reuse: bool = False
 
     def check(self) -> None:
@@ -108,9 +109,6 @@ class SamplingCfg:
         choice(self.buckets, ("coarse", "fine"), "sampling.buckets")
         choice(self.batching, BATCHINGS, "sampling.batching")
         positive(self.slots, "sampling.slots", allow_zero=True)
-        if self.kv_reuse and self.batching != "static":
-            raise ConfigError("sampling.kv_reuse=true needs sampling.batching=static (continuous batching "
-                              "does not keep its rows' caches)")
         if self.batching == "continuous" and self.decode_segments != 1:
             raise ConfigError(f"sampling.batching=continuous needs sampling.decode_segments=1, got "
                               f"{self.decode_segments}")

@@ -65,7 +65,8 @@ def multi_turn(samplers, params, prompts, sp, turns=3, stop_after_1=(0, 3, 6), s
     return outs
 
 
-@pytest.mark.parametrize("kw", [{}, dict(layer_loop="scan", fuse=False, steps_per_iter=3)])
+@pytest.mark.parametrize("kw", [{}, dict(layer_loop="scan", fuse=False, steps_per_iter=3),
+                                dict(batching="continuous", slots=2, steps_per_iter=2)])
 def test_greedy_multi_turn_equals_re_prefill(params, kw):
     rng = np.random.default_rng(3)
     prompts = [rng.integers(1, 97, n).tolist() for n in (3, 8, 5, 1, 12, 7, 2, 10, 4)]
@@ -128,17 +129,17 @@ def test_no_reuse_without_a_matching_prefix_or_with_new_params(params):
 
 def test_default_is_unchanged_and_validation():
     assert DecodeImpl().kv_reuse is False
-    with pytest.raises(ValueError, match="kv_reuse=True needs padding='left' and batching='static'"):
+    with pytest.raises(ValueError, match="kv_reuse=True needs padding='left'"):
         DecodeImpl(kv_reuse=True, padding="right")
-    with pytest.raises(ValueError, match="batching='continuous'"):
-        DecodeImpl(kv_reuse=True, batching="continuous")
     from leap_jax.train.config import load_config
     from leap_jax.train.config_loader import ConfigError
     cfg = load_config(None, [])
     assert cfg.sampling.kv_reuse is False and cfg.sampling.decode_impl().kv_reuse is False
     assert load_config(None, ["sampling.kv_reuse=true"]).sampling.decode_impl().kv_reuse is True
+    impl = load_config(None, ["sampling.kv_reuse=true", "sampling.batching=continuous"]).sampling.decode_impl()
+    assert (impl.kv_reuse, impl.batching) == (True, "continuous")
     with pytest.raises(ConfigError, match="kv_reuse"):
-        load_config(None, ["sampling.kv_reuse=true", "sampling.batching=continuous"])
+        load_config(None, ["sampling.kv_reuse=maybe"])
 
 
 # ---------------------------------------------------------------------------- sampled distribution
@@ -189,7 +190,8 @@ class _ReluCorrect:
 
 def test_multiturn_rollout_same_with_kv_reuse(tmp_path):
     """A greedy 3-turn rollout through SamplerPolicy: the same conversations, log-probs and outcomes
-    with and without KV reuse; rows that pass turn 1 stop, the others are debugged."""
+    with the plain static loop and with KV reuse (on continuous batching, whose slots hand their rows'
+    caches to the keep buffer); rows that pass turn 1 stop, the others are debugged."""
     from kernels_env.core.config import EnvConfig
     from leap_jax.rollout.multiturn import MultiTurnRollout
     from leap_jax.rollout.policy import SamplerPolicy
@@ -197,7 +199,7 @@ def test_multiturn_rollout_same_with_kv_reuse(tmp_path):
     tasks = ["relu", "tanh"]
     tok, cfg, params, streams, sampling = tiny_chat_policy(tmp_path, tasks)
     outs, samplers = [], []
-    for impl in (DecodeImpl(), REUSE):
+    for impl in (DecodeImpl(), REUSE.replace(batching="continuous", slots=3)):
         sampler = Sampler(cfg, max_batch=4, prompt_buckets=(512, 1024), max_new_tokens=12, impl=impl,
                           delta_buckets=(64, 256))
         policy = SamplerPolicy(sampler, tok, sampling, params=params, end_ids=streams.end_ids)
