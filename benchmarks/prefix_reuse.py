@@ -103,7 +103,7 @@ def main(argv=None) -> None:
     results = {}
     for name, impl in (("plain", DecodeImpl()), ("reuse", DecodeImpl(kv_reuse=True))):
         s = Sampler(cfg, max_batch=args.rows, prompt_buckets=pb, max_new_tokens=args.max_new,
-                    batch_buckets=bb, impl=impl)
+                    batch_buckets=bb, impl=impl, max_stop_ids=max(8, args.stops))
         for _ in range(args.repeat):
             results[name] = run_arm(s, params, args, name == "reuse")
     if args.json:
