@@ -11,20 +11,22 @@ prefills only the new tokens (the delta) on top of a copy of the kept K/V:
      donated to the next call; it is freed when no conversation refers to it any more (a later turn
      replaced them, or `release`). Its rows' content is every slot with a non-zero segment id below
      the row's end slot, in slot order (decode writes past a row's last token are below no end).
-  2. `place_rows` (jitted per pair of shapes) copies the first `count` content slots of kept rows
-     into the rows of a fresh cache of the call's buckets, right-aligned before a delta block:
-     row layout [empty][kept K/V][empty][delta] with the delta block the last D slots of the prompt
-     region (D: a delta bucket). Empty slots have segment id 0 and are masked out, and K/V carry
-     their real RoPE positions, so the gap changes nothing the attention computes.
-  3. `prefill_delta` runs the left-padded deltas [B, D] at the real positions n_reuse.. through
-     the decoder into the delta block, attending over the copied K/V, and returns each row's
-     last-token logits. The cache then is what a full prefill of the new prompt would have written
-     (prompt region P slots, the last real token at slot P - 1), so the unchanged decode loop
+  2. `place_rows` (jitted per pair of shapes) copies the first n_reuse content slots of kept rows
+     into the rows of a cache of the call's buckets (the prompt bucket P of the new prompts, as a
+     full prefill would pick), at slots P - len(prompt) .. P - len(delta) - 1: the layout of a
+     left-padded prompt. K/V carry their real RoPE positions, so they can move to other slots.
+  3. `prefill_delta` runs the deltas, left-padded to a delta bucket D, at the real positions
+     n_reuse.. through the decoder into the last D slots of the prompt region, attending over the
+     copied K/V; a padding token writes nothing (`forward(write_padding=False)`), so the copied K/V
+     under the block's padding stay. It returns each row's last-token logits. The cache then holds
+     what a full prefill of the new prompts would have written, so the unchanged decode loop
      follows (`sampler.decode`, or `continuous.decode_continuous` with a keep buffer).
 
 A request falls back to the full prefill when it has no kept entry, when its prompt does not start
 with the kept tokens, when the params changed, when its delta is longer than the largest delta
-bucket, or when kept tokens + delta bucket exceed the largest prompt bucket (the context limit).
+bucket, or when that bucket exceeds the largest prompt bucket (the cache's prompt region). A reused
+row never needs more cache than its full prefill: a conversation past the largest prompt bucket is
+refused by both paths (the rollout stops such rows at its context limit first).
 Greedy tokens and log-probs equal the plain path's (tests/leap_jax/test_kv_reuse.py); sampled
 tokens follow the same distribution.
 """
@@ -179,9 +181,9 @@ def prefill_delta(params: Params, config: ModelConfig, cache: KVCache, tokens: j
                   lengths: jax.Array, offsets: jax.Array, *, prompt_slots: int,
                   unroll: int | bool = 1) -> tuple[jax.Array, KVCache]:
     """Run left-padded deltas tokens [B, D] (real lengths [B] >= 1) at RoPE positions
-    offsets[r] .. offsets[r] + lengths[r] - 1 into cache slots prompt_slots - D .. prompt_slots - 1,
-    attending over what `place_rows` put before them. Returns fp32 logits [B, V] of each row's
-    last token and the cache."""
+    offsets[r] .. offsets[r] + lengths[r] - 1 into cache slots prompt_slots - lengths[r] ..
+    prompt_slots - 1, attending over what `place_rows` put before them; padding slots of the block
+    keep their contents. Returns fp32 logits [B, V] of each row's last token and the cache."""
     b, d = tokens.shape
     if d > prompt_slots:
         raise ValueError(f"prefill_delta: a delta block of {d} slots exceeds {prompt_slots} prompt slots")
@@ -191,7 +193,8 @@ def prefill_delta(params: Params, config: ModelConfig, cache: KVCache, tokens: j
     seg = (slot >= start).astype(jnp.int32)
     pos = offsets.astype(jnp.int32)[:, None] + jnp.maximum(slot - start, 0)
     hidden, filled = forward(params, config, tokens, pos, segment_ids=seg, cache=cache,
-                             cache_index=prompt_slots - d, return_hidden=True, unroll=unroll)
+                             cache_index=prompt_slots - d, return_hidden=True, unroll=unroll,
+                             write_padding=False)
     if filled is None:
         raise RuntimeError("prefill_delta: forward with a cache returned no cache")
     return logits_from_hidden(params, config, hidden[:, -1]), filled

@@ -585,7 +585,7 @@ class Sampler:
                 d = a.size - m
                 if m > 0 and d <= self.delta_buckets[-1]:
                     db = pick_bucket(d, self.delta_buckets)
-                    if m + db <= self.prompt_buckets[-1]:  # else: past the largest cache, full prefill
+                    if db <= self.prompt_buckets[-1]:  # else: the block passes the prompt region
                         plan = (kept, m, db)
                 self.counters["kv_reuse_rows" if plan else "kv_fallback_rows"] += 1
             plans.append(plan)
@@ -665,7 +665,8 @@ class Sampler:
         and its prompt slots."""
         b = pick_bucket(len(rows), self.batch_buckets, "batch size")
         dpad = int(rows[0][1][2])
-        p = pick_bucket(max(plan[1] + dpad for _, plan in rows), self.prompt_buckets, "prompt length")
+        # the bucket a full prefill would pick (unless the delta block is longer)
+        p = pick_bucket(max(max(a.size for a, _ in rows), dpad), self.prompt_buckets, "prompt length")
         static = self.impl.batching == "static"  # continuous: a prompt store of P slots
         cache = (self._get_cache(b, p + self.max_new_tokens) if static
                  else self._pooled_cache("store", b, p))
@@ -677,7 +678,7 @@ class Sampler:
             src_rows, src_end, dst_lo, count = (np.zeros((b,), np.int32) for _ in range(4))
             for r in members:
                 kept, m = rows[r][1][0], rows[r][1][1]
-                src_rows[r], src_end[r], dst_lo[r], count[r] = kept.row, kept.end, p - dpad - m, m
+                src_rows[r], src_end[r], dst_lo[r], count[r] = kept.row, kept.end, p - rows[r][0].size, m
             cache = self.place_jit(cache, self._kept.buffers[key], jnp.asarray(src_rows),
                                    jnp.asarray(src_end), jnp.asarray(dst_lo), jnp.asarray(count),
                                    reset=i == 0)

@@ -87,23 +87,35 @@ def test_greedy_multi_turn_equals_re_prefill(params, kw):
     assert reuse.kept_bytes() == 0 and not reuse._kept.entries
 
 
-def test_context_limit_falls_back_to_a_full_prefill(params):
-    """Kept tokens + the delta bucket past the largest prompt bucket: the row is prefilled in full
-    (its prompt alone still fits), with the same result."""
+def test_near_the_context_limit_and_the_delta_block_fallback(params):
+    """A conversation that fills the largest prompt bucket reuses its cache in the bucket a full
+    prefill would take (the kept K/V and the delta need no more room than the whole prompt); a delta
+    whose bucket is longer than the largest prompt bucket is prefilled in full. Same results."""
     rng = np.random.default_rng(5)
     prompt = rng.integers(1, 97, 51).tolist()
     sp = SamplingParams(temperature=0.0, stop_token_ids=())
-    plain, reuse = make(), make(REUSE)
+    plain, reuse, wide = make(), make(REUSE), make(REUSE, delta_buckets=(4, 128))
     first = [s.generate(params, [prompt, prompt[:20]], sp, 0, conversations=["far", "near"])
-             for s in (plain, reuse)]
-    assert_same(*first)
+             for s in (plain, reuse, wide)]
+    assert_same(first[0], first[1])
+    assert_same(first[0], first[2])
     assert len(first[0].tokens[0]) == NEW
-    # 51 + 8 + 1 + 4 = 64 tokens: 63 kept, a delta of 5 in the bucket of 8: 63 - 4 + 8 = 67 > 64
-    nxt = [prompt + first[0].tokens[0] + CLOSE + [9, 9, 9, 9], prompt[:20] + first[0].tokens[1] + CLOSE + [9]]
+    # "far": 51 + 8 + 1 + 4 = 64 tokens, the largest bucket (63 kept, a delta of 5 in a block of 8)
+    nxt = [prompt + first[0].tokens[0] + CLOSE + [9, 9, 9, 9], prompt[:20] + first[0].tokens[1] + CLOSE + [9] * 9]
     assert len(nxt[0]) == 64
-    second = [s.generate(params, nxt, sp, 1, conversations=["far", "near"]) for s in (plain, reuse)]
-    assert_same(*second)
-    assert reuse.counters["kv_fallback_rows"] == 1 and reuse.counters["kv_reuse_rows"] == 1
+    second = [s.generate(params, nxt, sp, 1, conversations=["far", "near"]) for s in (plain, reuse, wide)]
+    assert_same(second[0], second[1])
+    assert_same(second[0], second[2])
+    # reuse: "far" reused in a cache of 64 + NEW slots, "near"'s delta of 11 passes the delta buckets
+    assert (reuse.counters["kv_reuse_rows"], reuse.counters["kv_fallback_rows"]) == (1, 1)
+    far = reuse._kept.get("far")
+    assert far is not None and reuse._kept.buffers[far.buf].seg.shape[1] == 64 + NEW
+    # wide: both deltas (5 and 11) take the bucket of 128 > 64 prompt slots: full prefills
+    assert (wide.counters["kv_reuse_rows"], wide.counters["kv_fallback_rows"]) == (0, 2)
+    with pytest.raises(ValueError, match="largest prompt bucket"):  # past the context: refused by both paths
+        reuse.generate(params, [nxt[0] + [1]], sp, 2, conversations=["far"])
+    with pytest.raises(ValueError, match="largest prompt bucket"):
+        plain.generate(params, [nxt[0] + [1]], sp, 2)
 
 
 def test_no_reuse_without_a_matching_prefix_or_with_new_params(params):
@@ -191,27 +203,33 @@ class _ReluCorrect:
 def test_multiturn_rollout_same_with_kv_reuse(tmp_path):
     """A greedy 3-turn rollout through SamplerPolicy: the same conversations, log-probs and outcomes
     with the plain static loop and with KV reuse (on continuous batching, whose slots hand their rows'
-    caches to the keep buffer); rows that pass turn 1 stop, the others are debugged."""
+    caches to the keep buffer); rows that pass turn 1 stop, the others are debugged, some until the
+    context limit stops them."""
     from kernels_env.core.config import EnvConfig
     from leap_jax.rollout.multiturn import MultiTurnRollout
     from leap_jax.rollout.policy import SamplerPolicy
 
-    tasks = ["relu", "tanh"]
+    tasks = ["relu", "tanh", "sigmoid"]
     tok, cfg, params, streams, sampling = tiny_chat_policy(tmp_path, tasks)
+
+    def feedback(res, budget):  # sigmoid's long feedback takes its rows past the context at turn 3
+        return (f"status: {res.status.value}" + (" x" * 100 if res.task == "sigmoid" else ""))[:budget]
     outs, samplers = [], []
     for impl in (DecodeImpl(), REUSE.replace(batching="continuous", slots=3)):
         sampler = Sampler(cfg, max_batch=4, prompt_buckets=(512, 1024), max_new_tokens=12, impl=impl,
-                          delta_buckets=(64, 256))
+                          delta_buckets=(64, 512))
         policy = SamplerPolicy(sampler, tok, sampling, params=params, end_ids=streams.end_ids)
         rollout = MultiTurnRollout(streams, _ReluCorrect(), EnvConfig(backend="cpu", sizes="small"),
                                    group_size=4, max_turns=3, dcp_mode="all", max_new_tokens=12,
                                    max_context_tokens=1024, overlap_chunks=2, sizes="small",
-                                   feedback_fn=lambda res, budget: f"status: {res.status.value}"[:budget])
+                                   feedback_fn=feedback)
         outs.append(rollout.run(tasks, policy, seed=0))
         samplers.append(sampler)
     a, b = outs
     turns = a.attempted.sum(axis=-1)
-    assert (turns == 1).any() and (turns == 3).any()  # rows stop after turn 1, others take 3 turns
+    assert list(turns[:, 0]) == [1, 3, 2]  # relu passes turn 1, tanh is debugged twice, sigmoid once
+    limited = [r.context_limited for r in a.rows]
+    assert limited == [r.context_limited for r in b.rows] and sum(limited) == 4  # sigmoid's rows
     assert_same_rollouts(a, b)
     plain, reuse = samplers
     assert reuse.counters["kv_reuse_rows"] == int(a.attempted[..., 1:].sum())  # every later turn reused
