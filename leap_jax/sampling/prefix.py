@@ -29,6 +29,13 @@ row never needs more cache than its full prefill: a conversation past the larges
 refused by both paths (the rollout stops such rows at its context limit first).
 Greedy tokens and log-probs equal the plain path's (tests/leap_jax/test_kv_reuse.py); sampled
 tokens follow the same distribution.
+
+Memory: the plain path donates one cache buffer from call to call; here each chunk's decode cache
+[rows, P + max_new_tokens] is kept until its rows' next turn replaced them or the rollout released
+them (a row that takes no further turn is released after DCP decides; the whole run at its end). At
+the peak of a turn, the previous turn's kept buffers and the turn's new ones coexist. Per cached
+token: num_layers x 2 x num_kv_heads x head_dim x 2 bytes in bf16 (the generated family's 6-layer
+policy: 6 KiB), so 128 rows x 3072 slots are 2.25 GiB; a 512-row evaluation rollout about 4x that.
 """
 from __future__ import annotations
 
