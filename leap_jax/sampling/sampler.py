@@ -613,12 +613,9 @@ class Sampler:
         self._kept.check_params(params)
         plans = self._reuse_plan(arrs, conversations)
         full = sorted((j for j in range(n) if plans[j] is None), key=lambda j: arrs[j].size)
-        by_delta: dict[int, list[int]] = collections.defaultdict(list)  # one delta bucket per chunk
-        for j in sorted((j for j in range(n) if plans[j] is not None), key=lambda j: arrs[j].size):
-            by_delta[plans[j][2]].append(j)  # type: ignore[index]
+        reuse = sorted((j for j in range(n) if plans[j] is not None), key=lambda j: arrs[j].size)
         chunks = [(full[i:i + self.max_batch], False) for i in range(0, len(full), self.max_batch)]
-        for group in by_delta.values():
-            chunks += [(group[i:i + self.max_batch], True) for i in range(0, len(group), self.max_batch)]
+        chunks += [(reuse[i:i + self.max_batch], True) for i in range(0, len(reuse), self.max_batch)]
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[np.ndarray] = [np.zeros((0,), np.float32) for _ in range(n)]
         finished = [False] * n
@@ -660,11 +657,11 @@ class Sampler:
     def _extend_chunk(self, params: Params, rows: list[tuple[np.ndarray, Any]],
                       sampling: SamplingParams, rng: jax.Array,
                       max_new: int) -> tuple[DecodeResult, KVCache, int]:
-        """One chunk of rows with kept caches (all of one delta bucket): copy their kept K/V into a
-        cache of the chunk's buckets, prefill the deltas, decode. Returns the result, the cache
-        and its prompt slots."""
+        """One chunk of rows with kept caches: copy their kept K/V into a cache of the chunk's
+        buckets, prefill the deltas (in the largest of their delta buckets), decode. Returns the
+        result, the cache and its prompt slots."""
         b = pick_bucket(len(rows), self.batch_buckets, "batch size")
-        dpad = int(rows[0][1][2])
+        dpad = max(int(plan[2]) for _, plan in rows)  # shorter deltas: more padding, which writes nothing
         # the bucket a full prefill would pick (unless the delta block is longer)
         p = pick_bucket(max(max(a.size for a, _ in rows), dpad), self.prompt_buckets, "prompt length")
         static = self.impl.batching == "static"  # continuous: a prompt store of P slots
