@@ -30,6 +30,12 @@ slot refills never happen):
     --arms after,continuous,cb --arm 'onechunk: rollout.overlap_chunks=1'
 `decode loop iterations` counts decode steps: the longest row per static call, every step of the
 continuous loop.
+KV reuse across turns (opt-in `sampling.kv_reuse`: a debugging turn prefills only its feedback on
+top of the conversation's kept cache) next to the default, on a multi-turn arm's config:
+    timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml --arms after,kvreuse \
+        --steps 2 --warmup 1
+`prefill tokens` counts the prompt tokens run through prefill, `reused tokens` those whose kept K/V
+a later turn used instead.
 """
 from __future__ import annotations
 
@@ -54,6 +60,8 @@ ARMS = {
     # through half as many decode slots; `cb` keeps the default two calls per turn
     "continuous": ["rollout.overlap_chunks=1", "sampling.batching=continuous"],
     "cb": ["sampling.batching=continuous"],
+    # opt-in KV reuse across turns (sampling/prefix.py): later turns prefill only their new tokens
+    "kvreuse": ["sampling.kv_reuse=true"],
 }
 SHAPES = {
     "experiment": dict(hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8, num_kv_heads=4,
@@ -138,6 +146,7 @@ def summarise(name: str, recs: list[dict], warmup: int, build_s: float) -> dict:
         "gen_tokens": gen_tok, "gen_tok_per_s": gen_tok / gen_s if gen_s > 0 else 0.0,
         "decode_calls": mean("sampler/decode_calls"), "decode_iterations": mean("sampler/decode_iterations"),
         "truncated_rows": mean("sampler/truncated_rows"),
+        "prefill_tokens": mean("sampler/prefill_tokens"), "reused_tokens": mean("sampler/kv_reused_tokens"),
         "rows": mean("update/rows"), "seq_len": mean("update/seq_len"), "slots": slots,
         "real_tokens": mean("update/real_tokens"), "trainable": trainable,
         "all_trainable": mean("update/all_trainable_tokens"),
@@ -153,7 +162,9 @@ ROWS = [("compile s (all steps)", "compile_s", "{:.1f}"), ("  of it generate", "
         ("  update s", "update_s", "{:.3f}"), ("generated tokens", "gen_tokens", "{:.0f}"),
         ("generate tokens/s", "gen_tok_per_s", "{:.0f}"), ("  decode calls", "decode_calls", "{:.1f}"),
         ("  decode loop iterations", "decode_iterations", "{:.0f}"),
-        ("  rows cut at max_new_tokens", "truncated_rows", "{:.1f}"), ("update rows", "rows", "{:.1f}"),
+        ("  rows cut at max_new_tokens", "truncated_rows", "{:.1f}"),
+        ("  prefill tokens", "prefill_tokens", "{:.0f}"), ("  reused tokens (kv_reuse)", "reused_tokens", "{:.0f}"),
+        ("update rows", "rows", "{:.1f}"),
         ("update seq_len", "seq_len", "{:.0f}"), ("update slots (padded)", "slots", "{:.0f}"),
         ("update real tokens", "real_tokens", "{:.0f}"), ("update trainable tokens", "trainable", "{:.0f}"),
         ("  trainable, all conversations", "all_trainable", "{:.0f}"),

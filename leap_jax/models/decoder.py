@@ -104,14 +104,22 @@ def logits_from_hidden(params: Params, config: ModelConfig, hidden: jax.Array) -
     return jnp.einsum("...d,dv->...v", hidden, w, preferred_element_type=jnp.float32)
 
 
-def _write_rows(buf: jax.Array, new: jax.Array, index: jax.Array, lead: tuple) -> jax.Array:
-    """Write `new` [B, T, ...] into `buf` [*lead, B, S, ...] at slot index (scalar or [B])."""
+def _write_rows(buf: jax.Array, new: jax.Array, index: jax.Array, lead: tuple,
+                keep: jax.Array | None = None) -> jax.Array:
+    """Write `new` [B, T, ...] into `buf` [*lead, B, S, ...] at slot index (scalar or [B]).
+    keep [B, T] bool (scalar index only): those slots keep their previous contents."""
     n_lead = len(lead)
     trail = (0,) * (buf.ndim - n_lead - 2)
     new = new.astype(buf.dtype)
     if index.ndim == 0:
         new = new.reshape((1,) * n_lead + new.shape)
-        return jax.lax.dynamic_update_slice(buf, new, (*lead, 0, index, *trail))
+        start = (*lead, 0, index, *trail)
+        if keep is not None:
+            old = jax.lax.dynamic_slice(buf, start, new.shape)
+            new = jnp.where(keep.reshape((1,) * n_lead + keep.shape + (1,) * len(trail)), old, new)
+        return jax.lax.dynamic_update_slice(buf, new, start)
+    if keep is not None:
+        raise ValueError("_write_rows: keep needs a scalar index")
 
     def one(b_buf, b_new, b_idx):  # b_buf [*lead, S, ...], b_new [T, ...]
         b_new = b_new.reshape((1,) * n_lead + b_new.shape)
@@ -179,7 +187,8 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
             segment_ids: jax.Array | None = None, cache: KVCache | None = None,
             cache_index: jax.Array | int | None = None, return_hidden: bool = False,
             unroll: int | bool = 1, attn_impl: str = "einsum",
-            kv_window: int | None = None) -> tuple[jax.Array, KVCache | None]:
+            kv_window: int | None = None,
+            write_padding: bool = True) -> tuple[jax.Array, KVCache | None]:
     """Run the decoder on tokens [B, L] at RoPE positions [B, L].
 
     Returns (fp32 logits [B, L, V], or final-normed hidden [B, L, D] in the compute dtype when
@@ -194,6 +203,9 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
     A Python-int `cache_index` (e.g. 0 for a prefill) limits attention to the statically known
     slots < cache_index + L instead of the whole cache; with a traced index, a static `kv_window`
     does the same (the caller guarantees every query slot is < kv_window).
+    write_padding=False (a cache and a scalar cache_index only): the cache slots of tokens with
+    segment id 0 keep what they held (k, v and segment id), so a left-padded block can be written
+    over slots whose earlier contents it must not erase (sampling/prefix.py).
     """
     c = config
     if tokens.ndim != 2 or positions.shape != tokens.shape:
@@ -220,7 +232,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         slot = jnp.arange(t)
         causal = slot[None, :, None] >= slot[None, None, :]
         mask = causal & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0)
-        new_seg, idx, hi = None, None, t
+        new_seg, idx, hi, pad = None, None, t, None
     else:
         if cache.seg.shape[0] != b:
             raise ValueError(f"forward: cache batch {cache.seg.shape[0]} != tokens batch {b}")
@@ -238,7 +250,10 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         idx = jnp.asarray(cache_index, jnp.int32)
         if idx.ndim not in (0, 1) or (idx.ndim == 1 and idx.shape[0] != b):
             raise ValueError(f"forward: cache_index shape {idx.shape}; expected () or ({b},)")
-        new_seg = _write_rows(cache.seg, seg, idx, ())
+        if not write_padding and idx.ndim != 0:
+            raise ValueError("forward: write_padding=False needs a scalar cache_index")
+        pad = None if write_padding else seg == 0
+        new_seg = _write_rows(cache.seg, seg, idx, (), pad)
         qslot = jnp.broadcast_to(idx, (b,))[:, None] + jnp.arange(t)[None, :]  # [B, T]
         kslot = jnp.arange(hi)
         kseg = new_seg[:, :hi]
@@ -264,8 +279,8 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
             if idx is None:
                 raise RuntimeError("forward: a cached layer without a cache index")
             lead = () if layer is None else (layer,)
-            kc = _write_rows(kc, k, idx, lead)
-            vc = _write_rows(vc, v, idx, lead)
+            kc = _write_rows(kc, k, idx, lead, pad)
+            vc = _write_rows(vc, v, idx, lead, pad)
             if layer is None:
                 k, v = kc, vc
             else:

@@ -9,6 +9,10 @@ are not. `env_error` results exclude their row from rewards and are counted in t
 
 Generation and evaluation overlap: the active rows of a turn are generated in chunks and each
 chunk's jobs are submitted to the pool before the next chunk generates. Phase times are measured.
+
+Each row's requests carry one conversation id for the run (`GenRequest.conversation`); a policy
+with `release_conversations` (the sampler with sampling.kv_reuse, which keeps a conversation's KV
+cache between turns) is told when a row takes no further turn, and at the end of the run.
 """
 from __future__ import annotations
 
@@ -236,10 +240,13 @@ class MultiTurnRollout:
         for row in rows:  # a task whose first prompt leaves no room for a response is not attempted
             row.context_limited = len(row.tokens) + self.max_new_tokens > self.max_context
         active = [r for r in range(P * G) if not rows[r].context_limited]
+        run_id = object()  # conversation ids unique to this run: (run_id, row)
+        release = getattr(policy, "release_conversations", None)
         for t in range(1, T + 1):
             if not active:
                 break
-            requests = [GenRequest(list(rows[r].tokens), rows[r].task, t, (step, r, t)) for r in active]
+            requests = [GenRequest(list(rows[r].tokens), rows[r].task, t, (step, r, t), (run_id, r))
+                        for r in active]
             responses, results = self._generate_and_score(policy, requests, seed + 7919 * t, times)
             gen_rows[t - 1] = len(active)
             for r, resp, res in zip(active, responses, results, strict=False):
@@ -281,8 +288,13 @@ class MultiTurnRollout:
                     continue
                 row.append(delta, False, None, 0)
                 nxt.append(r)
+            if release is not None:  # rows that take no further turn
+                going = set(nxt)
+                release([(run_id, r) for r in active if r not in going])
             times["feedback"] += time.perf_counter() - t0
             active = nxt
+        if release is not None:
+            release([(run_id, r) for r in range(P * G)])
         times["rollout_total"] = time.perf_counter() - t_start
         stats = self._stats(rows, decisions, correct, attempted, row_mask, gen_rows, gen_tokens,
                             env_evals, cache_hits, env_errors, scripted, times)

@@ -2,7 +2,9 @@
 
 `Policy.generate(requests, seed) -> responses`: one response per request (a prompt token stream);
 `Policy.set_params(params)`: the model params the next generations use (the trainer calls it before
-each rollout; a policy that reads no params ignores them).
+each rollout; a policy that reads no params ignores them). A policy may also offer
+`release_conversations(ids)`: the rollout calls it for conversations that take no further turn
+(`SamplerPolicy` then frees their kept KV caches, sampling.kv_reuse).
 - `SamplerPolicy`: the JAX sampler over the current params (the real policy).
 - `ScriptedPolicy`: a stand-in that answers with the task's known-good solution or a known-bad
   variant of it (compile error / format error) with set probabilities per task and turn. It goes
@@ -18,7 +20,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any, Protocol
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -32,6 +34,9 @@ class GenRequest:
     task: str
     turn: int  # 1-based
     key: tuple[int, ...]
+    # the same id on every turn of one conversation (None: none): with sampling.kv_reuse the sampler
+    # keeps the conversation's KV cache and a later turn prefills only its new tokens
+    conversation: Hashable | None = None
 
 
 @dataclass
@@ -117,6 +122,11 @@ class MixedPolicy:
     def set_params(self, params: Any) -> None:
         self.base.set_params(params)
 
+    def release_conversations(self, conversations: Iterable[Hashable] | None = None) -> None:
+        release = getattr(self.base, "release_conversations", None)
+        if release is not None:
+            release(conversations)
+
     def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]:
         use = [_unit(seed, "mix", r.key) < self.fraction for r in requests]
         out: list[GenResponse | None] = [None] * len(requests)
@@ -142,6 +152,12 @@ class SamplerPolicy:
     def set_params(self, params: Any) -> None:
         self.params = params
 
+    def release_conversations(self, conversations: Iterable[Hashable] | None = None) -> None:
+        """Free the sampler's kept caches of these conversations (None: all); see GenRequest."""
+        release = getattr(self.sampler, "release_conversations", None)
+        if release is not None:
+            release(conversations)
+
     def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]:
         import jax
         if not requests:
@@ -149,7 +165,12 @@ class SamplerPolicy:
         if self.params is None:
             raise RuntimeError("SamplerPolicy has no params; call set_params(params) before generating")
         prompts = [list(r.prompt_ids) for r in requests]
-        out = self.sampler.generate(self.params, prompts, self.sampling, jax.random.key(seed % (2 ** 31)))
+        key = jax.random.key(seed % (2 ** 31))
+        if getattr(getattr(self.sampler, "impl", None), "kv_reuse", False):  # sampling.kv_reuse
+            out = self.sampler.generate(self.params, prompts, self.sampling, key,
+                                        conversations=[r.conversation for r in requests])
+        else:
+            out = self.sampler.generate(self.params, prompts, self.sampling, key)
         responses = []
         for toks, lps, fin in zip(out.tokens, out.logprobs, out.finished, strict=False):
             toks = [int(t) for t in toks]

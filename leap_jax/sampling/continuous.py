@@ -26,6 +26,11 @@ test_continuous_batching.py). Sampled tokens follow the same distribution, from 
 stream: the draw of loop step g uses `fold_in(rng, 2 g + 1)` for all slots (a refill's first
 tokens `fold_in(rng, 2 g)`), so every draw has its own noise. Rows enter the slots in their order
 in the chunk (the Sampler sorts prompts by length).
+
+With KV reuse (`DecodeImpl(kv_reuse=True)`, sampling/prefix.py) a `keep` cache of B rows x the slot
+cache's slots receives each row's slot when the slot is refilled and, at the end, every slot's last
+row: the rows' final caches in the static loop's layout, which the Sampler keeps for their next
+turn (without `keep` nothing of this runs).
 """
 from __future__ import annotations
 
@@ -55,22 +60,35 @@ def _copy_row(dst: LayerBuffers, src: LayerBuffers, slot: jax.Array, row: jax.Ar
                                         (0, slot, 0, 0, 0))
 
 
+def _save_slot(keep: KVCache, cache: KVCache, slot: jax.Array, row: jax.Array) -> KVCache:
+    """keep[row] = cache[slot] (k, v, segment ids), for a row < keep's batch; else keep as is."""
+    def save(kp):
+        seg = jax.lax.dynamic_update_slice(
+            kp.seg, jax.lax.dynamic_slice_in_dim(cache.seg, slot, 1, axis=0), (row, 0))
+        return KVCache(_copy_row(kp.k, cache.k, row, slot), _copy_row(kp.v, cache.v, row, slot), seg)
+    return jax.lax.cond(row < keep.seg.shape[0], save, lambda kp: kp, keep)
+
+
 def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store: KVCache,
                       logits: jax.Array, prompt_lengths: jax.Array, active: jax.Array, rng: jax.Array,
                       temperature: jax.Array, top_p: jax.Array, top_k: jax.Array,
                       stop_ids: jax.Array, max_new: jax.Array, *, max_new_tokens: int,
                       pad_id: int = 0, rng_impl: str = "threefry", attn_impl: str = "einsum",
-                      filtered: bool | None = None,
-                      steps_per_iter: int = 1) -> tuple[DecodeResult, KVCache, jax.Array]:
+                      filtered: bool | None = None, steps_per_iter: int = 1,
+                      keep: KVCache | None = None
+                      ) -> tuple[DecodeResult, KVCache, jax.Array, KVCache | None]:
     """Decode B prefilled rows through the S slots of `cache` (see the module docstring).
 
     store: the prefilled prompts (B rows x P slots, left-padded); logits [B, V]: their last-token
     logits; cache: the slot cache (S rows x >= P + max_new_tokens - 1 slots, contents ignored).
-    The other arguments are those of `sampler.decode`. Returns the [B, N] result, the slot cache
-    and the number of decode steps run (each a forward over all S slots)."""
+    keep: None, or B rows x the slot cache's slots that receive the rows' final caches (kv_reuse).
+    The other arguments are those of `sampler.decode`. Returns the [B, N] result, the slot cache,
+    the number of decode steps run (each a forward over all S slots) and `keep`."""
     b, n = logits.shape[0], int(max_new_tokens)
     s_slots = cache.seg.shape[0]
     p = store.seg.shape[1]
+    if keep is not None and keep.seg.shape != (b, cache.seg.shape[1]):
+        raise ValueError(f"decode_continuous: keep cache {keep.seg.shape}; expected {(b, cache.seg.shape[1])}")
     if cache.seg.shape[1] < p + n - 1:
         raise ValueError(f"decode_continuous: slot cache of {cache.seg.shape[1]} slots; needs "
                          f"{p} prompt slots + {n} new tokens")
@@ -102,24 +120,27 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
         return (out_tok, out_lp, lengths, finished), stop
 
     def refill(st):
-        g, cache, row, i, tok, live, nxt, out = st
+        g, cache, row, i, tok, live, nxt, out, keep = st
         free = ~live
         rank = jnp.cumsum(free.astype(jnp.int32)) - 1
         take = free & (rank < n_active - nxt)
         new_row = order[jnp.clip(nxt + rank, 0, b - 1)]
 
-        def copy(c):
+        def copy(ck):
             n_take = jnp.sum(take.astype(jnp.int32))
             taken = jnp.nonzero(take, size=s_slots, fill_value=0)[0].astype(jnp.int32)
 
-            def one(j, c):
+            def one(j, ck):
+                c, kp = ck
                 sl, r = taken[j], new_row[taken[j]]
+                if kp is not None:  # the slot's finished row, before the new one overwrites it
+                    kp = _save_slot(kp, c, sl, row[sl])
                 seg = jax.lax.dynamic_update_slice(
                     c.seg, jax.lax.dynamic_slice_in_dim(store.seg, r, 1, axis=0), (sl, 0))
-                return KVCache(_copy_row(c.k, store.k, sl, r), _copy_row(c.v, store.v, sl, r), seg)
-            return jax.lax.fori_loop(0, n_take, one, c)
+                return KVCache(_copy_row(c.k, store.k, sl, r), _copy_row(c.v, store.v, sl, r), seg), kp
+            return jax.lax.fori_loop(0, n_take, one, ck)
 
-        cache = copy(cache)
+        cache, keep = copy((cache, keep))
         lg = jnp.take(logits, new_row, axis=0)
         tok0 = sample_from_logits(lg, jax.random.fold_in(rng, 2 * g), temperature, top_p, top_k,
                                   filtered)
@@ -128,10 +149,10 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
         i = jnp.where(take, 1, i)
         tok = jnp.where(take, tok0, tok)
         live = jnp.where(take, ~stop0 & (max_new > 1), live)
-        return g, cache, row, i, tok, live, nxt + jnp.sum(take.astype(jnp.int32)), out
+        return g, cache, row, i, tok, live, nxt + jnp.sum(take.astype(jnp.int32)), out, keep
 
     def step(st):
-        g, cache, row, i, tok, live, nxt, out = st
+        g, cache, row, i, tok, live, nxt, out, keep = st
         max_len = cache.seg.shape[1]
         r = jnp.clip(row, 0, b - 1)
         pos = (jnp.take(lens, r) + i - 1)[:, None]
@@ -144,7 +165,7 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
         out, stop = record(out, row, i, new, lg, live)
         i = i + live.astype(jnp.int32)
         live = live & ~stop & (i < max_new)
-        return g + 1, cache, row, i, jnp.where(live, new, tok), live, nxt, out
+        return g + 1, cache, row, i, jnp.where(live, new, tok), live, nxt, out, keep
 
     def pending(st):
         nxt, live = st[6], st[5]
@@ -162,6 +183,8 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
     out0 = (jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
             jnp.zeros((b,), jnp.int32), jnp.zeros((b,), bool))
     st = (jnp.int32(0), cache, jnp.full((s_slots,), b, jnp.int32), jnp.zeros_like(slot_ids),
-          jnp.full((s_slots,), pad_id, jnp.int32), jnp.zeros((s_slots,), bool), jnp.int32(0), out0)
-    g, cache, _, _, _, _, _, (out_tok, out_lp, lengths, finished) = jax.lax.while_loop(cond, body, st)
-    return DecodeResult(out_tok, out_lp, lengths, finished), cache, g
+          jnp.full((s_slots,), pad_id, jnp.int32), jnp.zeros((s_slots,), bool), jnp.int32(0), out0, keep)
+    g, cache, row, _, _, _, _, (out_tok, out_lp, lengths, finished), keep = jax.lax.while_loop(cond, body, st)
+    if keep is not None:  # every slot's last row
+        keep = jax.lax.fori_loop(0, s_slots, lambda sl, kp: _save_slot(kp, cache, sl, row[sl]), keep)
+    return DecodeResult(out_tok, out_lp, lengths, finished), cache, g, keep

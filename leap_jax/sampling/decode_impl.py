@@ -5,8 +5,8 @@ the alternatives equal); they trade compile time, memory layout and kernel count
 the measured choice on the H200 (benchmarks/sampler_throughput.py and benchmarks/decode_profile.py
 compare the alternatives side by side); the trainer sets only `decode_segments` and
 `steps_per_iter` (config `sampling.*`). `rng_impl` changes the random stream of stochastic
-sampling, not its distribution; so does `batching="continuous"` (sampling/continuous.py), an
-opt-in that is not the default until GPU measurements say so.
+sampling, not its distribution; so do `batching="continuous"` (sampling/continuous.py) and
+`kv_reuse=True` (sampling/prefix.py), opt-ins that are not the default until GPU measurements say so.
 """
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ class DecodeImpl:
     # row stopped takes the chunk's next pending row (left padding, one segment only)
     batching: str = "static"
     slots: int = 0  # continuous only: decode slots per chunk (0 = half the chunk's batch bucket)
+    # opt-in (sampling.prefix): keep each conversation's decode cache between its turns; a later
+    # turn of the same conversation prefills only its new tokens (`Sampler.generate(...,
+    # conversations=ids)`; without ids nothing changes)
+    kv_reuse: bool = False
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("padding", self.padding, PADDINGS),
@@ -57,6 +61,10 @@ class DecodeImpl:
                 raise ValueError(f"DecodeImpl {name}={count!r}; expected an int >= 1")
         if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 0:
             raise ValueError(f"DecodeImpl slots={self.slots!r}; expected an int >= 0 (0 = half the batch)")
+        if not isinstance(self.kv_reuse, bool):
+            raise ValueError(f"DecodeImpl kv_reuse={self.kv_reuse!r}; expected a bool")
+        if self.kv_reuse and self.padding != "left":
+            raise ValueError(f"DecodeImpl kv_reuse=True needs padding='left', got {self.padding!r}")
         if self.batching == "continuous" and (self.padding != "left" or self.decode_segments != 1):
             raise ValueError(f"DecodeImpl batching='continuous' needs padding='left' and "
                              f"decode_segments=1, got padding={self.padding!r}, "

@@ -30,13 +30,17 @@ tokens; step i of a chunk uses `fold_in(chunk_rng, i)`.
 Opt-in: `DecodeImpl(batching="continuous")` replaces step 3 by continuous batching (a fixed number
 of decode slots, each taking the chunk's next prompt when its row stops; sampling/continuous.py):
 the same greedy tokens and log-probs, the same sampling distribution from another random stream.
+
+Opt-in: `DecodeImpl(kv_reuse=True)` keeps each conversation's cache between its turns
+(`generate(..., conversations=ids)`): a later turn prefills only its new tokens on top of a copy of
+the kept K/V, then decodes as above (sampling/prefix.py).
 """
 from __future__ import annotations
 
 import collections
 import time
-from typing import NamedTuple
-from collections.abc import Sequence
+from typing import Any, NamedTuple
+from collections.abc import Hashable, Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +53,8 @@ from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, valid
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
 from leap_jax.sampling.decode_impl import PADDINGS, RNG_IMPLS, DecodeImpl
 from leap_jax.sampling.params import SamplingParams
+from leap_jax.sampling.prefix import (DEFAULT_DELTA_BUCKETS, Kept, KeptCaches, place_rows, prefill_delta,
+                                      reusable_prefix)
 
 DEFAULT_SAMPLING = SamplingParams()  # frozen: one shared default is safe
 DEFAULT_IMPL = DecodeImpl()  # frozen too
@@ -264,15 +270,19 @@ class Sampler:
     impl: how the decode loop is built (`DecodeImpl`: padding side, layer loop, RNG, attention,
     fused projections, decode segments, steps per loop iteration); the default is the measured
     fastest and every alternative samples the same greedy tokens (`batching="continuous"`: the
-    chunk's rows pass through `impl.slots` decode slots, see sampling/continuous.py).
-    `trace_counts` counts traces (= compilations) of the two jitted functions.
+    chunk's rows pass through `impl.slots` decode slots, see sampling/continuous.py; `kv_reuse=True`:
+    conversations keep their caches between turns, see sampling/prefix.py).
+    delta_buckets: kv_reuse only: static lengths of a later turn's new tokens (a longer delta is
+    prefilled in full).
+    `trace_counts` counts traces (= compilations) of the jitted functions.
     """
 
     def __init__(self, config: ModelConfig, max_batch: int = 64,
                  prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
                  max_new_tokens: int = 512, batch_buckets: Sequence[int] | None = None,
                  pad_id: int | None = None, impl: DecodeImpl = DEFAULT_IMPL,
-                 max_stop_ids: int = 8, cache_dtype: str | None = None):
+                 max_stop_ids: int = 8, cache_dtype: str | None = None,
+                 delta_buckets: Sequence[int] = DEFAULT_DELTA_BUCKETS):
         if not isinstance(impl, DecodeImpl):
             raise ValueError(f"Sampler impl={impl!r}; expected a leap_jax.sampling.decode_impl.DecodeImpl")
         if max_new_tokens < 1:
@@ -287,6 +297,7 @@ class Sampler:
         if self.batch_buckets[-1] < self.max_batch:
             raise ValueError(f"batch_buckets {self.batch_buckets} must reach max_batch={max_batch}")
         self.prompt_buckets = validate_buckets("prompt_buckets", prompt_buckets)
+        self.delta_buckets = validate_buckets("delta_buckets", delta_buckets)
         self.max_new_tokens = int(max_new_tokens)
         self.impl = impl
         self.max_stop_ids = int(max_stop_ids)
@@ -320,7 +331,7 @@ class Sampler:
                           segments=impl.decode_segments, filtered=filtered,
                           steps_per_iter=impl.steps_per_iter)
 
-        def decode_continuous_fn(params, cache, store, logits, lengths, active, rng, temperature,
+        def decode_continuous_fn(params, cache, store, keep, logits, lengths, active, rng, temperature,
                                  top_p, top_k, stop_ids, max_new, filtered=None):
             from leap_jax.sampling.continuous import decode_continuous
             self.trace_counts["decode"] += 1
@@ -328,14 +339,32 @@ class Sampler:
                                      temperature, top_p, top_k, stop_ids, max_new,
                                      max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
                                      rng_impl=impl.rng_impl, attn_impl=impl.attention,
-                                     filtered=filtered, steps_per_iter=impl.steps_per_iter)
+                                     filtered=filtered, steps_per_iter=impl.steps_per_iter, keep=keep)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,), static_argnames=("filtered",))
-        # batching="continuous": the prompt store is read, the slot cache donated
-        self.decode_continuous_jit = jax.jit(decode_continuous_fn, donate_argnums=(1,),
+        # batching="continuous": the prompt store is read, the slot cache (and kv_reuse's keep
+        # cache, None without it) donated
+        self.decode_continuous_jit = jax.jit(decode_continuous_fn, donate_argnums=(1, 3),
                                              static_argnames=("filtered",))
         self._pool: dict[str, tuple[tuple[int, int], KVCache]] = {}  # continuous: store, slots
+
+        # kv_reuse: kept caches by conversation id; copying kept rows into a new cache, and the
+        # prefill of a later turn's new tokens on top of them (sampling/prefix.py)
+        self._kept = KeptCaches()
+
+        def place_fn(dst, src, src_rows, src_end, dst_lo, count, reset=False):
+            self.trace_counts["place"] += 1
+            return place_rows(dst, src, src_rows, src_end, dst_lo, count, reset=reset)
+
+        def prefill_delta_fn(params, cache, tokens, lengths, offsets, prompt_slots):
+            self.trace_counts["prefill_delta"] += 1
+            return prefill_delta(prep(params), config, cache, tokens, lengths, offsets,
+                                 prompt_slots=prompt_slots, unroll=impl.unroll)
+
+        self.place_jit = jax.jit(place_fn, donate_argnums=(0,), static_argnames=("reset",))
+        self.prefill_delta_jit = jax.jit(prefill_delta_fn, donate_argnums=(1,),
+                                         static_argnames=("prompt_slots",))
         self._last_steps: int | None = None  # continuous: decode steps of the last call
 
     # -- helpers
@@ -366,7 +395,7 @@ class Sampler:
         return Sampler(self.config, max_batch=self.max_batch, prompt_buckets=self.prompt_buckets,
                        max_new_tokens=self.max_new_tokens, batch_buckets=self.batch_buckets,
                        pad_id=self.pad_id, impl=impl, max_stop_ids=self.max_stop_ids,
-                       cache_dtype=str(self.cache_dtype))
+                       cache_dtype=str(self.cache_dtype), delta_buckets=self.delta_buckets)
 
     def _stop_array(self, sampling: SamplingParams) -> np.ndarray:
         ids = sampling.resolved_stop_ids(self.config.eos_token_ids)
@@ -426,22 +455,33 @@ class Sampler:
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
 
-    def _generate_continuous(self, params: Params, tokens: np.ndarray, lengths: np.ndarray,
+    def _generate_continuous(self, params: Params, tokens: np.ndarray | None, lengths: np.ndarray,
                              active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
-                             max_new: int) -> DecodeResult:
+                             max_new: int,
+                             prefilled: tuple[jax.Array, KVCache] | None = None) -> DecodeResult:
         """generate_padded with batching="continuous" (sampling/continuous.py): prefill every row
-        into the prompt store, then decode them through the slot cache."""
+        into the prompt store, then decode them through the slot cache. prefilled: (logits, store)
+        already made (kv_reuse's kept K/V + new tokens; tokens None). With kv_reuse the rows' final
+        caches are left in `_cache`, in the static loop's layout, for the caller to keep."""
         from leap_jax.sampling.continuous import default_slots
-        b, p = tokens.shape
-        store = self._pooled_cache("store", b, p)
+        if prefilled is None:
+            if tokens is None:
+                raise ValueError("_generate_continuous: tokens or prefilled")
+            b, p = tokens.shape
+            store = self._pooled_cache("store", b, p)
+        else:
+            logits, store = prefilled
+            b, p = store.seg.shape
         cache = self._pooled_cache("slots", default_slots(b, self.impl.slots), p + self.max_new_tokens)
+        keep = self._get_cache(b, p + self.max_new_tokens) if self.impl.kv_reuse else None
         t0 = time.perf_counter()
-        logits, store = self.prefill_jit(params, store, jnp.asarray(tokens, jnp.int32),
-                                         jnp.asarray(lengths, jnp.int32))
-        logits.block_until_ready()
+        if prefilled is None:
+            logits, store = self.prefill_jit(params, store, jnp.asarray(tokens, jnp.int32),
+                                             jnp.asarray(lengths, jnp.int32))
+            logits.block_until_ready()
         t1 = time.perf_counter()
-        res, cache, steps = self.decode_continuous_jit(
-            params, cache, store, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool),
+        res, cache, steps, keep = self.decode_continuous_jit(
+            params, cache, store, keep, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool),
             rng, np.float32(sampling.temperature), np.float32(sampling.top_p),
             np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new),
             filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
@@ -449,6 +489,8 @@ class Sampler:
         t2 = time.perf_counter()
         self._pool["store"] = ((b, p), store)
         self._pool["slots"] = ((cache.seg.shape[0], cache.seg.shape[1]), cache)
+        if keep is not None:
+            self._cache = ((b, p + self.max_new_tokens), keep)
         self._last_steps = int(steps)
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
@@ -466,10 +508,34 @@ class Sampler:
         self.counters["generated_tokens"] += int(lengths.sum())
         self.counters["truncated_rows"] += int((~finished).sum())
 
+    def _pad_chunk(self, arrs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One chunk's prompts padded to its buckets (`impl.padding`): tokens [B, P], lengths [B],
+        active [B] (False: rows that only fill the batch bucket)."""
+        b = pick_bucket(len(arrs), self.batch_buckets, "batch size")
+        p = pick_bucket(max(a.size for a in arrs), self.prompt_buckets, "prompt length")
+        tok = np.full((b, p), self.pad_id, np.int32)
+        lens = np.ones((b,), np.int32)
+        active = np.zeros((b,), bool)
+        for r, a in enumerate(arrs):
+            if self.impl.padding == "left":
+                tok[r, p - a.size:] = a
+            else:
+                tok[r, : a.size] = a
+            lens[r], active[r] = a.size, True
+        return tok, lens, active
+
     def generate(self, params: Params, prompts: Sequence[Sequence[int]],
                  sampling: SamplingParams = DEFAULT_SAMPLING,
-                 rng: jax.Array | int = 0) -> SampleOutput:
-        """Generate for prompts of mixed lengths (bucketed, split into chunks of max_batch)."""
+                 rng: jax.Array | int = 0,
+                 conversations: Sequence[Hashable | None] | None = None) -> SampleOutput:
+        """Generate for prompts of mixed lengths (bucketed, split into chunks of max_batch).
+
+        conversations: one id per prompt (None: none), distinct within a call. With
+        `impl.kv_reuse` the cache of each such row is kept, and a later call's prompt of the same
+        id that starts with the kept tokens prefills only the rest (sampling/prefix.py); without
+        kv_reuse they are ignored. `release_conversations` frees kept caches."""
+        if self.impl.kv_reuse and conversations is not None:
+            return self._generate_reusing(params, prompts, sampling, rng, conversations)
         arrs = self._check_prompts(prompts)
         n = len(arrs)
         self._stop_array(sampling)  # validate before any work
@@ -482,20 +548,10 @@ class Sampler:
         timings: collections.Counter[str] = collections.Counter()
         for ci, start in enumerate(range(0, n, self.max_batch)):
             idx = order[start:start + self.max_batch]
-            b = pick_bucket(len(idx), self.batch_buckets, "batch size")
-            p = pick_bucket(max(arrs[j].size for j in idx), self.prompt_buckets, "prompt length")
-            tok = np.full((b, p), self.pad_id, np.int32)
-            lens = np.ones((b,), np.int32)
-            active = np.zeros((b,), bool)
-            for r, j in enumerate(idx):
-                a = arrs[j]
-                if self.impl.padding == "left":
-                    tok[r, p - a.size:] = a
-                else:
-                    tok[r, : a.size] = a
-                lens[r], active[r] = a.size, True
+            tok, lens, active = self._pad_chunk([arrs[j] for j in idx])
             res = self.generate_padded(params, tok, lens, active, sampling,
                                        jax.random.fold_in(rng, ci))
+            self.counters["prefill_tokens"] += int(lens[active].sum())
             timings.update(self.last_timings)
             out_tok, out_lp = np.asarray(res.tokens), np.asarray(res.logprobs)
             out_len, out_fin = np.asarray(res.lengths), np.asarray(res.finished)
@@ -507,3 +563,149 @@ class Sampler:
                 finished[j] = bool(out_fin[r])
         self.last_timings = dict(timings)
         return SampleOutput(tokens, logps, finished)
+
+    # -- kv_reuse (sampling/prefix.py)
+    def release_conversations(self, conversations: Iterable[Hashable] | None = None) -> None:
+        """Free the kept caches of these conversation ids (None: all of them)."""
+        self._kept.release(None if conversations is None else list(conversations))
+
+    def kept_bytes(self) -> int:
+        """Device bytes held by kept caches (kv_reuse)."""
+        return self._kept.nbytes()
+
+    def _reuse_plan(self, arrs: list[np.ndarray],
+                    conversations: Sequence[Hashable | None]) -> list[tuple[Kept, int, int] | None]:
+        """Per prompt: (kept entry, tokens reused, delta bucket), or None for a full prefill."""
+        plans: list[tuple[Kept, int, int] | None] = []
+        for a, conv in zip(arrs, conversations, strict=True):
+            kept = None if conv is None else self._kept.get(conv)
+            plan = None
+            if kept is not None:
+                m = reusable_prefix(kept, a)
+                d = a.size - m
+                if m > 0 and d <= self.delta_buckets[-1]:
+                    db = pick_bucket(d, self.delta_buckets)
+                    if db <= self.prompt_buckets[-1]:  # else: the block passes the prompt region
+                        plan = (kept, m, db)
+                self.counters["kv_reuse_rows" if plan else "kv_fallback_rows"] += 1
+            plans.append(plan)
+        return plans
+
+    def _generate_reusing(self, params: Params, prompts: Sequence[Sequence[int]],
+                          sampling: SamplingParams, rng: jax.Array | int,
+                          conversations: Sequence[Hashable | None]) -> SampleOutput:
+        """`generate` with kv_reuse: rows without a usable kept cache go through the plain chunks,
+        the others through `_extend_chunk`; every row with an id keeps its cache afterwards."""
+        arrs = self._check_prompts(prompts)
+        n = len(arrs)
+        if isinstance(conversations, (str, bytes)) or len(conversations) != n:
+            raise ValueError(f"conversations must be a list of {n} ids (or None), one per prompt")
+        ids = [c for c in conversations if c is not None]
+        if len(set(ids)) != len(ids):
+            raise ValueError("conversation ids must be distinct within one generate call")
+        self._stop_array(sampling)
+        max_new = sampling.max_new_tokens or self.max_new_tokens
+        if max_new > self.max_new_tokens:
+            raise ValueError(f"max_new_tokens={max_new} exceeds the Sampler's static budget "
+                             f"{self.max_new_tokens}")
+        if isinstance(rng, int):
+            rng = jax.random.PRNGKey(rng)
+        self._kept.check_params(params)
+        plans = self._reuse_plan(arrs, conversations)
+        full = sorted((j for j in range(n) if plans[j] is None), key=lambda j: arrs[j].size)
+        reuse = sorted((j for j in range(n) if plans[j] is not None), key=lambda j: arrs[j].size)
+        chunks = [(full[i:i + self.max_batch], False) for i in range(0, len(full), self.max_batch)]
+        chunks += [(reuse[i:i + self.max_batch], True) for i in range(0, len(reuse), self.max_batch)]
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        logps: list[np.ndarray] = [np.zeros((0,), np.float32) for _ in range(n)]
+        finished = [False] * n
+        timings: collections.Counter[str] = collections.Counter()
+        new_entries: list[tuple[Hashable, Kept]] = []
+        for ci, (idx, extend) in enumerate(chunks):
+            crng = jax.random.fold_in(rng, ci)
+            if extend:
+                res, cache, p = self._extend_chunk(params, [(arrs[j], plans[j]) for j in idx],
+                                                   sampling, crng, max_new)
+                active = np.arange(res.lengths.shape[0]) < len(idx)
+            else:
+                tok, lens, active = self._pad_chunk([arrs[j] for j in idx])
+                p = tok.shape[1]
+                res = self.generate_padded(params, tok, lens, active, sampling, crng)
+                self.counters["prefill_tokens"] += int(lens[active].sum())
+                if self._cache is None:
+                    raise RuntimeError("kv_reuse: the decode left no cache to keep")
+                cache, self._cache = self._cache[1], None  # kept, not donated to the next call
+            timings.update(self.last_timings)
+            out_tok, out_lp = np.asarray(res.tokens), np.asarray(res.logprobs)
+            out_len, out_fin = np.asarray(res.lengths), np.asarray(res.finished)
+            self._count(out_len[active], out_fin[active])
+            key = self._kept.add_buffer(cache)
+            for r, j in enumerate(idx):
+                k = int(out_len[r])
+                tokens[j] = out_tok[r, :k].tolist()
+                logps[j] = out_lp[r, :k].astype(np.float32)
+                finished[j] = bool(out_fin[r])
+                if conversations[j] is not None and k >= 1:
+                    held = np.concatenate([arrs[j], out_tok[r, :k - 1]]).astype(np.int32)
+                    new_entries.append((conversations[j], Kept(key, r, p + k - 1, held)))
+        for conv, kept in new_entries:  # after every chunk: earlier buffers were read until here
+            self._kept.put(conv, kept)
+        self._kept.collect()
+        self.last_timings = dict(timings)
+        return SampleOutput(tokens, logps, finished)
+
+    def _extend_chunk(self, params: Params, rows: list[tuple[np.ndarray, Any]],
+                      sampling: SamplingParams, rng: jax.Array,
+                      max_new: int) -> tuple[DecodeResult, KVCache, int]:
+        """One chunk of rows with kept caches: copy their kept K/V into a cache of the chunk's
+        buckets, prefill the deltas (in the largest of their delta buckets), decode. Returns the
+        result, the cache and its prompt slots."""
+        b = pick_bucket(len(rows), self.batch_buckets, "batch size")
+        dpad = max(int(plan[2]) for _, plan in rows)  # shorter deltas: more padding, which writes nothing
+        # the bucket a full prefill would pick (unless the delta block is longer)
+        p = pick_bucket(max(max(a.size for a, _ in rows), dpad), self.prompt_buckets, "prompt length")
+        static = self.impl.batching == "static"  # continuous: a prompt store of P slots
+        cache = (self._get_cache(b, p + self.max_new_tokens) if static
+                 else self._pooled_cache("store", b, p))
+        t0 = time.perf_counter()
+        by_buf: dict[int, list[int]] = collections.defaultdict(list)
+        for r, (_, plan) in enumerate(rows):
+            by_buf[plan[0].buf].append(r)
+        for i, (key, members) in enumerate(by_buf.items()):
+            src_rows, src_end, dst_lo, count = (np.zeros((b,), np.int32) for _ in range(4))
+            for r in members:
+                kept, m = rows[r][1][0], rows[r][1][1]
+                src_rows[r], src_end[r], dst_lo[r], count[r] = kept.row, kept.end, p - rows[r][0].size, m
+            cache = self.place_jit(cache, self._kept.buffers[key], jnp.asarray(src_rows),
+                                   jnp.asarray(src_end), jnp.asarray(dst_lo), jnp.asarray(count),
+                                   reset=i == 0)
+        tok = np.full((b, dpad), self.pad_id, np.int32)
+        lens, offs, full = np.ones((b,), np.int32), np.zeros((b,), np.int32), np.ones((b,), np.int32)
+        active = np.zeros((b,), bool)
+        for r, (a, plan) in enumerate(rows):
+            m = plan[1]
+            tok[r, dpad - (a.size - m):] = a[m:]
+            lens[r], offs[r], full[r], active[r] = a.size - m, m, a.size, True
+        logits, cache = self.prefill_delta_jit(params, cache, jnp.asarray(tok), jnp.asarray(lens),
+                                               jnp.asarray(offs), prompt_slots=p)
+        logits.block_until_ready()
+        t1 = time.perf_counter()
+        self.counters["prefill_tokens"] += int(lens[active].sum())
+        self.counters["kv_reused_tokens"] += int(offs[active].sum())
+        if not static:
+            res = self._generate_continuous(params, None, full, active, sampling, rng, max_new,
+                                            prefilled=(logits, cache))
+            if self._cache is None:
+                raise RuntimeError("kv_reuse: the continuous decode left no cache to keep")
+            cache, self._cache = self._cache[1], None
+            self.last_timings["prefill_s"] += t1 - t0
+            return res, cache, p
+        res, cache = self.decode_jit(
+            params, cache, logits, jnp.asarray(full), jnp.asarray(active), rng,
+            np.float32(sampling.temperature), np.float32(sampling.top_p),
+            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new),
+            filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
+        res.tokens.block_until_ready()
+        t2 = time.perf_counter()
+        self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
+        return res, cache, p

@@ -93,6 +93,12 @@ class SamplingCfg:
     # `decode_impl()`)
     batching: str = "static"
     slots: int = 0
+    # opt-in KV reuse across turns (DecodeImpl.kv_reuse, leap_jax/sampling/prefix.py): the sampler
+    # keeps each rollout conversation's KV cache between its turns and a debugging turn prefills only
+    # its feedback (not the prompt and earlier turns again); costs the kept caches' memory between
+    # turns (at most every row's cache of the previous turn; with batching=continuous also a cache of
+    # every row of a call, which continuous batching alone does not allocate).
+    kv_reuse: bool = False
 
     def check(self) -> None:
         positive(self.temperature, "sampling.temperature", allow_zero=True)
@@ -111,7 +117,7 @@ class SamplingCfg:
         """The Sampler's DecodeImpl of this section."""
         from leap_jax.sampling.decode_impl import DecodeImpl
         return DecodeImpl(decode_segments=self.decode_segments, steps_per_iter=self.steps_per_iter,
-                          batching=self.batching, slots=self.slots)
+                          batching=self.batching, slots=self.slots, kv_reuse=self.kv_reuse)
 
     def params(self, stop_token_ids: Sequence[int], temperature: float | None = None) -> SamplingParams:
         """The Sampler's per-call SamplingParams of this section (`temperature` overrides its own)."""

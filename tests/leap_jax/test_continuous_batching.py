@@ -155,12 +155,16 @@ def test_sampled_pairs_follow_the_model_distribution(params, prompts):
     loop (the control) and continuous batching; and the two samples against each other."""
     prompt = prompts[1]
     probs = exact_pair_probs(params, prompt)
-    keys = sorted(probs)
     calls, rows = 24, 32  # 768 draws per sampler
     kw = dict(max_batch=32, prompt_buckets=(8,), max_new_tokens=2, batch_buckets=(32,))
     samples = {name: pair_counts(make(impl, **kw), params, prompt, calls, rows)
                for name, impl in (("static", DecodeImpl()), ("continuous", CONT.replace(slots=5)))}
-    n = calls * rows
+    assert_pairs_follow(samples, probs, calls * rows)
+
+
+def assert_pairs_follow(samples, probs, n):
+    """Each sample of n pair counts fits `probs` (chi-square), and the samples fit each other."""
+    keys = sorted(probs)
     for name, counts in samples.items():
         assert set(counts) <= set(keys), name  # nothing outside the top-k support
         obs = np.array([counts.get(k, 0) for k in keys], float)
@@ -181,30 +185,37 @@ def test_sampling_is_deterministic_and_seed_dependent(params, prompts):
 
 
 # ---------------------------------------------------------------------------- multi-turn rollout
-def test_multiturn_rollout_same_with_continuous_batching(tmp_path):
-    """A greedy 3-turn rollout (every failed row debugged) through SamplerPolicy: the same
-    conversations, log-probs and outcomes with the static and the continuous decode."""
-    from kernels_env.core.config import EnvConfig
+def tiny_chat_policy(tmp_path, tasks):
+    """A BPE tokenizer on `tasks`, a tiny random decoder over it, its ChatStreams and greedy
+    SamplingParams of 12 new tokens that stop on the end-of-turn ids and a frequent id (a random
+    model seldom emits <|im_end|>, so some turns end early): (tok, config, params, streams, sampling)."""
     from kernels_env.tasks import get_task
-    from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout
-    from leap_jax.rollout.policy import SamplerPolicy
+    from leap_jax.rollout.multiturn import ChatStreams
     from leap_jax.rollout.prompts import initial_messages
     from leap_jax.train.config import load_config
     from leap_jax.train.trainer import build_tokenizer
-    from tests.leap_jax._trainer_helpers import OracleEvaluator
-
-    tasks = ["relu", "tanh"]
     tok = build_tokenizer(load_config(None, ["tokenizer.vocab_size=600"]), tmp_path,
                           [get_task(t) for t in tasks])
     cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_layers=2,
                       num_heads=2, num_kv_heads=1, dtype="float32", param_dtype="float32")
     params = random_params(cfg, seed=5)
     streams = ChatStreams(tok)
-    # a random model seldom emits <|im_end|>: stop on frequent ids too, so some turns end early
     probe = Sampler(cfg, max_batch=8, prompt_buckets=(1024,), max_new_tokens=12).generate(
         params, [streams.initial(initial_messages(get_task(tasks[0]), "small"))], SamplingParams(temperature=0.0, stop_token_ids=()))
     stops = tuple(streams.end_ids) + (probe.tokens[0][3],)
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=12, stop_token_ids=stops)
+    return tok, cfg, params, streams, SamplingParams(temperature=0.0, max_new_tokens=12, stop_token_ids=stops)
+
+
+def test_multiturn_rollout_same_with_continuous_batching(tmp_path):
+    """A greedy 3-turn rollout (every failed row debugged) through SamplerPolicy: the same
+    conversations, log-probs and outcomes with the static and the continuous decode."""
+    from kernels_env.core.config import EnvConfig
+    from leap_jax.rollout.multiturn import MultiTurnRollout
+    from leap_jax.rollout.policy import SamplerPolicy
+    from tests.leap_jax._trainer_helpers import OracleEvaluator
+
+    tasks = ["relu", "tanh"]
+    tok, cfg, params, streams, sampling = tiny_chat_policy(tmp_path, tasks)
     outs = []
     for impl in (DecodeImpl(), DecodeImpl(batching="continuous", slots=3, steps_per_iter=2)):
         sampler = Sampler(cfg, max_batch=8, prompt_buckets=(1024,), max_new_tokens=12, impl=impl)
@@ -216,6 +227,12 @@ def test_multiturn_rollout_same_with_continuous_batching(tmp_path):
         outs.append(rollout.run(tasks, policy, seed=0))
     a, b = outs
     assert a.attempted.sum() == b.attempted.sum() == 2 * 3 * 3  # every row took 3 turns
+    assert_same_rollouts(a, b)
+
+
+def assert_same_rollouts(a, b):
+    """Two rollouts of 12-token turns: the same conversations, stop flags, log-probs and outcomes,
+    with early stops and truncation among the turns."""
     lengths = [tr.length for row in a.rows for tr in row.turns]
     assert min(lengths) < 12 and max(lengths) == 12  # early stops and truncation both happen
     for ra, rb in zip(a.rows, b.rows, strict=True):
