@@ -16,8 +16,8 @@ from typing import Any
 from collections.abc import Sequence
 
 from leap_jax.experiment_report import _fmt, _fmt_ms, _mean_std, best_value, parse_run_name, step_records
+from leap_jax.train.metrics import FINAL_EVAL_FILE
 
-FINAL_EVAL_FILE = "final_eval.json"  # leap_jax.train.trainer writes it (eval.final_turns)
 FINAL_SPLITS = (("heldout", "held-out"), ("train_eval", "training"), ("suite", "hand-written suite"))
 
 Runs = dict[str, dict[int, list[dict[str, Any]]]]

@@ -14,6 +14,7 @@ from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
 EVAL_FILE = "eval.json"
+FINAL_EVAL_FILE = "final_eval.json"  # eval.final_turns: the finished policy with turns of real feedback
 
 
 def _clean(v: Any) -> Any:

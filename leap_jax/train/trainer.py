@@ -30,7 +30,7 @@ from leap_jax.train.checkpoint import Checkpointer
 from leap_jax.train.compile_clock import compile_seconds
 from leap_jax.train.config import Config, ConfigError, save_config, to_dict
 from leap_jax.train.env_health import check_env_errors, pool_counter_deltas
-from leap_jax.train.metrics import EVAL_FILE, MetricsWriter, read_metrics, truncate_metrics
+from leap_jax.train.metrics import EVAL_FILE, FINAL_EVAL_FILE, MetricsWriter, read_metrics, truncate_metrics
 from leap_jax.train.update import (build_batch, fill_old_logprobs, init_value_head, make_logprob_fn,
                                    make_optimizer, make_update, make_value_fn, prepare_ppo)
 
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 START_EVAL_FILE = "start_eval.json"  # the evaluation before the first update, reusable by eval.start_metrics
 FINISHED_FILE = "finished.json"  # written when a run reaches train.steps, train.time_budget_s or its plateau
-FINAL_EVAL_FILE = "final_eval.json"  # eval.final_turns: the finished policy with turns of real feedback
 
 
 # ---- construction helpers ---------------------------------------------------------------------
