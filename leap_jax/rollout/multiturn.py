@@ -352,6 +352,11 @@ def select_groups(out: RolloutOutput, groups: Sequence[int]) -> RolloutOutput:
         row_mask=out.row_mask[idx], stats=dict(out.stats))
 
 
+def solved_turns_by_task(out: RolloutOutput, tasks: Sequence[str]) -> dict[str, list[int | None]]:
+    """{task: the turn each of its rows first solved it on (None: never)}, for an evaluation's record."""
+    return {t: [r.solved_turn for r in out.rows if r.task == t] for t in tasks}
+
+
 def outcome_metrics(out: RolloutOutput, fast_thresholds: Sequence[float] = (1.0, 1.2)) -> dict[str, float | None]:
     """Acc@t for every t, fast_p, mean speedup of correct kernels, turns per pass (DESIGN 4.8).
 

@@ -22,7 +22,8 @@ import numpy as np
 from kernels_env.core.config import EnvConfig
 from leap_jax.models.config import ModelConfig
 from leap_jax.parallel.placement import MeshPlacement
-from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups
+from leap_jax.rollout.multiturn import (ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups,
+                                        solved_turns_by_task)
 from leap_jax.rollout.policy import MixedPolicy, Policy, SamplerPolicy, ScriptedPolicy
 from leap_jax.sampling.buckets import batch_buckets, prompt_buckets
 from leap_jax.train import algorithms, stopping
@@ -501,13 +502,13 @@ class Trainer:
         """The run is complete: train.steps done, train.time_budget_s spent or train.plateau reached."""
         return self.step >= self.cfg.train.steps or self.out_of_time() or self.plateaued
 
-    def _watch_plateau(self, record: dict[str, Any]) -> None:
-        """Add a periodic evaluation's train.plateau.metric to the history; set `plateaued` once the
-        rule (leap_jax.train.stopping) holds after train.plateau.min_steps steps."""
+    def _watch_plateau(self, records: Sequence[dict[str, Any]]) -> None:
+        """Add the periodic evaluations' train.plateau.metric of `records` to the history; set
+        `plateaued` once the rule (leap_jax.train.stopping) holds after train.plateau.min_steps steps."""
         p = self.cfg.train.plateau
-        if p.metric is None or record.get(p.metric) is None:
+        if p.metric is None:
             return
-        self.plateau_values.append(float(record[p.metric]))
+        self.plateau_values += stopping.metric_history(records, p.metric)
         self.plateaued = self.step >= p.min_steps and stopping.plateaued(self.plateau_values, p.window, p.tol)
 
     def train(self, max_steps: int | None = None) -> list[dict[str, Any]]:
@@ -520,8 +521,7 @@ class Trainer:
         start_eval = iv is not None and cfg.eval.at_start and self.step == 0
         truncate_metrics(self.run_dir, self.step - 1 if not start_eval else -2)
         self.plateau_values = []
-        for r in read_metrics(self.run_dir):  # a resumed run's history
-            self._watch_plateau(r)
+        self._watch_plateau(read_metrics(self.run_dir))  # a resumed run's history
         writer = MetricsWriter(self.run_dir, jsonl=cfg.logging.jsonl, tensorboard=cfg.logging.tensorboard,
                                progress_bar=cfg.logging.progress_bar, total_steps=cfg.train.steps,
                                initial_step=self.step)
@@ -539,7 +539,7 @@ class Trainer:
                         {**self.start_eval_identity(), "metrics": m}, indent=2))
                 writer.write(-1, m, progress=False)
                 records.append({"step": -1, **m})
-                self._watch_plateau(m)
+                self._watch_plateau([m])
             walls: list[float] = []  # this call's step times, periodic evaluation included
             while self.step < target and not self.finished:
                 t_it = time.perf_counter()
@@ -548,7 +548,7 @@ class Trainer:
                 done = self.finished
                 if iv is not None and (self.step % iv == 0 or done):
                     m.update(self.periodic_eval_metrics())
-                    self._watch_plateau(m)
+                    self._watch_plateau([m])
                     done = self.finished
                 writer.write(step_done, m)
                 records.append({"step": step_done, **m})
@@ -675,7 +675,7 @@ class Trainer:
                          "turns_per_pass": m.get("turns_per_pass")}
             if with_tasks:
                 res[name]["tasks"] = len(tasks)
-                res[name]["per_task"] = {t: [r.solved_turn for r in part.rows if r.task == t] for t in tasks}
+                res[name]["per_task"] = solved_turns_by_task(part, tasks)
         return res
 
     def periodic_eval_metrics(self) -> dict[str, Any]:
@@ -711,7 +711,7 @@ class Trainer:
                   "env/evaluations": out.stats["env/evaluations"], "env/env_errors": out.stats["env/env_errors"],
                   "rollout/scripted_frac": out.stats["rollout/scripted_frac"],
                   "time/eval": time.perf_counter() - t0,
-                  "per_task": {t: [r.solved_turn for r in out.rows if r.task == t] for t in tasks}}
+                  "per_task": solved_turns_by_task(out, tasks)}
         (self.run_dir / EVAL_FILE).write_text(json.dumps(result, indent=2))
         return result
 
