@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from leap_jax.experiment_report import eval_points, train_clock
+from leap_jax.experiment_report import eval_points
 
 
 def _step_points(rows: list[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
@@ -36,7 +36,7 @@ def seed_curves_plot(runs: dict[str, dict[int, list[dict[str, Any]]]], metric: s
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for i, arm in enumerate(sorted(runs)):
         color = f"C{i}"
-        for ax, points in ((axes[0], lambda rows: [(t, v) for t, v in eval_points(rows, metric)]),
+        for ax, points in ((axes[0], lambda rows: eval_points(rows, metric)),
                            (axes[1], lambda rows: _step_points(rows, metric))):
             curves = [points(runs[arm][s]) for s in sorted(runs[arm])]
             for c in curves:
@@ -57,5 +57,3 @@ def seed_curves_plot(runs: dict[str, dict[int, list[dict[str, Any]]]], metric: s
     plt.close(fig)
     return out
 
-
-__all__ = ["mean_curve", "seed_curves_plot", "train_clock"]

@@ -231,13 +231,6 @@ def experiment_markdown(runs: dict[str, dict[int, list[dict[str, Any]]]], metric
                    + ", ".join(f"s{s}: {_fmt(v['target'])}" for s, v in h["per_seed"].items()) + ".")
         out.append("")
         ratios = ", ".join(f"s{s}: {_fmt(v['ratio'])}" for s, v in h["per_seed"].items())
-        for s_, v in h["per_seed"].items():
-            out.append(f"- s{s_}: steps to target " + ", ".join(
-                f"{a} {v['steps'][a] if v['steps'].get(a) is not None else 'not reached'}" for a in sorted(v["steps"]))
-                + "; generated tokens to target " + ", ".join(
-                f"{a} {_fmt(v['tokens'][a], 4) if v['tokens'].get(a) is not None else 'not reached'}"
-                for a in sorted(v["tokens"])) + ".")
-        out.append("")
         out.append(f"**Headline: `{baseline}` time to target / `{arm}` time to target = "
                    f"{_fmt_ms([v['ratio'] for v in h['per_seed'].values()])}** (per seed: {ratios}; "
                    "> 1 means LEAP reached the baseline's best accuracy sooner).")
