@@ -2,6 +2,8 @@
 
     python benchmarks/update_memory.py                                   # the experiment's policy shape
     python benchmarks/update_memory.py --config runs/experiment/policy/config.json --rows 16 --length 4096
+    python benchmarks/update_memory.py --config runs/gen/policy/config.json --rows 16 --micro-batch 16 \
+        --length 4096 --micro-batch-tokens 32768     # optimizer.micro_batch_tokens
 
 Why: several training processes share one GPU in the experiment (`--parallel N`), so the update's
 peak memory decides how many fit. The table compares the einsum attention as one block against the
@@ -33,12 +35,14 @@ EXPERIMENT_POLICY = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 2334, 
 GIB = float(1 << 30)
 
 
-def update_bytes(cfg: ModelConfig, rows: int, length: int, micro_batch: int) -> dict[str, float]:
+def update_bytes(cfg: ModelConfig, rows: int, length: int, micro_batch: int,
+                 micro_batch_tokens: int | None = None) -> dict[str, float]:
     """XLA memory analysis (GiB) of make_update's program for a [rows, length] batch."""
     params = {"model": jax.eval_shape(lambda k: decoder.init(cfg, k), jax.random.PRNGKey(0))}
     tx = optax.adamw(1e-5)
     opt_state = jax.eval_shape(tx.init, params)
-    update = make_update(cfg, tx, lambda step: 1e-5, micro_batch_size=micro_batch, max_len=float(length))
+    update = make_update(cfg, tx, lambda step: 1e-5, micro_batch_size=micro_batch, max_len=float(length),
+                         micro_batch_tokens=micro_batch_tokens)
     dtypes = {"tokens": jnp.int32, "positions": jnp.int32, "segment_ids": jnp.int32, "targets": jnp.int32,
               "mask": jnp.bool_, "old_logp": jnp.float32, "advantages": jnp.float32}
     batch = {k: jax.ShapeDtypeStruct((rows, length), dtypes[k]) for k in BATCH_KEYS}
@@ -55,11 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=8, help="rows in the update batch")
     ap.add_argument("--length", type=int, default=4096, help="padded tokens per row (rollout.max_context_tokens)")
     ap.add_argument("--micro-batch", type=int, default=8, help="optimizer.micro_batch_size")
+    ap.add_argument("--micro-batch-tokens", type=int, default=None, help="optimizer.micro_batch_tokens")
     args = ap.parse_args(argv)
     if args.rows % args.micro_batch:
         ap.error(f"--rows {args.rows} is not a multiple of --micro-batch {args.micro_batch}")
     d = json.load(open(args.config)) if args.config else EXPERIMENT_POLICY
-    print(f"backend {jax.default_backend()}, batch [{args.rows}, {args.length}], micro batch {args.micro_batch}")
+    print(f"backend {jax.default_backend()}, batch [{args.rows}, {args.length}], micro batch {args.micro_batch}, "
+          f"micro-batch tokens {args.micro_batch_tokens}")
     print("| attention | remat | temp GiB | params+opt+batch GiB |")
     print("| --- | --- | --- | --- |")
     default = layers.MAX_SCORE_BYTES
@@ -67,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, max_bytes in (("one block", 1 << 62), (f"query chunks (scores <= {default / GIB:g} GiB)", default)):
             layers.MAX_SCORE_BYTES = max_bytes
             for remat in (False, True):
-                m = update_bytes(ModelConfig.from_hf_dict(d, remat=remat), args.rows, args.length, args.micro_batch)
+                m = update_bytes(ModelConfig.from_hf_dict(d, remat=remat), args.rows, args.length, args.micro_batch,
+                                 args.micro_batch_tokens)
                 print(f"| {name} | {remat} | {m['temp']:.2f} | {m['args']:.2f} |", flush=True)
     finally:
         layers.MAX_SCORE_BYTES = default

@@ -145,6 +145,10 @@ class OptimizerCfg:
     schedule: str = "constant"
     warmup_steps: int = 0
     micro_batch_size: int = 8  # rows per micro-batch (exact (sum, denom) accumulation)
+    # at most this many token slots (rows x row length) per update micro-batch: long rows go through
+    # fewer at a time (a divisor of micro_batch_size), so the update's memory does not grow with the
+    # row length (None: micro_batch_size rows whatever their length)
+    micro_batch_tokens: int | None = None
     pad_to_multiple: int = 64  # sequence length bucket
     # pack several conversations into one update row (segment ids, per-segment positions; no
     # attention across them), rows of `pack_len` slots (None: the length bucket of the longest)
@@ -167,6 +171,8 @@ class OptimizerCfg:
         choice(self.schedule, SCHEDULES, "optimizer.schedule")
         positive(self.warmup_steps, "optimizer.warmup_steps", allow_zero=True)
         positive(self.micro_batch_size, "optimizer.micro_batch_size")
+        if self.micro_batch_tokens is not None:
+            positive(self.micro_batch_tokens, "optimizer.micro_batch_tokens")
         choice(self.accumulate, ("loop", "scan"), "optimizer.accumulate")
         choice(self.attention, ("einsum", "cudnn", "dpa"), "optimizer.attention")
         if self.pack_len is not None:

@@ -276,7 +276,7 @@ class Trainer:
             max_len=float(s.max_new_tokens * r.max_turns), ppo=self.ppo, value_coef=cfg.loss.value_coef,
             value_clip=cfg.loss.value_clip, donate=jax.default_backend() != "cpu",
             accumulate=cfg.optimizer.accumulate, attn_impl=cfg.optimizer.attention,
-            batch_put=None if self.placement is None else self.placement.put_batch)
+            micro_batch_tokens=cfg.optimizer.micro_batch_tokens, batch_put=None if self.placement is None else self.placement.put_batch)
         if self.placement is not None:
             self.update_fn = self.placement.wrap_update(self.update_fn)
         self.checkpointer = Checkpointer(self.run_dir, keep_last=cfg.checkpoint.keep_last)

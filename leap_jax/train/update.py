@@ -33,6 +33,21 @@ BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "mask", "old_logp
 PPO_KEYS = ("rewards", "old_values", "returns")
 
 
+def rows_per_micro_batch(micro_batch_size: int, row_len: int, max_tokens: int | None) -> int:
+    """Rows per micro-batch for rows of `row_len` slots: `micro_batch_size`, or with a token cap
+    (optimizer.micro_batch_tokens) the largest divisor of it whose rows hold at most `max_tokens`
+    slots (at least 1 row). The update's activation memory grows with a micro-batch's slots, so the
+    cap keeps long packed rows (e.g. 16 x 4096 slots: a 16 GiB temporary for a 20M model) from
+    needing more memory than short ones; the gradient is the same sum in a different order."""
+    mb = int(micro_batch_size)
+    if max_tokens is None:
+        return mb
+    if max_tokens < 1 or row_len < 1:
+        raise ValueError(f"rows_per_micro_batch: max_tokens={max_tokens}, row_len={row_len}; expected >= 1")
+    fits = max(int(max_tokens) // int(row_len), 1)
+    return max(d for d in range(1, mb + 1) if mb % d == 0 and d <= fits)
+
+
 def _round_up(n: int, m: int) -> int:
     return max(m, -(-n // m) * m)
 
@@ -276,7 +291,7 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
                 aggregation: str = "token-mean", max_len: float | None = None, ppo: bool = False,
                 value_coef: float = 0.5, value_clip: float | None = 0.2,
                 donate: bool = False, accumulate: str = "scan", attn_impl: str = "einsum",
-                batch_put: Callable | None = None) -> Callable:
+                batch_put: Callable | None = None, micro_batch_tokens: int | None = None) -> Callable:
     """The update step; see the module docstring. `max_len` is the constant of
     seq-mean-token-sum-norm (e.g. max_new_tokens * T).
 
@@ -289,8 +304,13 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
     attn_impl: the forward's attention (`layers.attention`): "einsum" (fp32 scores, query chunks)
     or "cudnn" (the fused GPU kernel) / "dpa" (its XLA form).
     batch_put: places a batch ("scan") or each micro-batch ("loop") on devices before the jitted
-    call, e.g. `leap_jax.parallel.rules.shard_batch` on a mesh (None: as given)."""
+    call, e.g. `leap_jax.parallel.rules.shard_batch` on a mesh (None: as given).
+    micro_batch_tokens: at most this many slots (rows x row length) per micro-batch: rows of length L
+    go `rows_per_micro_batch(micro_batch_size, L, micro_batch_tokens)` at a time (None: always
+    `micro_batch_size`). On a mesh, keep the result a multiple of the data-parallel shards."""
     mb = int(micro_batch_size)
+    if micro_batch_tokens is not None and int(micro_batch_tokens) < 1:
+        raise ValueError(f"micro_batch_tokens={micro_batch_tokens}; expected an int >= 1 or None")
     if accumulate not in ("scan", "loop"):
         raise ValueError(f"accumulate={accumulate!r}; expected 'scan' or 'loop'")
     seq_mode = aggregation != "token-mean"
@@ -346,7 +366,8 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         if B % mb:
             raise ValueError(f"batch of {B} rows is not a multiple of micro_batch_size={mb}")
         denom_pg, denom_v = denominators(batch)
-        stacked = {k: batch[k].reshape((B // mb, mb) + batch[k].shape[1:]) for k in keys}
+        rows = rows_per_micro_batch(mb, batch["tokens"].shape[1], micro_batch_tokens)
+        stacked = {k: batch[k].reshape((B // rows, rows) + batch[k].shape[1:]) for k in keys}
         zero_g = jax.tree_util.tree_map(jnp.zeros_like, params)
 
         def body(carry, m):
@@ -360,7 +381,8 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         g0, aux0 = grad_fn(params, first, denom_pg, denom_v)
         rest = {k: v[1:] for k, v in stacked.items()}
         (grads, aux), _ = jax.lax.scan(body, (jax.tree_util.tree_map(jnp.add, zero_g, g0), aux0), rest)
-        return apply(params, opt_state, grads, aux, denom_pg, denom_v)
+        new_params, new_opt_state, metrics = apply(params, opt_state, grads, aux, denom_pg, denom_v)
+        return new_params, new_opt_state, {**metrics, "update/micro_batch_rows": rows}
 
     if accumulate == "scan":
         jitted = jax.jit(update, donate_argnums=(0, 1) if donate else ())
@@ -391,7 +413,8 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
             denom_v = np.float32(max(float(np.asarray(batch["mask"]).sum()), 1.0))
         else:  # the denominators from the whole batch's mask: a small program per (B, L)
             denom_pg, denom_v = denom_jit({"mask": batch["mask"]})
-        micro = [{k: batch[k][i:i + mb] for k in keys} for i in range(0, B, mb)]
+        rows = rows_per_micro_batch(mb, batch["tokens"].shape[1], micro_batch_tokens)
+        micro = [{k: batch[k][i:i + rows] for k in keys} for i in range(0, B, rows)]
         if batch_put is not None:
             micro = [batch_put(m) for m in micro]
         sig = tuple((k, micro[0][k].shape, str(micro[0][k].dtype)) for k in keys)
@@ -402,7 +425,8 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
         aux_acc = aux_identity[sig]
         for m in micro:
             g_acc, aux_acc = acc_jit(params, g_acc, aux_acc, m, denom_pg, denom_v)
-        return apply_jit(params, opt_state, g_acc, aux_acc, denom_pg, denom_v)
+        new_params, new_opt_state, metrics = apply_jit(params, opt_state, g_acc, aux_acc, denom_pg, denom_v)
+        return new_params, new_opt_state, {**metrics, "update/micro_batch_rows": rows}
 
     # exposed for compile counting in tests (setattr: mypy does not model function attributes)
     setattr(loop_update, "acc_jit", acc_jit)  # noqa: B010

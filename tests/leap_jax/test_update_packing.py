@@ -13,7 +13,7 @@ from leap_jax.models.config import ModelConfig
 from leap_jax.models.logprobs import token_logprobs
 from leap_jax.rollout.multiturn import Row
 from leap_jax.train.config import OptimizerCfg
-from leap_jax.train.update import build_batch, make_optimizer, make_update, pack_rows
+from leap_jax.train.update import build_batch, make_optimizer, make_update, pack_rows, rows_per_micro_batch
 
 V = 64
 CFG = ModelConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
@@ -156,6 +156,47 @@ def test_loop_update_equals_scan_update_and_compiles_once():
         for x, y in zip(jax.tree_util.tree_leaves(pl), jax.tree_util.tree_leaves(ps), strict=False):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
     assert loop.acc_jit._cache_size() == 1
+
+
+@pytest.mark.parametrize("mb,row_len,cap,want", [
+    (16, 4096, None, 16), (16, 4096, 32768, 8), (16, 2048, 32768, 16), (16, 4096, 20000, 4),
+    (12, 1024, 5000, 4), (12, 1024, 3000, 2), (8, 4096, 100, 1), (6, 512, 2048, 3)])
+def test_rows_per_micro_batch_is_the_largest_fitting_divisor(mb, row_len, cap, want):
+    assert rows_per_micro_batch(mb, row_len, cap) == want
+
+
+def test_rows_per_micro_batch_names_a_bad_cap():
+    with pytest.raises(ValueError, match="max_tokens=0"):
+        rows_per_micro_batch(8, 64, 0)
+    with pytest.raises(ValueError, match="micro_batch_tokens=0"):
+        make_update(CFG, *make_optimizer(OptimizerCfg(), 1), micro_batch_size=2, micro_batch_tokens=0)
+
+
+@pytest.mark.parametrize("accumulate", ["loop", "scan"])
+def test_token_capped_micro_batches_give_the_same_update(accumulate):
+    """optimizer.micro_batch_tokens only splits long rows into smaller micro-batches: the update is
+    the same (a sum in another order) and the loop compiles a [rows, L] program of fewer rows."""
+    opt = OptimizerCfg(lr=1e-2, grad_clip=1.0)
+    tx, sch = make_optimizer(opt, 10)
+    rows, adv = _rows(n_groups=3, seed=2)
+    b = build_batch(rows, adv, np.ones(adv.shape[:2], bool), 4, micro_batch_size=4, pad_to_multiple=16,
+                    pack=True, pack_len=64)
+    assert b["tokens"].shape[1] == 64 and b["tokens"].shape[0] % 4 == 0
+    put = (lambda x: x) if accumulate == "loop" else (lambda x: {k: jnp.asarray(v) for k, v in x.items()})
+    p0 = {"model": decoder.init(CFG, jax.random.key(1))}
+    plain = make_update(CFG, tx, sch, micro_batch_size=4, accumulate=accumulate)
+    capped = make_update(CFG, tx, sch, micro_batch_size=4, accumulate=accumulate, micro_batch_tokens=128)
+    p_ref, _, m_ref = plain(p0, tx.init(p0), put(b))
+    p, _, m = capped(p0, tx.init(p0), put(b))
+    # 128 slots / 64 per row: micro-batches of 2 rows instead of 4
+    assert (int(m_ref.pop("update/micro_batch_rows")), int(m.pop("update/micro_batch_rows"))) == (4, 2)
+    assert m.keys() == m_ref.keys()
+    for k in m_ref:
+        np.testing.assert_allclose(np.asarray(m[k]), np.asarray(m_ref[k]), rtol=1e-5, atol=1e-7)
+    for x, y in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(p_ref), strict=True):
+        # AdamW's first step is ~lr * g / |g|: a gradient near 0 summed in another order moves its
+        # step by up to ~1e-4 of the 1e-2 step
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
 
 
 def test_donating_loop_update_runs_twice_on_one_shape():
