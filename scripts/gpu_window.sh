@@ -8,6 +8,9 @@
 #                                           final evaluations, logs and report (window_runs.tgz)
 # A window is several device commands back to back (each at most 10 minutes; the machine keeps what the
 # last one left while it is held): `start; wait 560`, then `wait 580` until it prints "window: done".
+# `wait` re-packs every 60 s, so a command stopped at its time limit still returns the last minute's
+# runs; still give each `wait` a SECS at least 60 s below the device time the lease has left (the
+# lease's held time also counts the seconds between commands).
 # A policy made in an earlier window starts every arm instead of a new SFT run: POLICY_TGZ names its
 # tar.gz (e.g. artifacts/policies/gen-2026-12-04/policy.tar.gz, which the repository carries).
 set -uo pipefail
@@ -28,9 +31,20 @@ case ${1:-} in
     setsid nohup python3 -m leap_jax.experiment $base ${EXP_ARGS:-} >> "$EXP_OUT/window.log" 2>&1 < /dev/null &
     echo $! > "$EXP_OUT/window.pid" ;;
   wait)
-    limit=${2:-560}; t0=$(date +%s)
+    limit=${2:-560}; t0=$(date +%s); packed=$t0
     pid=$(cat "$EXP_OUT/window.pid" 2>/dev/null || echo 0)
-    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do sleep 5; done
+    pack() {  # what came so far into $OUT: a command killed at its limit still returns the last pack
+      if [ -f "$EXP_OUT/policy/config.json" ] && [ ! -f "$EXP_OUT/.policy_carried" ] && [ ! -f "$EXP_OUT/.policy_sent" ]; then
+        tar cf - -C "$EXP_OUT" policy | split -b 15M - "$OUT/policy.tar.part-" && touch "$EXP_OUT/.policy_sent"
+      fi
+      (cd "$EXP_OUT" && tar czf "$OUT/.window_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' --exclude=policy \
+         --exclude=jax_cache --exclude='sft/model' --exclude='sft/corpus' --exclude='*/tokenizer.json' \
+         --exclude='*.pid' . && mv "$OUT/.window_runs.tgz" "$OUT/window_runs.tgz")
+    }
+    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
+      sleep 5
+      if [ $(( $(date +%s) - packed )) -ge 60 ]; then pack; packed=$(date +%s); echo "window: packed at $(( packed - t0 ))s"; fi
+    done
     if kill -0 "$pid" 2>/dev/null; then echo "window: running after ${limit}s"; else echo "window: done"; fi
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
     python3 - "$EXP_OUT" <<'PY'
@@ -44,11 +58,6 @@ for d in sorted(Path(sys.argv[1]).glob("*-s*")):
           f" finished={(d / 'finished.json').is_file()} final={(d / 'final_eval.json').is_file()}")
 PY
     tail -n 15 "$EXP_OUT/window.log"
-    if [ -f "$EXP_OUT/policy/config.json" ] && [ ! -f "$EXP_OUT/.policy_carried" ] && [ ! -f "$EXP_OUT/.policy_sent" ]; then
-      tar cf - -C "$EXP_OUT" policy | split -b 15M - "$OUT/policy.tar.part-" && touch "$EXP_OUT/.policy_sent"
-    fi
-    (cd "$EXP_OUT" && tar czf "$OUT/window_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' --exclude=policy \
-       --exclude=jax_cache --exclude='sft/model' --exclude='sft/corpus' --exclude='*/tokenizer.json' \
-       --exclude='*.pid' .) ;;
+    pack ;;
   *) echo "usage: bash scripts/gpu_window.sh start | wait SECONDS"; exit 2 ;;
 esac
