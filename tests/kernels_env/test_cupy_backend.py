@@ -20,6 +20,7 @@ if ROOT not in sys.path:
 from kernels_env.execute import harness  # noqa: E402
 from kernels_env.core.config import EnvConfig, StageLimits  # noqa: E402
 from kernels_env.core.status import Status  # noqa: E402
+from kernels_env.source.launch import MAX_SHARED_BYTES  # noqa: E402
 from kernels_env.tasks.spec import Buffer, Task  # noqa: E402
 
 gpu = pytest.mark.gpu
@@ -363,10 +364,14 @@ extern "C" __global__ void add(const float* a, const float* b, float* y, int n) 
     res = evaluate_text(device, add_task(), text(cuda, "add<<<cdiv(N, 256), 256, 65536>>>(a, b, y, N);"),
                         CONFIG.replace(timing=False))
     assert res.status is Status.CORRECT, res.message
-    too_much = evaluate_text(device, add_task(),
-                             text(cuda, f"add<<<cdiv(N, 256), 256, {device.max_smem_optin + 1024}>>>(a, b, y, N);"),
+    # past the device's opt-in limit: refused before launch when it is also past the largest limit
+    # of any GPU (launch.MAX_SHARED_BYTES, a format_error like every launch configuration CUDA
+    # rejects), else the device's runtime_error at launch (launch.py, check_plan's rule)
+    request = device.max_smem_optin + 1024
+    too_much = evaluate_text(device, add_task(), text(cuda, f"add<<<cdiv(N, 256), 256, {request}>>>(a, b, y, N);"),
                              CONFIG.replace(timing=False))
-    assert too_much.status is Status.RUNTIME_ERROR and "shared memory" in too_much.message
+    expected = Status.FORMAT_ERROR if request > MAX_SHARED_BYTES else Status.RUNTIME_ERROR
+    assert too_much.status is expected and "shared memory" in too_much.message, too_much.message
     assert device.healthy
 
 
