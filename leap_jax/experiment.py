@@ -75,6 +75,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "reused by every new run through eval.start_metrics)")
     p.add_argument("--parallel", type=int, default=1,
                    help="run up to N runs at once (default 1; their clocks then share the machine)")
+    p.add_argument("--fail-fast", action="store_true",
+                   help="when a run exits with an error, stop the runs still going and start no more: "
+                        "runs launched together are compared with each other, so the others' clocks "
+                        "lose their companion (and a GPU window its time)")
     p.add_argument("--metric", default=None, help="accuracy for time-to-target (default train_eval/acc@3)")
     p.add_argument("--report-only", action="store_true", help="only write the report of the runs in OUT")
     p.add_argument("overrides", nargs="*", help="dotted overrides for every arm, e.g. train.time_budget_s=120")
@@ -224,7 +228,22 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
             log(f"[experiment] {name}: {states[name]} after {time.perf_counter() - t0:.0f} s")
             if rc != 0:
                 log(_tail(out / "logs" / f"{name}.log"))
+                if args.fail_fast and failed is None:
+                    stop_others(name)
         return bool(done)
+
+    failed: str | None = None  # --fail-fast: the first run that exited with an error
+
+    def stop_others(name: str) -> None:
+        """Stop every run still going (terminate, then kill after 30 s) and start no more."""
+        nonlocal failed
+        failed = name
+        for other, proc, t0, _ in list(running):
+            running.remove((other, proc, t0, _))
+            proc.terminate()
+            rc = _finish(proc, 30.0)
+            states[other] = f"{run_state(out / other)} (stopped: {name} failed, --fail-fast; exit {rc})"
+            log(f"[experiment] {other}: {states[other]} after {time.perf_counter() - t0:.0f} s")
 
     shared: Path | None = None
     want_shared = args.shared_start  # evaluated before the first new run starts
@@ -236,12 +255,18 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         if state == "finished":
             states[name] = state
             continue
+        if failed is not None:
+            states[name] = f"{state} (not run: {failed} failed, --fail-fast)"
+            continue
         if args.max_runs is not None and launched >= args.max_runs:
             states[name] = state + " (not run: --max-runs reached)"
             continue
         while len(running) >= parallel:
             if not reap():
                 time.sleep(0.5)
+        if failed is not None:
+            states[name] = f"{state} (not run: {failed} failed, --fail-fast)"
+            continue
         left = left_in_call()
         if state == "new" and want_shared and (left is None or left >= args.min_run_s):
             want_shared = False

@@ -178,6 +178,32 @@ def test_parallel_runs_overlap_up_to_the_limit_and_the_report_says_so(tmp_path, 
     assert experiment.launch_notes(out, ["trloo-s0"]) == []
 
 
+def test_fail_fast_stops_the_runs_launched_with_a_failed_one(tmp_path, monkeypatch):
+    """--fail-fast: leap fails at once; multiturn, launched with it, is stopped long before its 60 s
+    sleep ends, and grpo (waiting for a slot) never starts. Without the flag both would run."""
+    out = tmp_path / "exp"
+    out.mkdir()
+    started: list[str] = []
+
+    def fake_start(cmd, log_path, env_extra=None):
+        run_dir = next(c.split("=", 1)[1] for c in cmd if c.startswith("train.run_dir="))
+        started.append(Path(run_dir).name)
+        code = "import sys; sys.exit(3)" if run_dir.endswith("leap-s0") else "import time; time.sleep(60)"
+        return experiment.subprocess.Popen([experiment.sys.executable, "-c", code])
+
+    monkeypatch.setattr(experiment, "_start", fake_start)
+    args = experiment._parse_args(["--out", str(out), "--arms", "leap,multiturn,grpo", "--seeds", "0",
+                                   "--policy", "none", "--parallel", "2", "--no-shared-start", "--fail-fast"])
+    t0 = experiment.time.perf_counter()
+    states = experiment.run_arms(args, out, None, t0, log=lambda *_: None)
+    assert experiment.time.perf_counter() - t0 < 45  # multiturn's 60 s sleep was cut short
+    assert started == ["leap-s0", "multiturn-s0"]
+    assert states["leap-s0"].startswith("new (exit 3")
+    assert states["multiturn-s0"].startswith("new (stopped: leap-s0 failed, --fail-fast")
+    assert states["grpo-s0"] == "new (not run: leap-s0 failed, --fail-fast)"
+    assert not experiment._parse_args(["--out", str(out), "--arms", "leap"]).fail_fast
+
+
 def test_a_fresh_restart_drops_the_failed_attempts_launches(tmp_path):
     """A run that failed without a checkpoint starts over: only the launch that produced its results
     is kept, while a resumed run keeps every launch it ran under."""
