@@ -113,7 +113,9 @@ def test_several_exec_workers_per_gpu_score_correctly_and_keep_reference_timings
         while not pool.spare_pids() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert pool.spare_pids(), f"no warm spare: {pool.stats()}"
-        crashes = pool.map([Job(t.name, _crash(t) + f"\n// {i}") for i in range(2)])
+        # two different crashes (text after the last block is ignored, so a trailing comment would
+        # leave the two jobs identical: de-duplicated in flight into one evaluation and one restart)
+        crashes = pool.map([Job(t.name, _unique(_crash(t), f"crash{i}")) for i in range(2)])
         assert all(r.status is Status.RUNTIME_ERROR for r in crashes), [r.message for r in crashes]
         # every lane (the swapped-in spare and fresh workers included) reuses the first timing of
         # t's reference: the numbers are the same list, so the medians are equal
@@ -149,6 +151,15 @@ def test_kept_memory_pool_still_catches_a_write_past_the_output():
             assert r.status is Status.RUNTIME_ERROR and "out-of-bounds write" in r.message, r.message
         dev.keep_pool_bytes = 0
         dev.end_job()
-        assert cupy.get_default_memory_pool().total_bytes() == 0
+        # every cached block went back; what stays in use is the device's own caches (e.g. the
+        # expected outputs of the GPU expected-output cache), which free_all_blocks never frees
+        pool = cupy.get_default_memory_pool()
+        assert pool.free_bytes() == 0 and pool.total_bytes() == pool.used_bytes(), (pool.free_bytes(),
+                                                                                    pool.used_bytes())
+        held = pool.used_bytes()  # and nothing a job allocates stays in use after it (no leak)
+        for _ in range(2):
+            assert score(t, past, cfg, device=dev).status is Status.RUNTIME_ERROR
+            dev.end_job()
+            assert pool.used_bytes() <= held and pool.free_bytes() == 0, (pool.used_bytes(), held)
     finally:
         dev.close()
