@@ -13,6 +13,21 @@ from kernels_env.core.config import EnvConfig
 from kernels_env.core.program import CompiledModule, KernelSignature
 
 
+# The scratch one evaluation may declare, summed over its buffers, unless a backend's setting says
+# otherwise (the launch block's own limit is 2 GiB per buffer, 32 buffers). The harness refuses more
+# before allocating anything (execute/buffers.py scratch_refusal): on the cpu backend every byte is
+# zeroed and poisoned in host memory; on a shared GPU an allocation that fails would be the
+# environment's `env_error`, which takes a row out of the reward instead of failing it.
+DEFAULT_SCRATCH_BYTES = 4 << 30
+
+
+def scratch_limit(setting: str) -> int:
+    """The scratch limit from environment variable `setting` (bytes), else DEFAULT_SCRATCH_BYTES
+    (ValueError naming a bad value)."""
+    from kernels_env.core.units import bytes_setting
+    return bytes_setting(setting, DEFAULT_SCRATCH_BYTES, 1)
+
+
 class KernelRuntimeError(Exception):
     """The candidate failed while running (illegal address, misaligned access, launch failure...)."""
     where: str = ""  # the launch it happened in, set by the harness ("launch 2 (k, line 3)")

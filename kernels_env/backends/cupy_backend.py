@@ -24,7 +24,8 @@ default 2 GiB; 0 frees after every job, the old behaviour); `close()` frees it a
 writes do not depend on unmapped memory next to a buffer: the harness surrounds every output and
 scratch buffer with poisoned guards in the same allocation and reports a changed guard as
 runtime_error (a far write into another pooled block of this process is not seen by the guards;
-it faults when it leaves the process's mapped memory, as before).
+it faults when it leaves the process's mapped memory, as before). Scratch is refused from its
+declared sizes past LEAP_GPU_SCRATCH_BYTES (default 4 GiB per evaluation, `max_scratch_bytes`).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout, untimed_hooks
+from kernels_env.backends.base import (FatalDeviceError, KernelRuntimeError, KernelTimeout, scratch_limit,
+                                       untimed_hooks)
 from kernels_env.core.config import EnvConfig
 from kernels_env.core.program import CompiledModule, KernelSignature
 from kernels_env.core.result import KernelResources
@@ -57,6 +59,7 @@ SPIN_S = 2e-3  # synchronize(timeout_s): poll this long without sleeping, then b
 
 DEVICE_HEAP_BYTES = 8 << 20  # cudaLimitMallocHeapSize for device-side malloc
 KEEP_POOL_BYTES = 2 << 30  # end_job frees the memory pool only when it holds more than this
+GPU_SCRATCH_ENV = "LEAP_GPU_SCRATCH_BYTES"  # max_scratch_bytes: the scratch one evaluation may declare
 
 
 def _keep_pool_bytes(value: int | None) -> int:
@@ -292,6 +295,13 @@ class CupyDevice:
             pause = min(pause * 2, 1e-3)
 
     # ---- memory ----------------------------------------------------------------------------------
+    @property
+    def max_scratch_bytes(self) -> int:
+        """The scratch one evaluation may declare (LEAP_GPU_SCRATCH_BYTES, else
+        base.DEFAULT_SCRATCH_BYTES): the harness refuses more from the declared sizes, so whether a
+        big request fits never depends on what else holds the GPU (a failed allocation is env_error)."""
+        return scratch_limit(GPU_SCRATCH_ENV)
+
     def to_device(self, host_array: Any) -> Any:
         return self.cp.asarray(host_array)
 

@@ -172,7 +172,8 @@ CASES: tuple[HCase, ...] = (
         " if (p) free(p); }\n    __syncthreads();\n    if (i < n) y[i] = ok ? 2.0f * x[i] + 1.0f : 0.0f;"),
           S({"correct"}), note="an 8 GiB device malloc returns NULL on both backends (bounded heap)"),
     HCase("scratch_64_gib", "B", "corpus_affine", _sub(AFFINE_CUDA, SCRATCH_64_GIB), S({"runtime_error"}),
-          backends=("cpu",), note="refused from the declared sizes (cupy: the GPU's allocator decides)"),
+          note="refused from the declared sizes on both backends (a GPU shared with a trainer would "
+               "otherwise fail the allocation: env_error, a row taken out of the reward)"),
     HCase("template_bomb_nvrtc", "B", "corpus_affine", _sub(TEMPLATE_BOMB.replace("QUALIFIER", "__device__")
                                                             + AFFINE_CUDA), S({"compile_error"}),
           backends=("cpu",), cuda_free_only=True,

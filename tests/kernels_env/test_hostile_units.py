@@ -178,3 +178,26 @@ def test_scratch_limit_is_a_setting_and_within_it_scratch_is_allocated(monkeypat
     with pytest.raises(ValueError, match="LEAP_CPU_SCRATCH_BYTES='4G'; expected a whole number of bytes"):
         dev.max_scratch_bytes  # noqa: B018
     assert scratch_refusal(object(), [("a", "float32", 1 << 40)]) is None  # no limit: the allocator's
+
+
+def test_gpu_scratch_limit_is_its_own_setting_with_the_same_default(monkeypatch):
+    """The cupy device refuses scratch from the declared sizes too (LEAP_GPU_SCRATCH_BYTES): read
+    through the class, no GPU needed."""
+    from kernels_env.backends import base
+    from kernels_env.backends.cpu.device import CpuDevice
+    from kernels_env.backends.cupy_backend import CupyDevice
+    from kernels_env.execute.buffers import scratch_refusal
+
+    class NoGpu:  # the property's own code, without CupyDevice.__init__ (which needs a GPU)
+        max_scratch_bytes = CupyDevice.max_scratch_bytes
+        name = "cupy"
+    monkeypatch.delenv("LEAP_GPU_SCRATCH_BYTES", raising=False)
+    monkeypatch.delenv("LEAP_CPU_SCRATCH_BYTES", raising=False)
+    assert NoGpu().max_scratch_bytes == CpuDevice().max_scratch_bytes == base.DEFAULT_SCRATCH_BYTES == 4 << 30
+    assert "the cupy backend allows at most 4 GiB" in scratch_refusal(NoGpu(), [("s", "float32", 1 << 31)])
+    monkeypatch.setenv("LEAP_GPU_SCRATCH_BYTES", str(8 << 30))
+    assert NoGpu().max_scratch_bytes == 8 << 30 and CpuDevice().max_scratch_bytes == 4 << 30
+    assert scratch_refusal(NoGpu(), [("s", "float32", 1 << 31)]) is None
+    monkeypatch.setenv("LEAP_GPU_SCRATCH_BYTES", "-1")
+    with pytest.raises(ValueError, match="LEAP_GPU_SCRATCH_BYTES='-1'"):
+        NoGpu().max_scratch_bytes  # noqa: B018

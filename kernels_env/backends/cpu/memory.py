@@ -17,19 +17,19 @@ from typing import Any
 
 import numpy as np
 
+from kernels_env.backends.base import scratch_limit
+
 PAGE = mmap.PAGESIZE
 ALIGN = 16
-# The scratch one evaluation may declare on this backend, summed over its buffers (the launch block's
-# own limit is 2 GiB per buffer, 32 buffers): the judge zeroes and poisons every byte of it, so 64 GiB
-# of declared scratch would be 64 GiB resident before the kernel runs.
+# The scratch one evaluation may declare on this backend, summed over its buffers: the judge zeroes
+# and poisons every byte of it, so 64 GiB of declared scratch would be 64 GiB resident before the
+# kernel runs (the default and the rule: backends/base.py scratch_limit).
 SCRATCH_ENV = "LEAP_CPU_SCRATCH_BYTES"
-DEFAULT_SCRATCH_BYTES = 4 << 30
 
 
 def max_scratch_bytes() -> int:
-    """LEAP_CPU_SCRATCH_BYTES, else 4 GiB (ValueError naming a bad value)."""
-    from kernels_env.core.units import bytes_setting
-    return bytes_setting(SCRATCH_ENV, DEFAULT_SCRATCH_BYTES, 1)
+    """LEAP_CPU_SCRATCH_BYTES, else base.DEFAULT_SCRATCH_BYTES (ValueError naming a bad value)."""
+    return scratch_limit(SCRATCH_ENV)
 
 
 def _addr(m: mmap.mmap) -> int:
