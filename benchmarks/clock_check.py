@@ -50,6 +50,7 @@ DISAGREED = ("conv3d", "conv_transpose2d", "conv2d_relu_bias_add", "conv2d", "co
              "conv1d_dilated_strided")
 CONTROLS = ("relu", "sum_dim", "softmax", "layer_norm")  # agreed: elementwise, reduction, softmax, norm
 CLOCKS = ("env", "event", "prof")
+ENV_TIMED_RUNS = 100  # the env's most timed runs in env_throughput.py's before/after mode (the flagged run)
 MARK_NAME = "clock_check_mark"
 MARK_SOURCE = 'extern "C" __global__ void clock_check_mark() {}'
 DEVICE_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
@@ -61,8 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--tasks", default=",".join(DISAGREED + CONTROLS),
                     help="comma-separated suite task names (default: the 11 that disagreed + 4 controls)")
-    ap.add_argument("--warmup", type=int, default=3, help="warm-up runs of every clock (env: warmup_runs)")
-    ap.add_argument("--runs", type=int, default=30, help="timed runs of the event and profiler clocks")
+    ap.add_argument("--warmup", type=int, default=10,
+                    help="warm-up runs of every clock (env: warmup_runs; 10 as env_throughput.py's check)")
+    ap.add_argument("--runs", type=int, default=50, help="timed runs of the event and profiler clocks")
     ap.add_argument("--no-l2-flush", action="store_true", help="no L2 flush before a run, in all three clocks")
     ap.add_argument("--event-hold", action="store_true",
                     help="event and prof clocks: enqueue a device-side hold (2x the host enqueue time) "
@@ -260,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"clock_check: unknown tasks {unknown}; expected suite task names", file=sys.stderr)
         return 2
-    cfg = EnvConfig(backend="cupy", sizes=args.sizes, warmup_runs=args.warmup, flush_l2=not args.no_l2_flush)
+    cfg = EnvConfig(backend="cupy", sizes=args.sizes, warmup_runs=args.warmup, timed_runs=ENV_TIMED_RUNS,
+                    flush_l2=not args.no_l2_flush)
     device = CupyDevice()
     rows = []
     t0 = time.monotonic()
@@ -269,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(check_task(by_name[n], device, cfg, args))
         except Exception as e:  # report and go on: one odd task must not hide the others
             rows.append({"task": n, "error": f"{type(e).__name__}: {str(e)[:160]}"})
+        finally:
+            device.free_pool()
         print(f"  {n}: done at {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     print(render(rows, args.tol))
     if args.json:
