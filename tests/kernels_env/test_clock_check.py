@@ -58,6 +58,7 @@ def test_speedups_and_render_of_one_row() -> None:
     assert lines[0].startswith("| task | env sol ms")
     assert "| 10.1 |" in lines[2] and lines[2].endswith("| env=prof |")  # ref gaps: span - busy
     assert lines[3].startswith("| relu | - |") and lines[-1] == "relu: error: format_error: x"
+    assert "over half the env's hold cap (5 ms)" in lines[-2]  # 13 ms of host time: the env's window has some
 
 
 class _FakeCupy:
