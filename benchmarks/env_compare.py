@@ -36,6 +36,7 @@ FAIL_KINDS = {"wrong": "wrong_output", "compile": "compile_error", "illegal": "r
 FAIL_SHARE = {"wrong": 0.12, "compile": 0.12, "illegal": 0.06}  # 30% failing in all
 FLAG_REL_DIFF = 0.10
 MARK = "ENV_COMPARE_JSON "
+HOLD_MIN_S, HOLD_MAX_S = 50e-6, 50e-3  # the independent loop's optional hold (--independent-hold)
 
 
 # ---- jobs -----------------------------------------------------------------------------------
@@ -161,13 +162,19 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- the independent timing check (runs in a subprocess, this tree) -------------------------------
-def _events_ms(cp: Any, fn: Any, flush: Any, warmup: int, runs: int) -> list[float]:
-    """Own timing loop: memset the flush buffer (evicts L2), sync, event, fn(), event."""
+def _events_ms(cp: Any, fn: Any, flush: Any, warmup: int, runs: int,
+               hold: Any = None) -> list[float]:
+    """Own timing loop: memset the flush buffer (evicts L2), sync, event, fn(), event. `flush` None
+    skips the flush; `hold()` (benchmarks/clock_check.py) enqueues GPU work between the sync and the
+    start event, so the host's launch time of fn() stays out of the window as in the env's loop."""
     starts = [cp.cuda.Event() for _ in range(runs)]
     ends = [cp.cuda.Event() for _ in range(runs)]
     for i in range(warmup + runs):
-        flush.fill(i & 0xFF)
+        if flush is not None:
+            flush.fill(i & 0xFF)
         cp.cuda.Device().synchronize()
+        if hold is not None:
+            hold()
         if i >= warmup:
             starts[i - warmup].record()
         fn()
@@ -177,55 +184,95 @@ def _events_ms(cp: Any, fn: Any, flush: Any, warmup: int, runs: int) -> list[flo
     return [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True)]
 
 
+def enqueue_ms(cp: Any, fn: Any, reps: int = 5) -> float:
+    """Median host time of enqueueing fn() on an idle GPU (no sync inside the window): its launch
+    overhead, which the event loop's window holds unless a hold (`hold_for`) covers it."""
+    out = []
+    for _ in range(reps):
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e3)
+    cp.cuda.Device().synchronize()
+    return statistics.median(out)
+
+
+def hold_for(device: Any, host_ms: float) -> Any:
+    """`hold` for _events_ms: the env's device-side hold kernel (CupyDevice._hold) for twice the
+    host's enqueue time, as the env's loop sizes it (capped at HOLD_MAX_S instead of the env's 5 ms)."""
+    seconds = min(HOLD_MAX_S, 2e-3 * host_ms + HOLD_MIN_S)
+    return lambda: device._hold(seconds)
+
+
+def _event_median(cp: Any, fn: Any, flush: Any, cfg: Any, device: Any, hold: bool) -> float:
+    """The independent loop's median of fn (ms); with `hold`, the host's launch time kept out."""
+    h = hold_for(device, enqueue_ms(cp, fn)) if hold else None
+    return statistics.median(_events_ms(cp, fn, flush, cfg.warmup_runs, cfg.timed_runs, hold=h))
+
+
+def task_fns(t: Any, cfg: Any, dev: Any) -> tuple[Any, Any] | str:
+    """(kernel_fn, ref_fn) of task t's known-good solution for the independent loop: the plan's
+    launches straight through CuPy on trial-0 inputs, and the CuPy reference on a copy of them;
+    a message when the solution does not prepare."""
+    import cupy as cp
+
+    from kernels_env.execute.inputs import make_inputs
+    from kernels_env.execute.launching import bind_plan, launch_args
+    from kernels_env.schedule.pipeline import Prepared, prepare
+    drv = cp.cuda.driver
+    prep = prepare(t, t.solution, cfg, arch=dev.arch)
+    if not isinstance(prep, Prepared):
+        return f"{prep.status.value}: {prep.message[:120]}"
+    program = dev.load(prep.compiled, cfg)
+    kernels = dict(program.kernels)
+    kernels.update(prep.submission.kernels)
+    plan = bind_plan(prep.submission, t, prep.sizes, kernels)
+    inputs = make_inputs(t, prep.sizes, 0, cfg.seed, cp)
+    pristine = {k: v.copy() for k, v in inputs.items()}
+    arrays = dict(inputs)
+    for b in t.outputs:
+        arrays[b.name] = cp.empty(b.resolve_shape(prep.sizes), dtype=b.dtype)
+    for name, dtype, count in plan.scratch:
+        arrays[name] = cp.zeros((count,), dtype=dtype)
+    calls = []
+    for bl in plan.launches:
+        fn = program.functions[bl.kernel]
+        if bl.shared_bytes > 48 * 1024:
+            drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bl.shared_bytes)
+        args = tuple(cp.uint64(0) if a is None else a for a in launch_args(bl, arrays))
+        calls.append((fn, bl.grid, bl.block, args, bl.shared_bytes))
+
+    def kernel_fn(calls: list = calls) -> None:
+        for fn, grid, block, args, shared in calls:
+            fn(grid, block, args, shared_mem=shared)
+    scalars = {s.name: s.value for s in t.scalars}
+
+    def ref_fn(t: Any = t, scalars: dict = scalars, pristine: dict = pristine) -> Any:
+        return t.reference(cp, **pristine, **scalars)
+    return kernel_fn, ref_fn
+
+
 def independent_timing(opts: dict[str, Any]) -> dict[str, Any]:
     """task -> {kernel_ms, ref_ms, speedup} from this module's own loop, for every suite solution."""
     import cupy as cp
 
     from kernels_env.backends.cupy_backend import CupyDevice
     from kernels_env.core.config import EnvConfig
-    from kernels_env.execute.launching import bind_plan, launch_args
-    from kernels_env.execute.inputs import make_inputs
-    from kernels_env.schedule.pipeline import Prepared, prepare
     tasks, sizes = workload_tasks("suite", opts.get("limit"), opts.get("only"))
     cfg = EnvConfig(backend="cupy", sizes=sizes, timed_runs=opts["timed_runs"], warmup_runs=opts["warmup_runs"])
     dev = CupyDevice()
-    drv = cp.cuda.driver
     flush = cp.empty(max(2 * dev.l2_bytes, 1 << 20), dtype=cp.uint8)
     rows: dict[str, Any] = {}
     for t in tasks:
         try:
-            prep = prepare(t, t.solution, cfg, arch=dev.arch)
-            if not isinstance(prep, Prepared):
-                rows[t.name] = {"error": f"{prep.status.value}: {prep.message[:120]}"}
+            fns = task_fns(t, cfg, dev)
+            if isinstance(fns, str):
+                rows[t.name] = {"error": fns}
                 continue
-            program = dev.load(prep.compiled, cfg)
-            kernels = dict(program.kernels)
-            kernels.update(prep.submission.kernels)
-            plan = bind_plan(prep.submission, t, prep.sizes, kernels)
-            inputs = make_inputs(t, prep.sizes, 0, cfg.seed, cp)
-            pristine = {k: v.copy() for k, v in inputs.items()}
-            arrays = dict(inputs)
-            for b in t.outputs:
-                arrays[b.name] = cp.empty(b.resolve_shape(prep.sizes), dtype=b.dtype)
-            for name, dtype, count in plan.scratch:
-                arrays[name] = cp.zeros((count,), dtype=dtype)
-            calls = []
-            for bl in plan.launches:
-                fn = program.functions[bl.kernel]
-                if bl.shared_bytes > 48 * 1024:
-                    drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bl.shared_bytes)
-                args = tuple(cp.uint64(0) if a is None else a for a in launch_args(bl, arrays))
-                calls.append((fn, bl.grid, bl.block, args, bl.shared_bytes))
-
-            def kernel_fn(calls: list = calls) -> None:
-                for fn, grid, block, args, shared in calls:
-                    fn(grid, block, args, shared_mem=shared)
-            scalars = {s.name: s.value for s in t.scalars}
-
-            def ref_fn(t: Any = t, scalars: dict = scalars, pristine: dict = pristine) -> Any:
-                return t.reference(cp, **pristine, **scalars)
-            k_ms = statistics.median(_events_ms(cp, kernel_fn, flush, cfg.warmup_runs, cfg.timed_runs))
-            r_ms = statistics.median(_events_ms(cp, ref_fn, flush, cfg.warmup_runs, cfg.timed_runs))
+            kernel_fn, ref_fn = fns
+            hold = bool(opts.get("independent_hold"))
+            k_ms = _event_median(cp, kernel_fn, flush, cfg, dev, hold)
+            r_ms = _event_median(cp, ref_fn, flush, cfg, dev, hold)
             rows[t.name] = {"kernel_ms": k_ms, "ref_ms": r_ms, "speedup": r_ms / max(k_ms, 1e-9)}
         except Exception as e:  # report and go on: one odd task must not hide the others
             rows[t.name] = {"error": f"{type(e).__name__}: {str(e)[:160]}"}

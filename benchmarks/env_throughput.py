@@ -90,7 +90,7 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
     from kernels_env.schedule.result_cache import ResultCache
     from kernels_env.schedule.pool import EvalPool, Job
     t_start = time.perf_counter()
-    kw = {"exec_workers_per_gpu": exec_workers_per_gpu} if exec_workers_per_gpu else {}
+    kw: dict[str, Any] = {"exec_workers_per_gpu": exec_workers_per_gpu} if exec_workers_per_gpu else {}
     pool = EvalPool(mode=mode, backend=backend, gpu_workers=gpu_workers, compile_workers=compile_workers,
                     cache=ResultCache(), config=config, **kw, **(mode_kwargs or {}))
     try:
@@ -126,7 +126,7 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
             assert r.cached, "resubmitting a scored text should be a cache hit"
         speedups = [r.speedup for r in results if r.correct and r.speedup is not None]
         return {
-            "backend": pool.backend, "exec_workers": getattr(pool, "exec_workers", None),
+            "backend": getattr(pool, "backend", backend), "exec_workers": getattr(pool, "exec_workers", None),
             "compile_workers": getattr(pool, "compile_workers", None), "startup_s": startup_s,
             "warmup_statuses": [r.status.value for r in warm],
             "jobs": len(jobs), "wall_s": wall, "evals_per_s": len(jobs) / wall if wall > 0 else float("nan"),
@@ -261,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="directory holding an older kernels_env package: run before/after arms side by side")
     ap.add_argument("--workloads", default=None,
                     help=f"before/after mode: comma list of {','.join(env_compare.WORKLOADS)} (default all)")
+    ap.add_argument("--independent-hold", action="store_true",
+                    help="independent check: enqueue the env's device-side hold before each start event, "
+                         "keeping the host's launch time out of the window as the env does (clock_check.py)")
     ap.add_argument("--no-independent", action="store_true", help="before/after mode: skip the independent "
                     "timing check")
     ap.add_argument("--arm-timeout", type=float, default=600.0, help="seconds per arm subprocess")
@@ -331,7 +334,7 @@ def ray_vs_process(tasks: list[Any], config: Any, backend: str, repeat: int, arg
                                   tag=f"{mode}_{os.getpid()}_{time.time_ns()}_")
     if args.json:
         return json.dumps(arms, default=str)
-    rows = [("metric", "process", "ray")]
+    rows: list[tuple[str, ...]] = [("metric", "process", "ray")]
     for label, key, fmt in RAY_ROWS:
         rows.append((label, *(fmt.format(arms[m].get(key, float("nan"))) for m in ("process", "ray"))))
     p, r = arms["process"]["steady_evals_per_s"], arms["ray"]["steady_evals_per_s"]
@@ -359,7 +362,7 @@ def compare_main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             "timed_runs": args.timed_runs or (100 if gpu else 2),
             "warmup_runs": args.warmup_runs if args.warmup_runs is not None else (10 if gpu else 0),
             "gpu_workers": args.gpu_workers, "compile_workers": args.compile_workers,
-            "exec_workers_per_gpu": args.exec_workers_per_gpu}
+            "exec_workers_per_gpu": args.exec_workers_per_gpu, "independent_hold": args.independent_hold}
     report = env_compare.compare(os.path.abspath(__file__), ROOT, args.before_src, workloads, opts,
                                  not args.no_independent, args.arm_timeout)
     print(json.dumps(report, default=str) if args.json else env_compare.render(report))

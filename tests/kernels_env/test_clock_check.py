@@ -1,0 +1,135 @@
+"""benchmarks/clock_check.py and the independent loop it reuses (benchmarks/env_compare.py), on the
+CPU: the trace parsing of the profiler clock, the agreement rule, the loop's order of flush, sync,
+hold and events (a fake CuPy), and the skip without a GPU."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import clock_check, env_compare  # noqa: E402
+
+
+def _ev(name: str, ts: float, dur: float, cat: str = "kernel") -> dict[str, Any]:
+    return {"cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+def test_run_windows_counts_only_device_work_between_marker_pairs() -> None:
+    m = clock_check.MARK_NAME
+    events = [
+        _ev("flush_fill", 0, 50), _ev("leap_timing_hold", 60, 30),  # before the first marker: not a run's
+        _ev(m, 100, 1), _ev("gemm", 110, 40), _ev("Memset", 200, 10, "gpu_memset"), _ev(m, 300, 1),
+        _ev("cpu_op", 150, 500, "cpu_op"),  # host events never count
+        _ev("flush_fill", 400, 50),  # between runs
+        _ev(m, 500, 1), _ev("axpy", 520, 20), _ev(m, 560, 1),
+    ]
+    windows = clock_check.run_windows(list(reversed(events)))  # order comes from the timestamps
+    assert windows == [pytest.approx((0.050, 0.100)), pytest.approx((0.020, 0.020))]
+
+
+def test_run_windows_of_a_run_without_device_work_is_zero() -> None:
+    m = clock_check.MARK_NAME
+    assert clock_check.run_windows([_ev(m, 0, 1), _ev(m, 5, 1)]) == [(0.0, 0.0)]
+    assert clock_check.run_windows([]) == []
+
+
+def test_agreeing_pairs_uses_the_relative_tolerance() -> None:
+    s = {"env": 1.92, "event": 7.55, "prof": 2.0}
+    assert clock_check.agreeing_pairs(s, 0.10) == ["env=prof"]
+    assert clock_check.agreeing_pairs({"env": 1.0, "event": 1.04, "prof": None}, 0.05) == ["env=event"]
+    assert clock_check.agreeing_pairs({"env": 1.0, "event": 1.2, "prof": 1.4}, 0.10) == []
+
+
+def test_speedups_and_render_of_one_row() -> None:
+    row = {"task": "conv3d", "env": {"kernel_ms": 2.0, "ref_ms": 4.0},
+           "event_kernel_ms": 2.0, "event_ref_ms": 15.0, "ref_host_ms": 13.0,
+           "prof_kernel": {"busy_ms": 1.9, "span_ms": 1.9}, "prof_ref": {"busy_ms": 3.9, "span_ms": 14.0}}
+    s = clock_check.speedups(row)
+    assert s["env"] == pytest.approx(2.0) and s["event"] == pytest.approx(7.5)
+    assert s["prof"] == pytest.approx(3.9 / 1.9)
+    table = clock_check.render([row, {"task": "relu", "error": "format_error: x"}], 0.10)
+    lines = table.splitlines()
+    assert lines[0].startswith("| task | env sol ms")
+    assert "| 10.1 |" in lines[2] and lines[2].endswith("| env=prof |")  # ref gaps: span - busy
+    assert lines[3].startswith("| relu | - |") and lines[-1] == "relu: error: format_error: x"
+    assert "over half the env's hold cap (5 ms)" in lines[-2]  # 13 ms of host time: the env's window has some
+
+
+class _FakeCupy:
+    """Just what env_compare._events_ms touches; every call appended to `log`."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        log = self.log
+
+        class Event:
+            def record(self) -> None:
+                log.append("record")
+
+        class Device:
+            def synchronize(self) -> None:
+                log.append("sync")
+
+        class Cuda:
+            pass
+        self.cuda = Cuda()
+        self.cuda.Event = Event  # type: ignore[attr-defined]
+        self.cuda.Device = Device  # type: ignore[attr-defined]
+        self.cuda.get_elapsed_time = lambda s, e: 1.5  # type: ignore[attr-defined]
+
+
+class _Flush:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def fill(self, v: int) -> None:
+        self.log.append("flush")
+
+
+def test_events_loop_puts_the_hold_between_the_sync_and_the_start_event() -> None:
+    cp = _FakeCupy()
+    times = env_compare._events_ms(cp, lambda: cp.log.append("fn"), _Flush(cp.log), 1, 2,
+                                   hold=lambda: cp.log.append("hold"))
+    assert times == [1.5, 1.5]
+    run = ["flush", "sync", "hold", "record", "fn", "record"]
+    assert cp.log == ["flush", "sync", "hold", "fn", *run, *run, "sync"]  # the warm-up run records nothing
+
+
+def test_events_loop_without_flush_or_hold_is_sync_event_fn_event() -> None:
+    cp = _FakeCupy()
+    env_compare._events_ms(cp, lambda: cp.log.append("fn"), None, 0, 1)
+    assert cp.log == ["sync", "record", "fn", "record", "sync"]
+
+
+def test_hold_for_covers_twice_the_host_time_within_the_cap() -> None:
+    held: list[float] = []
+
+    class Dev:
+        def _hold(self, seconds: float) -> None:
+            held.append(seconds)
+    env_compare.hold_for(Dev(), 2.0)()
+    env_compare.hold_for(Dev(), 1e6)()
+    assert held == [pytest.approx(4e-3 + env_compare.HOLD_MIN_S), env_compare.HOLD_MAX_S]
+
+
+def test_default_tasks_are_suite_tasks_and_cli_parses() -> None:
+    from kernels_env.tasks import list_tasks
+    names = {t.name for t in list_tasks()}
+    args = clock_check.parse_args([])
+    default = args.tasks.split(",")
+    assert len(default) == 15 and set(default) <= names
+    args = clock_check.parse_args(["--tasks", "conv3d", "--no-l2-flush", "--event-hold", "--ref-impl", "torch"])
+    assert (args.tasks, args.no_l2_flush, args.event_hold, args.ref_impl) == ("conv3d", True, True, "torch")
+
+
+def test_main_without_a_gpu_skips_with_a_message(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(clock_check, "gpu_missing", lambda: "CuPy sees no CUDA GPU")
+    assert clock_check.main(["--tasks", "conv3d"]) == 0
+    assert capsys.readouterr().out.startswith("clock_check: skipped: CuPy sees no CUDA GPU")
