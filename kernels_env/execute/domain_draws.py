@@ -9,8 +9,9 @@ With EnvConfig.input_domains on, correctness trials cycle through three modes:
                 label buffers instead put 7 in 8 elements on one class (a skewed class ratio)
     structured  not i.i.d.: buffers of one shape and domain kind share a base draw (correlated
                 inputs, e.g. a ~= b), plus small per-buffer noise; rows 2k and 2k+1 are duplicates,
-                row 0 is constant (ties), the last row is sorted (monotone); 1-D buffers are sorted
-                with their first quarter tied
+                every third such pair is scaled toward zero (real/positive domains: norms below 1,
+                where clamps and saturating ops stop saturating), row 0 is constant (ties), the last
+                row is sorted (monotone); 1-D buffers are sorted with their first quarter tied
 Everything is counter_rng on `xp` plus elementwise/sort/take, so draws stay a pure function of
 (seed, task, trial, buffer) and agree under NumPy and CuPy. tasks/domains.py DOMAIN_VERSION goes into
 every cache key that holds expected outputs or results; bump it when the draws here change.
@@ -29,6 +30,7 @@ from kernels_env.tasks.spec import Buffer
 TRIAL_MODES = ("typical", "edges", "structured")
 EDGE_ONE_IN = 8
 LABEL_SKEW_ONE_IN = 8  # labels in an edges trial: all but 1 in 8 on one class
+TINY_ROW_SCALE = 1.0 / 64  # structured trial: rows scaled toward zero (outputs that saturate elsewhere)
 NOISE = 0.05  # relative size of the per-buffer noise of a structured trial
 NEAR_ZERO = 1e-3
 EDGE_STREAM = 16  # counter_rng streams clear of the legacy draws (student_t uses 0..3)
@@ -94,8 +96,9 @@ def _noise(xp: Any, key: int, base: Any, domain: Domain, dtype: str, sizes: dict
     return xp.clip(out, np.float32(lo), top).astype(base.dtype)
 
 
-def _rows(xp: Any, values: Any) -> Any:
-    """Duplicated, constant and sorted rows (last axis) or, for 1-D, sorted with tied first quarter."""
+def _rows(xp: Any, values: Any, domain: Domain, dtype: str, sizes: dict[str, int]) -> Any:
+    """Duplicated, constant, sorted and near-zero rows (last axis) or, for 1-D, sorted with a tied
+    first quarter."""
     shape = tuple(values.shape)
     if len(shape) == 0 or values.size == 0:
         return values
@@ -108,6 +111,10 @@ def _rows(xp: Any, values: Any) -> Any:
         return out.reshape(shape)
     src = xp.arange(rows) - xp.arange(rows) % 2
     out = flat[src]
+    if domain.kind in ("real", "positive", "nonnegative"):  # every third pair of rows near zero
+        lo = np.float32(domain.limits(dtype, sizes)[0] if domain.kind == "positive" else -np.inf)
+        tiny = (xp.arange(rows) // 2 % 3 == 1).reshape(-1, 1)
+        out = xp.where(tiny, xp.maximum(out * np.float32(TINY_ROW_SCALE), lo), out).astype(values.dtype)
     out[0] = out[0, 0]
     out[rows - 1] = xp.sort(out[rows - 1])
     return xp.ascontiguousarray(out).reshape(shape)
@@ -123,7 +130,7 @@ def domain_draw(xp: Any, buffer: Buffer, sizes: dict[str, int], trial: int, key:
     if mode == "edges":
         return _edges(xp, key, typical(key), buffer, sizes, trial)
     base = _noise(xp, key, typical(shared_key), buffer.input_domain, buffer.dtype, sizes)
-    return _rows(xp, base)
+    return _rows(xp, base, buffer.input_domain, buffer.dtype, sizes)
 
 
 def shared_name(buffer: Buffer, shape: tuple[int, ...]) -> str:

@@ -90,7 +90,7 @@ class Domain:
             bad |= v != np.rint(v)
         if bad.any():
             i = int(np.flatnonzero(bad.ravel())[0])
-            raise ValueError(f"buffer {name!r}: value {v.ravel()[i]!r} at flat index {i} is outside its "
+            raise ValueError(f"buffer {name!r}: value {v.ravel()[i].item()!r} at flat index {i} is outside its "
                              f"{self.kind} domain; expected {self.describe(dtype, sizes)}")
 
     def describe(self, dtype: str, sizes: dict[str, int]) -> str:
@@ -128,8 +128,22 @@ def default_domain(dtype: str, distributions: tuple[str, ...], low: float | str,
     return Domain("real")
 
 
-def check_compatible(buffer_name: str, dtype: str, domain: Domain) -> None:
-    """Reject a domain its dtype cannot hold (integers in a float buffer is fine, reals in an int one not)."""
+# Declared kind -> kinds of legacy draws that stay inside it (the typical trial draws those).
+_FITS = {"real": ("real", "positive", "interval"), "positive": ("positive",), "nonnegative": ("positive",),
+         "interval": ("interval",), "integers": ("integers",), "indices": ("indices",),
+         "labels": ("integers",)}
+
+
+def check_compatible(buffer_name: str, dtype: str, domain: Domain, legacy: Domain) -> None:
+    """Reject a domain its dtype cannot hold (reals in an integer buffer) or one the buffer's legacy
+    distributions (`legacy`, their derived domain: what the typical trial draws) fall outside of."""
     if dtype in ("int32", "int64") and not domain.integral:
         raise ValueError(f"buffer {buffer_name!r}: dtype {dtype} with a {domain.kind} domain; expected one of "
                          f"{INTEGER_KINDS} for an integer buffer")
+    same_bounds = (legacy.low, legacy.high) == (domain.low, domain.high)
+    bounded = domain.kind in ("interval", "integers", "indices", "labels")
+    if legacy.kind not in _FITS[domain.kind] or (bounded and not same_bounds):
+        raise ValueError(f"buffer {buffer_name!r}: its distributions draw a {legacy.kind} domain "
+                         f"[{legacy.low}, {legacy.high}) outside the declared {domain.kind} domain "
+                         f"[{domain.low}, {domain.high}); expected distributions that fit it (e.g. "
+                         "('positive',) for positive, ('randint',) with the same low/high for labels)")

@@ -39,11 +39,12 @@ class Buffer:
         bad = [d for d in self.distributions if d not in DISTRIBUTIONS]
         if bad:
             raise ValueError(f"buffer {self.name!r}: unknown distributions {bad}; expected {DISTRIBUTIONS}")
+        legacy = default_domain(self.dtype, self.distributions, self.low, self.high)
         if self.domain is None:
-            object.__setattr__(self, "domain", default_domain(self.dtype, self.distributions, self.low, self.high))
+            object.__setattr__(self, "domain", legacy)
         elif not isinstance(self.domain, Domain):
             raise ValueError(f"buffer {self.name!r}: domain={self.domain!r}; expected a tasks.domains.Domain")
-        check_compatible(self.name, self.dtype, self.input_domain)
+        check_compatible(self.name, self.dtype, self.input_domain, legacy)
 
     @property
     def input_domain(self) -> Domain:
