@@ -84,6 +84,8 @@ class Domain:
         import numpy as np
         v = np.asarray(values)
         lo, hi = self.limits(dtype, sizes)
+        if v.dtype.kind == "f":  # the bounds as the buffer's dtype rounds them (1e-3 in fp16)
+            lo, hi = float(v.dtype.type(lo)), float(v.dtype.type(hi))
         bad = ~np.isfinite(v) if v.dtype.kind == "f" else np.zeros(v.shape, dtype=bool)
         bad |= (v < lo) | (v > hi) | ((v >= hi) & (self.kind == "interval"))
         if self.integral and v.dtype.kind == "f":
