@@ -90,6 +90,13 @@ def test_run_config_wires_the_switch():
         EnvCfg(input_domains=1).check()  # type: ignore[arg-type]
 
 
+def test_cli_flag_selects_the_legacy_draws():
+    from kernels_env.cli import _config, build_parser
+    args = ["score", "--task", "relu", "sol.md"]
+    assert _config(build_parser().parse_args(args)).input_domains is True
+    assert _config(build_parser().parse_args([*args, "--legacy-inputs"])).input_domains is False
+
+
 def test_generated_headline_config_keeps_the_legacy_draws():
     import yaml
     with open("configs/generated/common.yaml", encoding="utf-8") as f:
