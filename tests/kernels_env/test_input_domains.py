@@ -79,6 +79,20 @@ def test_switch_is_validated_and_keys_the_caches():
     on, off = EnvConfig(backend="cpu"), EnvConfig(backend="cpu", input_domains=False)
     text = get_task("relu").solution
     assert cache_key("relu", text, on) != cache_key("relu", text, off)
+    # legacy draws keep the result-cache key they had on main before the switch existed
+    assert cache_key("relu", "x", EnvConfig(backend="cpu", seed=3, input_domains=False)) == \
+        "37d8aaa963f8616446ee0902ca090b959f102ec82b3018de4223ec6b3ae25a25"
+
+
+def test_expected_output_cache_keys_on_the_draws():
+    from kernels_env.execute.harness import _Run
+    keys = []
+    for domains in (True, False):
+        run = object.__new__(_Run)  # only the fields _expected_key reads
+        run.task, run.sizes = get_task("relu"), get_task("relu").size_set("small")
+        run.config = EnvConfig(backend="cpu", input_domains=domains)
+        keys.append(run._expected_key(0, 0))
+    assert keys[0] != keys[1] and keys[0][-1] == domain_draws.DOMAIN_VERSION
 
 
 def test_run_config_wires_the_switch():
