@@ -1,7 +1,8 @@
 """How a buffer's declared input domain (tasks/domains.py) maps to a trial's draws: the one place.
 
 With EnvConfig.input_domains on, correctness trials cycle through three modes:
-    typical     the buffer's legacy distribution of the trial (execute/inputs.py), unchanged
+    typical     the buffer's legacy distribution of the trial (execute/inputs.py), clipped to a real
+                domain's max_abs where a task declares one below the legacy clip
     edges       the typical draw with about one element in EDGE_ONE_IN replaced by an edge of the
                 domain: both ends (+-max_abs, the largest values the reference computes finitely,
                 jittered down to max_abs / 2 so row maxima still vary),
@@ -120,16 +121,27 @@ def _rows(xp: Any, values: Any, domain: Domain, dtype: str, sizes: dict[str, int
     return xp.ascontiguousarray(out).reshape(shape)
 
 
+def _clipped(xp: Any, buffer: Buffer, sizes: dict[str, int], typical: Typical) -> Typical:
+    """`typical` clipped to a real domain narrower than the legacy heavy-tailed clip (a no-op, bit for
+    bit, at the default max_abs)."""
+    domain = buffer.input_domain
+    if domain.kind != "real" or domain.max_abs is None:
+        return typical
+    bound = np.float32(domain.bound(buffer.dtype))
+    return lambda key: xp.clip(typical(key), -bound, bound)
+
+
 def domain_draw(xp: Any, buffer: Buffer, sizes: dict[str, int], trial: int, key: int, shared_key: int,
                 typical: Typical) -> Any:
     """The draw of `buffer` for `trial` under its domain: `key` is the buffer's own, `shared_key` the
     one buffers of the same shape and domain kind share in a structured trial."""
     mode = trial_mode(trial)
+    inside = _clipped(xp, buffer, sizes, typical)
     if mode == "typical":
-        return typical(key)
+        return inside(key)
     if mode == "edges":
-        return _edges(xp, key, typical(key), buffer, sizes, trial)
-    base = _noise(xp, key, typical(shared_key), buffer.input_domain, buffer.dtype, sizes)
+        return _edges(xp, key, inside(key), buffer, sizes, trial)
+    base = _noise(xp, key, inside(shared_key), buffer.input_domain, buffer.dtype, sizes)
     return _rows(xp, base, buffer.input_domain, buffer.dtype, sizes)
 
 
