@@ -81,7 +81,7 @@ def device_with(**kernels) -> FakeDevice:
 
 
 def run(dev, task, sub, config=FAST, sizes=None):
-    return evaluate(dev, None, task, sub, sizes or task.size_set("small"), config)
+    return evaluate(dev, None, task, sub, sizes or task.size_set("small"), config)  # type: ignore[arg-type]
 
 
 # ---- inputs -------------------------------------------------------------------------------------
@@ -311,6 +311,7 @@ def test_compare_output_matches_numpy_formula():
     m = compare_output(np, "y", g, e, "float32", 1e-4, 1e-4, 0, "normal")
     d = np.abs(g.astype(np.float64) - e.astype(np.float64))
     bad = d > 1e-4 + 1e-4 * np.abs(e.astype(np.float64))
+    assert m is not None
     assert m.frac_mismatched == pytest.approx(bad.mean()) and bad.sum() == 2
     assert m.first_bad_index == [2, 5] and m.max_abs_err == pytest.approx(d.max())
     assert m.max_rel_err == pytest.approx((d / np.abs(e.astype(np.float64))).max())
@@ -614,6 +615,7 @@ def test_compare_output_agrees_with_an_independent_numpy_check(seed, n_bad, scal
     if not bad.any():
         assert m is None
     else:
+        assert m is not None
         assert m.reason == "mismatch" and m.frac_mismatched == pytest.approx(bad.mean())
         assert m.first_bad_index == [int(np.argmax(bad))]
         assert m.max_abs_err == pytest.approx(d.max())
