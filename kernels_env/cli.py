@@ -42,6 +42,8 @@ def _config(args: argparse.Namespace) -> EnvConfig:
         cfg = cfg.replace(timing=False)
     if getattr(args, "trials", None):
         cfg = cfg.replace(correctness_trials=args.trials)
+    if getattr(args, "legacy_inputs", False):
+        cfg = cfg.replace(input_domains=False)
     return cfg
 
 
@@ -182,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--sizes", choices=SIZE_SETS, default="eval")
         sp.add_argument("--no-timing", action="store_true", help="correctness only")
         sp.add_argument("--trials", type=int, default=None, help="correctness trials (default: config)")
+        sp.add_argument("--legacy-inputs", action="store_true",
+                        help="the draws from before input domains (EnvConfig.input_domains=false)")
         sp.add_argument("--ray-address", default=None, metavar="ADDR",
                         help="score on the evaluation hosts of this Ray cluster (HEAD:6379, ray://HEAD:10001, or "
                              "'local' for a Ray started here); needs the dist extra, docs/DISTRIBUTED_EVAL.md")

@@ -55,6 +55,10 @@ class EnvConfig:
     # (kernels_env/judge/expected_cache.py; CuPy devices only); the bound is per device, in bytes.
     cache_expected: bool = True
     expected_cache_bytes: int = 1 << 30
+    # Correctness trials draw over each input buffer's declared domain (kernels_env/tasks/domains.py):
+    # edges, extremes and a structured (duplicated/correlated/sorted rows) trial besides the legacy
+    # distributions (execute/domain_draws.py). False reproduces the legacy draws bit for bit.
+    input_domains: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -64,8 +68,9 @@ class EnvConfig:
         if self.correctness_trials < 1:
             raise ValueError(f"EnvConfig.correctness_trials={self.correctness_trials}; expected >= 1")
         self._check_timing()
-        if not isinstance(self.cache_expected, bool):
-            raise ValueError(f"EnvConfig.cache_expected={self.cache_expected!r}; expected true or false")
+        for name in ("cache_expected", "input_domains"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"EnvConfig.{name}={getattr(self, name)!r}; expected true or false")
         if (isinstance(self.expected_cache_bytes, bool) or not isinstance(self.expected_cache_bytes, int)
                 or self.expected_cache_bytes < 0):
             raise ValueError(f"EnvConfig.expected_cache_bytes={self.expected_cache_bytes!r}; expected an "

@@ -35,6 +35,7 @@ from kernels_env.core.result import Mismatch, Result
 from kernels_env.core.status import Status
 from kernels_env.execute.buffers import poison, scratch_refusal
 from kernels_env.execute.gpu_lock import gpu_access
+from kernels_env.execute import domain_draws
 from kernels_env.execute.inputs import describe_distributions, make_inputs
 from kernels_env.execute.launching import bind_plan, launch_all
 from kernels_env.execute.timing_stage import time_plan, timing_details, timing_message
@@ -92,7 +93,7 @@ class _Run:
         """(candidate arrays: inputs + poisoned outputs + zeroed scratch, pristine input copies,
         each output's poisoned guard: see buffers.poison)."""
         try:
-            inputs = make_inputs(self.task, self.sizes, trial, seed, self.xp)
+            inputs = make_inputs(self.task, self.sizes, trial, seed, self.xp, self.config.input_domains)
             if getattr(self.device, "name", "") == "cpu":  # into guard-paged memory: reads past faults
                 inputs = {k: self.device.to_device(v) for k, v in inputs.items()}
             pristine = {k: v.copy() for k, v in inputs.items()}
@@ -127,8 +128,9 @@ class _Run:
         """What a trial's expected outputs are a pure function of (the cache key)."""
         t = self.task
         ref = getattr(t.reference, "__module__", ""), getattr(t.reference, "__qualname__", repr(t.reference))
+        draws = domain_draws.DOMAIN_VERSION if self.config.input_domains else 0  # 0: the legacy draws
         return (t.name, ref, tuple(sorted(self.sizes.items())), int(seed), int(trial), t.inputs, t.scalars,
-                tuple((b.name, b.dtype, b.resolve_shape(self.sizes)) for b in t.outputs))
+                tuple((b.name, b.dtype, b.resolve_shape(self.sizes)) for b in t.outputs), draws)
 
     def _cached(self, trial: int, seed: int) -> list[expected_cache.MaskedOutput] | None:
         cache = self._expected_cache()
@@ -221,7 +223,7 @@ class _Run:
         """Raise Failed (wrong_output, message starting with `prefix`) when an input of `arrays` was
         modified or an output differs from the reference's for `pristine` (check_outputs: the
         masked cache's fused check on a hit). Used by the correctness trials and the timed runs."""
-        dist = describe_distributions(self.task, trial)
+        dist = describe_distributions(self.task, trial, self.config.input_domains)
         for b in self.task.inputs:
             m = check_input_unchanged(self.xp, b.name, pristine[b.name], arrays[b.name], trial, dist)
             if m is not None:

@@ -14,13 +14,17 @@ Distributions (fp16 buffers are drawn in fp32, then cast):
     randint       integers in [low, high)
     indices       integers in [0, high), `high` usually a size name (e.g. "N")
 Integer buffers given a real-valued distribution get the samples rounded to the nearest integer.
+
+With `domains` on (EnvConfig.input_domains, the default) trials also cover each buffer's declared
+domain, edges and a structured trial (execute/domain_draws.py); off, the draws are the legacy ones
+above, bit for bit.
 """
 from __future__ import annotations
 
 import hashlib
 from typing import Any
 
-from kernels_env.execute import counter_rng
+from kernels_env.execute import counter_rng, domain_draws
 from kernels_env.tasks.spec import Buffer, Task
 
 STUDENT_T_DOF = 3
@@ -44,13 +48,14 @@ def trial_distributions(task: Task, trial: int) -> dict[str, str]:
     return {b.name: trial_distribution(b, trial) for b in task.inputs}
 
 
-def describe_distributions(task: Task, trial: int) -> str:
-    """A short label of a trial's distributions: "normal" when all agree, else "x:normal,idx:indices"."""
+def describe_distributions(task: Task, trial: int, domains: bool = False) -> str:
+    """A short label of a trial's distributions: "normal" when all agree, else "x:normal,idx:indices";
+    with `domains`, a non-typical trial adds its mode, e.g. "normal+edges"."""
     dists = trial_distributions(task, trial)
     unique = sorted(set(dists.values()))
-    if len(unique) == 1:
-        return unique[0]
-    return ",".join(f"{k}:{v}" for k, v in dists.items())
+    label = unique[0] if len(unique) == 1 else ",".join(f"{k}:{v}" for k, v in dists.items())
+    mode = domain_draws.trial_mode(trial) if domains else "typical"
+    return label if mode == "typical" else f"{label}+{mode}"
 
 
 def buffer_seed(seed: int, task_name: str, trial: int, buffer_name: str) -> int:
@@ -94,20 +99,27 @@ def _draw(xp: Any, key: int, dist: str, shape: tuple[int, ...], buffer: Buffer,
 
 
 def make_input(buffer: Buffer, sizes: dict[str, int], trial: int, seed: int, task_name: str,
-               xp: Any) -> Any:
+               xp: Any, domains: bool = True) -> Any:
     """One input buffer for one trial, on `xp`, with the buffer's dtype and resolved shape."""
     shape = buffer.resolve_shape(sizes)
     dist = trial_distribution(buffer, trial)
-    values = _draw(xp, buffer_seed(seed, task_name, trial, buffer.name), dist, shape, buffer, sizes)
+    key = buffer_seed(seed, task_name, trial, buffer.name)
+    if domains:
+        shared = buffer_seed(seed, task_name, trial, domain_draws.shared_name(buffer, shape))
+        values = domain_draws.domain_draw(xp, buffer, sizes, trial, key, shared,
+                                          lambda k: _draw(xp, k, dist, shape, buffer, sizes))
+    else:
+        values = _draw(xp, key, dist, shape, buffer, sizes)
     if buffer.dtype in INT_DTYPES and values.dtype.kind == "f":
         values = xp.rint(values)
     return xp.ascontiguousarray(values.astype(buffer.dtype))
 
 
-def make_inputs(task: Task, sizes: dict[str, int], trial: int, seed: int, xp: Any) -> dict[str, Any]:
+def make_inputs(task: Task, sizes: dict[str, int], trial: int, seed: int, xp: Any,
+                domains: bool = True) -> dict[str, Any]:
     """Fresh input arrays (new allocations) for `trial`, by buffer name, generated on `xp`.
 
-    Deterministic for (seed, task.name, trial) and a given array module; consecutive trials use the
-    next distribution of each buffer's rotation.
+    Deterministic for (seed, task.name, trial, domains) and a given array module; consecutive trials
+    use the next distribution of each buffer's rotation (and, with `domains`, the next trial mode).
     """
-    return {b.name: make_input(b, sizes, trial, seed, task.name, xp) for b in task.inputs}
+    return {b.name: make_input(b, sizes, trial, seed, task.name, xp, domains) for b in task.inputs}

@@ -23,6 +23,7 @@ from kernels_env.core.config import EnvConfig
 from kernels_env.core.result import Mismatch, Result, Timing
 from kernels_env.core.status import Status
 from kernels_env.execute.buffers import alloc_poisoned, fill_poison
+from kernels_env.execute import domain_draws
 from kernels_env.execute.inputs import describe_distributions, make_inputs
 from kernels_env.execute.launching import launch_all, takes_timeout
 from kernels_env.judge import reference_cache
@@ -192,7 +193,7 @@ class _Stage:
                                                          "around it changed. Check the bounds of every store.")
         size = int(views[0].size)
         m = Mismatch(reason="unwritten", buffer=name, trial=trial,
-                     distribution=describe_distributions(self.task, trial), frac_mismatched=count / size)
+                     distribution=describe_distributions(self.task, trial, self.config.input_domains), frac_mismatched=count / size)
         return self.run.result(Status.WRONG_OUTPUT, f"{head} left {count} of the {size} elements of output "
                                                     f"{name!r} unwritten (still the poison). Every launch must "
                                                     "compute all of its outputs from its inputs.", mismatch=m)
@@ -208,7 +209,7 @@ class _Stage:
     def _inputs(self, trial: int, seed: int) -> dict[str, Any]:
         """make_inputs, its failures an environment fault."""
         try:
-            return make_inputs(self.task, self.sizes, trial, seed, self.xp)
+            return make_inputs(self.task, self.sizes, trial, seed, self.xp, self.config.input_domains)
         except Exception as e:
             raise EnvFault(f"could not make the inputs of task {self.task.name!r}: "
                            f"{type(e).__name__}: {e}") from e
@@ -248,7 +249,8 @@ class _Stage:
         """The reference timing cache's key: the method's version, task, sizes and timing settings."""
         cfg = self.config
         return (TIMING_METHOD, self.task.name, tuple(sorted(self.sizes.items())), cfg.warmup_runs,
-                cfg.timing_min_runs, cfg.timed_runs, cfg.timing_ci_rel_width, cfg.timing_budget_s, cfg.flush_l2)
+                cfg.timing_min_runs, cfg.timed_runs, cfg.timing_ci_rel_width, cfg.timing_budget_s, cfg.flush_l2,
+                domain_draws.DOMAIN_VERSION if cfg.input_domains else 0)
 
     def _reference_cache(self) -> dict[tuple[Any, ...], list[float]]:
         """The per-device cache of reference run times (judge/reference_cache.py)."""

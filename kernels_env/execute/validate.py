@@ -30,8 +30,10 @@ def _constants(expected0: np.ndarray) -> list[tuple[str, Any]]:
     return out
 
 
-def validate_task(task: Any, sizes: str = "small", trials: int | None = None, seed: int = 0) -> list[str]:
-    """Problems of `task` (empty: no input-ignoring output passes its check at these sizes)."""
+def validate_task(task: Any, sizes: str = "small", trials: int | None = None, seed: int = 0,
+                  domains: bool = True) -> list[str]:
+    """Problems of `task` (empty: no input-ignoring output passes its check at these sizes);
+    `domains`: draw as EnvConfig.input_domains does."""
     from kernels_env.execute.harness import _reference_outputs
     from kernels_env.execute.inputs import describe_distributions, make_inputs
     from kernels_env.judge.compare import compare_output
@@ -40,9 +42,9 @@ def validate_task(task: Any, sizes: str = "small", trials: int | None = None, se
     expected: list[list[np.ndarray]] = []
     dists = []
     for t in range(trials):
-        inputs = make_inputs(task, size_set, t, seed, np)
+        inputs = make_inputs(task, size_set, t, seed, np, domains)
         expected.append([np.asarray(e) for e in _reference_outputs(task, np, inputs)])
-        dists.append(describe_distributions(task, t))
+        dists.append(describe_distributions(task, t, domains))
     problems: list[str] = []
     for k, b in enumerate(task.outputs):
         atol, rtol = task.tol(b.dtype)

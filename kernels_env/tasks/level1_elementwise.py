@@ -10,6 +10,7 @@ from typing import Any
 from collections.abc import Callable
 
 from kernels_env.tasks import common
+from kernels_env.tasks.domains import Domain
 from kernels_env.tasks.registry import register
 from kernels_env.tasks.spec import Buffer, Scalar, Task
 
@@ -40,8 +41,8 @@ def unary_task(name: str, what: str, ref: Callable[..., Any], expr: str, *, dtyp
                scalars: tuple[Scalar, ...] = (), tags: tuple[str, ...] = (),
                tolerance: dict[str, tuple[float, float]] | None = None, positive: bool = False) -> Task:
     """Build an element-wise task: `ref(xp, x32, **scalars)` computes in float32, `expr` is the C
-    expression of the solution over `float v` and the scalar names. `positive` draws inputs from the
-    positive-only distribution (for log / sqrt)."""
+    expression of the solution over `float v` and the scalar names. `positive` declares the strictly
+    positive domain (for log / sqrt); otherwise the whole real line up to the dtype's max_abs."""
     sc = "".join(f", {s.name}" for s in scalars)
     sdesc = "".join(f" Scalar argument `{s.name}` = {s.value}." for s in scalars)
     description = (
@@ -59,7 +60,8 @@ def unary_task(name: str, what: str, ref: Callable[..., Any], expr: str, *, dtyp
     return Task(
         name=name, level=1, description=description,
         sizes={"eval": {"N": EVAL_N}, "small": {"N": SMALL_N}},
-        inputs=(Buffer("x", dtype, ("N",), distributions=("positive",)) if positive else Buffer("x", dtype, ("N",)),),
+        inputs=(Buffer("x", dtype, ("N",), distributions=("positive",), domain=Domain("positive"))
+                if positive else Buffer("x", dtype, ("N",), domain=Domain("real")),),
         outputs=(Buffer("y", dtype, ("N",)),),
         reference=reference, scalars=scalars, tolerance=tolerance or {},
         solution=common.solution(_kernel(name, dtype, expr, scalars), launch),

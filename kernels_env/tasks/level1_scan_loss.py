@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernels_env.tasks import common
+from kernels_env.tasks.domains import Domain
 from kernels_env.tasks.registry import register
 from kernels_env.tasks.spec import Buffer, Scalar, Task
 
@@ -144,7 +145,8 @@ TASKS += [
                    "mapped to y = 2 * target - 1 in {-1, +1}; loss[0] = (1/N) sum_i max(0, 1 - y[i] * pred[i]). "
                    "pred is a contiguous float32 vector of N elements; loss is a float32 buffer of 1 element.",
                    "float y = 2.0f * t - 1.0f; acc += fmaxf(1.0f - y * p, 0.0f);", _hinge_ref,
-                   target=Buffer("target", "int32", ("N",), distributions=("randint",), low=0, high=2)),
+                   target=Buffer("target", "int32", ("N",), distributions=("randint",), low=0, high=2,
+                                 domain=Domain("labels", low=0, high=2))),
 ]
 
 _CE_CUDA = common.REDUCE_CUDA + common.FINISH_SUM_CUDA + r"""

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
+from kernels_env.tasks.domains import Domain, check_compatible, default_domain
+
 DTYPES = ("float32", "float16", "int32", "int64")
 DISTRIBUTIONS = ("uniform", "normal", "heavy_tailed", "positive", "randint", "indices")
 DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "int32": (0.0, 0.0),
@@ -27,6 +29,9 @@ class Buffer:
     distributions: tuple[str, ...] = ("uniform", "normal", "heavy_tailed")
     low: float | str = -1.0
     high: float | str = 1.0
+    # The values the task promises this input may hold (tasks/domains.py); None: derived from the
+    # legacy draws above. Trials with EnvConfig.input_domains draw over all of it, edges included.
+    domain: Domain | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -34,6 +39,18 @@ class Buffer:
         bad = [d for d in self.distributions if d not in DISTRIBUTIONS]
         if bad:
             raise ValueError(f"buffer {self.name!r}: unknown distributions {bad}; expected {DISTRIBUTIONS}")
+        legacy = default_domain(self.dtype, self.distributions, self.low, self.high)
+        if self.domain is None:
+            object.__setattr__(self, "domain", legacy)
+        elif not isinstance(self.domain, Domain):
+            raise ValueError(f"buffer {self.name!r}: domain={self.domain!r}; expected a tasks.domains.Domain")
+        check_compatible(self.name, self.dtype, self.input_domain, legacy)
+
+    @property
+    def input_domain(self) -> Domain:
+        """The buffer's domain (always set after construction)."""
+        assert self.domain is not None
+        return self.domain
 
     def resolve_shape(self, sizes: dict[str, int]) -> tuple[int, ...]:
         out = []

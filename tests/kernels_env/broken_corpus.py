@@ -19,6 +19,9 @@ Decisions on cases whose GPU behaviour could be non-deterministic:
   forward order reads unwritten slots.
 - infinite loop: a volatile spin on a zero flag (a loop without side effects could legally be
   removed by the compiler).
+- input domains: a few cases take a suite task (by name) and are wrong only outside what the legacy
+  draws reached (naive softplus overflowing for x > 88, a log series accurate only near 1) or write
+  a constant near the reference's typical value; trials over the declared domain reject them.
 """
 from __future__ import annotations
 
@@ -196,6 +199,37 @@ finish<<<1, 32>>>(partial, y, cdiv(N, 256));
               "compile_error that names the feature and points to the cupy backend; on a GPU it is correct"),
 )
 
+
+
+def _suite_task(name: str) -> Task:
+    from kernels_env.tasks import get_task
+    return get_task(name)
+
+
+def _suite_variant(task: str, old: str, new: str) -> str:
+    """A suite task's known-good solution with `old` (which must occur) replaced by `new`."""
+    text = _suite_task(task).solution
+    if old not in text:
+        raise ValueError(f"{task}: solution lacks {old!r}")
+    return text.replace(old, new)
+
+
+LOG_SERIES = ("float z = (v - 1.0f) / (v + 1.0f), z2 = z * z, term = z, s = 0.0f;\n"
+              "        for (int k = 1; k < 80; k += 2) { s += term / (float)k; term *= z2; }\n"
+              "        float r = 2.0f * s;")
+DOMAIN_CASES: tuple[Case, ...] = (
+    Case("naive_softplus_overflows", "softplus", _suite_variant(
+        "softplus", "fmaxf(v, 0.0f) + log1pf(expf(-fabsf(v)))", "logf(1.0f + expf(v))"), "wrong_output",
+         note="log(1 + exp(x)) is inf for x > 88: only the edges trial draws that far"),
+    Case("log_series_near_one", "log", _suite_variant("log", "float r = logf(v);", LOG_SERIES),
+         "wrong_output", note="atanh series: exact on [0.1, 2), off by ~0.1 at 100 and far off near 0"),
+    Case("cosine_loss_constant_one", "cosine_similarity_loss", _suite_variant(
+        "cosine_similarity_loss", "row_loss[blockIdx.x] = 1.0f - dot / fmaxf(sqrtf(xx) * sqrtf(yy), eps);",
+        "row_loss[blockIdx.x] = 1.0f;"), "wrong_output",
+         note="independent random rows give a loss of ~1; the structured trial's correlated rows ~0"),
+)
+CASES = CASES + DOMAIN_CASES
+TASKS.update({c.task: _suite_task(c.task) for c in DOMAIN_CASES})  # suite tasks, resolved by name
 CASES_BY_ID = {c.id: c for c in CASES}
 
 

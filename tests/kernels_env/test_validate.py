@@ -33,8 +33,8 @@ def test_inputs_identical_across_trials_are_rejected():
     frozen = dataclasses.replace(SUM, name="frozen_sum")
     real = inputs_mod.make_input
 
-    def same_every_trial(b, sizes, trial, seed, task_name, xp):
-        return real(b, sizes, 0, seed, task_name, xp)
+    def same_every_trial(b, sizes, trial, seed, task_name, xp, domains=True):
+        return real(b, sizes, 0, seed, task_name, xp, domains)
 
     inputs_mod.make_input = same_every_trial
     try:

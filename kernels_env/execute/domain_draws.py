@@ -1,0 +1,150 @@
+"""How a buffer's declared input domain (tasks/domains.py) maps to a trial's draws: the one place.
+
+With EnvConfig.input_domains on, correctness trials cycle through three modes:
+    typical     the buffer's legacy distribution of the trial (execute/inputs.py), clipped to a real
+                domain's max_abs where a task declares one below the legacy clip
+    edges       the typical draw with about one element in EDGE_ONE_IN replaced by an edge of the
+                domain: both ends (+-max_abs, the largest values the reference computes finitely,
+                jittered down to max_abs / 2 so row maxima still vary),
+                values near zero, near the interval bounds, the first and last index or class;
+                label buffers instead put 7 in 8 elements on one class (a skewed class ratio)
+    structured  not i.i.d.: buffers of one shape and domain kind share a base draw (correlated
+                inputs, e.g. a ~= b), plus small per-buffer noise; rows 2k and 2k+1 are duplicates,
+                every third such pair is scaled toward zero (real/positive domains: norms below 1,
+                where clamps and saturating ops stop saturating), row 0 is constant (ties), the last
+                row is sorted (monotone); 1-D buffers are sorted with their first quarter tied
+Everything is counter_rng on `xp` plus elementwise/sort/take, so draws stay a pure function of
+(seed, task, trial, buffer) and agree under NumPy and CuPy. tasks/domains.py DOMAIN_VERSION goes into
+every cache key that holds expected outputs or results; bump it when the draws here change.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kernels_env.execute import counter_rng
+from kernels_env.tasks.domains import DOMAIN_VERSION, Domain
+from kernels_env.tasks.spec import Buffer
+
+TRIAL_MODES = ("typical", "edges", "structured")
+EDGE_ONE_IN = 32  # sparse enough that fp32 sums of edge products stay inside matmul tolerances
+LABEL_SKEW_ONE_IN = 8  # labels in an edges trial: all but 1 in 8 on one class
+TINY_ROW_SCALE = 1.0 / 64  # structured trial: rows scaled toward zero (outputs that saturate elsewhere)
+NOISE = 0.05  # relative size of the per-buffer noise of a structured trial
+NEAR_ZERO = 1e-3
+EDGE_STREAM = 16  # counter_rng streams clear of the legacy draws (student_t uses 0..3)
+NOISE_STREAM = 17
+__all__ = ["DOMAIN_VERSION", "TRIAL_MODES", "domain_draw", "edge_values", "shared_name", "trial_mode"]
+
+Typical = Callable[[int], Any]  # key -> the buffer's typical draw (float32 or int64) under that key
+
+
+def trial_mode(trial: int) -> str:
+    """The mode of `trial` (see the module docstring)."""
+    if trial < 0:
+        raise ValueError(f"trial={trial}; expected a trial index >= 0")
+    return TRIAL_MODES[trial % len(TRIAL_MODES)]
+
+
+def edge_values(domain: Domain, dtype: str, sizes: dict[str, int]) -> list[float]:
+    """The edge values of a domain at these sizes, all inside it. The largest of a real, positive or
+    nonnegative domain is drawn jittered in [max_abs / 2, max_abs] (`_edges`), so maxima over rows
+    still depend on the input."""
+    lo, hi = domain.limits(dtype, sizes)
+    if domain.integral:
+        return sorted({lo, hi, float(int((lo + hi) // 2))})
+    if domain.kind == "real":
+        return [0.0, NEAR_ZERO, -NEAR_ZERO, 1.0, -1.0, hi, -hi]
+    if domain.kind in ("positive", "nonnegative"):
+        return sorted({lo, max(lo, NEAR_ZERO), 1.0 if lo <= 1.0 <= hi else (lo + hi) / 2, hi})
+    top = float(np.nextafter(np.float32(hi), np.float32(lo)))  # interval: high is excluded
+    step = (hi - lo) * 1e-3
+    return [lo, lo + step, (lo + hi) / 2, hi - step, top]
+
+
+def _edges(xp: Any, key: int, base: Any, buffer: Buffer, sizes: dict[str, int], trial: int) -> Any:
+    domain = buffer.input_domain
+    edges = edge_values(domain, buffer.dtype, sizes)
+    shape = tuple(base.shape)
+    if domain.kind == "labels":  # a skewed class ratio, the majority class alternating with the trial
+        lo, hi = domain.limits(buffer.dtype, sizes)
+        major = lo if (trial // len(TRIAL_MODES)) % 2 == 0 else hi
+        pick = counter_rng.integers(xp, key, shape, 0, LABEL_SKEW_ONE_IN, stream=EDGE_STREAM)
+        return xp.where(pick > 0, base.dtype.type(major), base)
+    pick = counter_rng.integers(xp, key, shape, 0, EDGE_ONE_IN * len(edges), stream=EDGE_STREAM)
+    table = xp.asarray(np.asarray(edges, dtype=base.dtype))
+    chosen = table[xp.minimum(pick, len(edges) - 1)]
+    if domain.kind in ("real", "positive", "nonnegative"):
+        hi = domain.bound(buffer.dtype)
+        jitter = counter_rng.uniform(xp, key, shape, 0.5, 1.0, stream=NOISE_STREAM).astype(base.dtype)
+        chosen = xp.where(xp.abs(chosen) >= base.dtype.type(hi), chosen * jitter, chosen)
+    return xp.where(pick < len(edges), chosen, base)
+
+
+def _noise(xp: Any, key: int, base: Any, domain: Domain, dtype: str, sizes: dict[str, int]) -> Any:
+    """Small per-buffer noise on a shared base, kept inside the domain."""
+    if domain.integral:
+        return base
+    u = counter_rng.uniform(xp, key, tuple(base.shape), -NOISE, NOISE, stream=NOISE_STREAM)
+    lo, hi = domain.limits(dtype, sizes)
+    if domain.kind == "real":
+        out = base + u * xp.maximum(xp.abs(base), np.float32(1.0))
+    else:
+        out = base * (np.float32(1.0) + u)
+    top = np.float32(np.nextafter(np.float32(hi), np.float32(lo))) if domain.kind == "interval" else np.float32(hi)
+    return xp.clip(out, np.float32(lo), top).astype(base.dtype)
+
+
+def _rows(xp: Any, values: Any, domain: Domain, dtype: str, sizes: dict[str, int]) -> Any:
+    """Duplicated, constant, sorted and near-zero rows (last axis) or, for 1-D, sorted with a tied
+    first quarter."""
+    shape = tuple(values.shape)
+    if len(shape) == 0 or values.size == 0:
+        return values
+    length = shape[-1]
+    flat = values.reshape(-1, length)
+    rows = flat.shape[0]
+    if rows == 1:
+        out = xp.sort(flat[0])
+        out[: length // 4] = out[0]
+        return out.reshape(shape)
+    src = xp.arange(rows) - xp.arange(rows) % 2
+    out = flat[src]
+    if domain.kind in ("real", "positive", "nonnegative"):  # every third pair of rows near zero
+        lo = np.float32(domain.limits(dtype, sizes)[0] if domain.kind == "positive" else -np.inf)
+        tiny = (xp.arange(rows) // 2 % 3 == 1).reshape(-1, 1)
+        out = xp.where(tiny, xp.maximum(out * np.float32(TINY_ROW_SCALE), lo), out).astype(values.dtype)
+    out[0] = out[0, 0]
+    out[rows - 1] = xp.sort(out[rows - 1])
+    return xp.ascontiguousarray(out).reshape(shape)
+
+
+def _clipped(xp: Any, buffer: Buffer, sizes: dict[str, int], typical: Typical) -> Typical:
+    """`typical` clipped to a real domain narrower than the legacy heavy-tailed clip (a no-op, bit for
+    bit, at the default max_abs)."""
+    domain = buffer.input_domain
+    if domain.kind != "real" or domain.max_abs is None:
+        return typical
+    bound = np.float32(domain.bound(buffer.dtype))
+    return lambda key: xp.clip(typical(key), -bound, bound)
+
+
+def domain_draw(xp: Any, buffer: Buffer, sizes: dict[str, int], trial: int, key: int, shared_key: int,
+                typical: Typical) -> Any:
+    """The draw of `buffer` for `trial` under its domain: `key` is the buffer's own, `shared_key` the
+    one buffers of the same shape and domain kind share in a structured trial."""
+    mode = trial_mode(trial)
+    inside = _clipped(xp, buffer, sizes, typical)
+    if mode == "typical":
+        return inside(key)
+    if mode == "edges":
+        return _edges(xp, key, inside(key), buffer, sizes, trial)
+    base = _noise(xp, key, inside(shared_key), buffer.input_domain, buffer.dtype, sizes)
+    return _rows(xp, base, buffer.input_domain, buffer.dtype, sizes)
+
+
+def shared_name(buffer: Buffer, shape: tuple[int, ...]) -> str:
+    """The name a structured trial derives its shared key from (same shape and domain kind: same base)."""
+    return f"\x01structured\x00{buffer.input_domain.kind}\x00{shape}"
