@@ -219,9 +219,9 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
     def reap() -> bool:
         """Collect every run that ended (or passed its deadline: killed); True if any did."""
         done = [r for r in running if r[1].poll() is not None or (r[3] is not None and time.perf_counter() > r[3])]
+        running[:] = [r for r in running if r not in done]  # before --fail-fast may stop the others
         for r in done:
             name, proc, t0, _ = r
-            running.remove(r)
             rc = _finish(proc, 0.0 if proc.poll() is None else None)
             after = run_state(out / name)
             states[name] = after if rc == 0 else f"{after} (exit {rc}; see {out / 'logs' / (name + '.log')})"
@@ -235,15 +235,16 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
     failed: str | None = None  # --fail-fast: the first run that exited with an error
 
     def stop_others(name: str) -> None:
-        """Stop every run still going (terminate, then kill after 30 s) and start no more."""
+        """Stop every run still going (terminate all, then kill any left after 30 s) and start no more."""
         nonlocal failed
         failed = name
-        for other, proc, t0, _ in list(running):
-            running.remove((other, proc, t0, _))
+        for _, proc, _, _ in running:
             proc.terminate()
+        for other, proc, t0, _ in running:
             rc = _finish(proc, 30.0)
             states[other] = f"{run_state(out / other)} (stopped: {name} failed, --fail-fast; exit {rc})"
             log(f"[experiment] {other}: {states[other]} after {time.perf_counter() - t0:.0f} s")
+        running.clear()
 
     shared: Path | None = None
     want_shared = args.shared_start  # evaluated before the first new run starts
@@ -255,13 +256,10 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         if state == "finished":
             states[name] = state
             continue
-        if failed is not None:
-            states[name] = f"{state} (not run: {failed} failed, --fail-fast)"
-            continue
         if args.max_runs is not None and launched >= args.max_runs:
             states[name] = state + " (not run: --max-runs reached)"
             continue
-        while len(running) >= parallel:
+        while len(running) >= parallel:  # (none are running once a run failed under --fail-fast)
             if not reap():
                 time.sleep(0.5)
         if failed is not None:

@@ -204,6 +204,27 @@ def test_fail_fast_stops_the_runs_launched_with_a_failed_one(tmp_path, monkeypat
     assert not experiment._parse_args(["--out", str(out), "--arms", "leap"]).fail_fast
 
 
+def test_fail_fast_with_two_runs_failing_in_one_poll(tmp_path, monkeypatch):
+    """Two runs end with errors before the driver looks: both are reported as failed, the third is
+    stopped, and nothing is collected twice (stopping the others once removed a run still being reaped)."""
+    out = tmp_path / "exp"
+    out.mkdir()
+
+    def fake_start(cmd, log_path, env_extra=None):
+        run_dir = next(c.split("=", 1)[1] for c in cmd if c.startswith("train.run_dir="))
+        code = "import time; time.sleep(60)" if run_dir.endswith("grpo-s0") else "import sys; sys.exit(3)"
+        return experiment.subprocess.Popen([experiment.sys.executable, "-c", code])
+
+    monkeypatch.setattr(experiment, "_start", fake_start)
+    monkeypatch.setattr(experiment.time, "sleep", lambda s: experiment.subprocess.run(  # let both exit first
+        [experiment.sys.executable, "-c", "import time; time.sleep(1.5)"]))
+    args = experiment._parse_args(["--out", str(out), "--arms", "leap,multiturn,grpo", "--seeds", "0",
+                                   "--policy", "none", "--parallel", "3", "--no-shared-start", "--fail-fast"])
+    states = experiment.run_arms(args, out, None, experiment.time.perf_counter(), log=lambda *_: None)
+    assert states["leap-s0"].startswith("new (exit 3") and states["multiturn-s0"].startswith("new (exit 3")
+    assert states["grpo-s0"].startswith("new (stopped: leap-s0 failed, --fail-fast")
+
+
 def test_a_fresh_restart_drops_the_failed_attempts_launches(tmp_path):
     """A run that failed without a checkpoint starts over: only the launch that produced its results
     is kept, while a resumed run keeps every launch it ran under."""
