@@ -36,9 +36,16 @@ NOISE = 0.05  # relative size of the per-buffer noise of a structured trial
 NEAR_ZERO = 1e-3
 EDGE_STREAM = 16  # counter_rng streams clear of the legacy draws (student_t uses 0..3)
 NOISE_STREAM = 17
-__all__ = ["DOMAIN_VERSION", "TRIAL_MODES", "domain_draw", "edge_values", "shared_name", "trial_mode"]
+__all__ = ["DOMAIN_VERSION", "TRIAL_MODES", "domain_draw", "draws_version", "edge_values", "shared_name",
+           "trial_mode"]
 
 Typical = Callable[[int], Any]  # key -> the buffer's typical draw (float32 or int64) under that key
+
+
+def draws_version(input_domains: bool) -> int:
+    """Which draws a config's trials use, for cache keys: DOMAIN_VERSION with input domains, 0 for
+    the legacy draws."""
+    return DOMAIN_VERSION if input_domains else 0
 
 
 def trial_mode(trial: int) -> str:

@@ -128,9 +128,9 @@ class _Run:
         """What a trial's expected outputs are a pure function of (the cache key)."""
         t = self.task
         ref = getattr(t.reference, "__module__", ""), getattr(t.reference, "__qualname__", repr(t.reference))
-        draws = domain_draws.DOMAIN_VERSION if self.config.input_domains else 0  # 0: the legacy draws
         return (t.name, ref, tuple(sorted(self.sizes.items())), int(seed), int(trial), t.inputs, t.scalars,
-                tuple((b.name, b.dtype, b.resolve_shape(self.sizes)) for b in t.outputs), draws)
+                tuple((b.name, b.dtype, b.resolve_shape(self.sizes)) for b in t.outputs),
+                domain_draws.draws_version(self.config.input_domains))
 
     def _cached(self, trial: int, seed: int) -> list[expected_cache.MaskedOutput] | None:
         cache = self._expected_cache()

@@ -250,7 +250,7 @@ class _Stage:
         cfg = self.config
         return (TIMING_METHOD, self.task.name, tuple(sorted(self.sizes.items())), cfg.warmup_runs,
                 cfg.timing_min_runs, cfg.timed_runs, cfg.timing_ci_rel_width, cfg.timing_budget_s, cfg.flush_l2,
-                domain_draws.DOMAIN_VERSION if cfg.input_domains else 0)
+                domain_draws.draws_version(cfg.input_domains))
 
     def _reference_cache(self) -> dict[tuple[Any, ...], list[float]]:
         """The per-device cache of reference run times (judge/reference_cache.py)."""

@@ -18,7 +18,7 @@ from kernels_env.core.config import RESULT_NEUTRAL_FIELDS, EnvConfig
 from kernels_env.core.result import Result
 from kernels_env.source.source_text import strip_comments
 from kernels_env.source.submission import Answer
-from kernels_env.tasks.domains import DOMAIN_VERSION
+from kernels_env.execute.domain_draws import draws_version
 from kernels_env.core.status import Status
 
 KEY_VERSION = "2"  # 2: std prelude, null pointers, KernelBench-aligned task semantics
@@ -45,8 +45,9 @@ def cache_key(task_name: str, text: Answer, config: EnvConfig) -> str:
         body = {"raw": text if isinstance(text, str) else repr(text)}
     config_key = {k: v for k, v in config.to_dict().items() if k not in RESULT_NEUTRAL_FIELDS}
     # legacy draws keep the keys they had before input domains existed; domain draws carry their version
-    if config.input_domains:
-        config_key["input_domains"] = DOMAIN_VERSION
+    draws = draws_version(config.input_domains)
+    if draws:
+        config_key["input_domains"] = draws
     else:
         del config_key["input_domains"]
     payload = json.dumps({"v": KEY_VERSION, "task": task_name, **body, "config": config_key},
