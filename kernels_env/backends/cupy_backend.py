@@ -88,6 +88,13 @@ extern "C" __global__ void leap_timing_hold(unsigned long long ns) {
   do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }'''
 
+
+def hold_seconds(enqueue_s: float, max_s: float = HOLD_MAX_S) -> float:
+    """The device-side hold before a timed run's start event: twice the host's enqueue time of the
+    run before (so the host finishes launching while the GPU is still held), within `max_s`."""
+    return min(max_s, 2.0 * enqueue_s + HOLD_MIN_S)
+
+
 class DeviceHang(FatalDeviceError, KernelTimeout):
     """A kernel is still running past its time limit: the worker must be killed and replaced."""
 
@@ -347,7 +354,7 @@ class CupyDevice:
                 if flush is not None:
                     cp.cuda.runtime.memsetAsync(flush.data.ptr, i & 0xFF, self.flush_bytes, stream.ptr)
                     self.flushes += 1
-                self._hold(min(HOLD_MAX_S, 2.0 * enqueue_s + HOLD_MIN_S))
+                self._hold(hold_seconds(enqueue_s))
                 starts[i].record(stream)
                 t0 = time.perf_counter()
                 fn(state)
