@@ -5,6 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_out}"; mkdir -p "$OUT"
+EXCLUDES="$PWD/scripts/runs_tar_excludes.txt"  # what an experiment's runs leave out when packed
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
@@ -62,8 +63,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       if [ -d "$EXP_OUT/policy" ] && [ "$had_policy" = 0 ]; then  # a carried policy is not sent back
         tar cf - -C "$EXP_OUT" policy | split -b 15M - "$OUT/policy.tar.part-"
       fi
-      (cd "$EXP_OUT" && tar czf "$OUT/${s}_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' \
-         --exclude=policy --exclude=jax_cache --exclude='sft/model' --exclude='sft/corpus' --exclude='*/tokenizer.json' .) ;;
+      (cd "$EXP_OUT" && tar czf "$OUT/${s}_runs.tgz" --exclude-from="$EXCLUDES" .) ;;
     validate)  # every kernels_env GPU test (three groups in parallel: no timing asserted), then the timed
       # suite, the env benchmark against .bench_before (`git archive c7dc096 kernels_env | tar -x -C
       # .bench_before`, carried) and the step-time arms, each alone on the GPU

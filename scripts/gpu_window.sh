@@ -17,6 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_out}"; mkdir -p "$OUT"
 EXP_OUT=${EXP_OUT:-runs/gen}
+EXCLUDES="$PWD/scripts/runs_tar_excludes.txt"  # what stays on the machine (checkpoints, the policy...)
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 mkdir -p "$EXP_OUT"
 case ${1:-} in
@@ -37,9 +38,8 @@ case ${1:-} in
       if [ -f "$EXP_OUT/policy/config.json" ] && [ ! -f "$EXP_OUT/.policy_carried" ] && [ ! -f "$EXP_OUT/.policy_sent" ]; then
         tar cf - -C "$EXP_OUT" policy | split -b 15M - "$OUT/policy.tar.part-" && touch "$EXP_OUT/.policy_sent"
       fi
-      (cd "$EXP_OUT" && tar czf "$OUT/.window_runs.tgz" --exclude='*/checkpoints' --exclude='*/tb' --exclude=policy \
-         --exclude=jax_cache --exclude='sft/model' --exclude='sft/corpus' --exclude='*/tokenizer.json' \
-         --exclude='*.pid' . && mv "$OUT/.window_runs.tgz" "$OUT/window_runs.tgz")
+      (cd "$EXP_OUT" && tar czf "$OUT/.window_runs.tgz" --exclude-from="$EXCLUDES" . \
+         && mv "$OUT/.window_runs.tgz" "$OUT/window_runs.tgz")
     }
     while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
       sleep 5
