@@ -39,8 +39,7 @@ import jax.numpy as jnp
 
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.decoder import KVCache, LayerBuffers, Params, forward
-from leap_jax.sampling.decode_impl import RNG_IMPLS
-from leap_jax.sampling.sampler import DecodeResult, _gather_logprob, sample_from_logits
+from leap_jax.sampling.sampler import DecodeResult, _gather_logprob, decode_rng, sample_from_logits
 
 
 def default_slots(batch: int, slots: int) -> int:
@@ -97,10 +96,7 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
     lens = prompt_lengths.astype(jnp.int32)
     stop_ids = stop_ids.astype(jnp.int32)
     max_new = jnp.minimum(jnp.asarray(max_new, jnp.int32), n)
-    if rng_impl == "rbg":
-        rng = jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="unsafe_rbg")
-    elif rng_impl != "threefry":
-        raise ValueError(f"rng_impl={rng_impl!r}; expected one of {RNG_IMPLS}")
+    rng = decode_rng(rng, rng_impl)
     order = jnp.argsort(~active.astype(bool), stable=True).astype(jnp.int32)  # active rows first
     n_active = jnp.sum(active.astype(jnp.int32))
     slot_ids = jnp.arange(s_slots, dtype=jnp.int32)

@@ -116,6 +116,16 @@ def sample_from_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array
     return jnp.where(temperature <= 0.0, greedy, sampled)
 
 
+def decode_rng(rng: jax.Array, rng_impl: str) -> jax.Array:
+    """The decode loop's key for `rng_impl` (DecodeImpl.rng_impl): threefry as given, or an XLA
+    RngBitGenerator key derived from it (far cheaper than threefry for [B, V] draws)."""
+    if rng_impl == "rbg":
+        return jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="unsafe_rbg")
+    if rng_impl != "threefry":
+        raise ValueError(f"rng_impl={rng_impl!r}; expected one of {RNG_IMPLS}")
+    return rng
+
+
 def _gather_logprob(logits: jax.Array, tokens: jax.Array) -> jax.Array:
     """log_softmax(logits)[token] per row, fp32."""
     lse = jax.nn.logsumexp(logits, axis=-1)
@@ -184,10 +194,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     stop_ids = stop_ids.astype(jnp.int32)
     max_new = jnp.minimum(jnp.asarray(max_new, jnp.int32), n)
 
-    if rng_impl == "rbg":  # XLA RngBitGenerator: far cheaper than threefry for [B, V] draws
-        rng = jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="unsafe_rbg")
-    elif rng_impl != "threefry":
-        raise ValueError(f"rng_impl={rng_impl!r}; expected one of {RNG_IMPLS}")
+    rng = decode_rng(rng, rng_impl)
 
     def is_stop(tok):
         return jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
