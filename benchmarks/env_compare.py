@@ -36,7 +36,6 @@ FAIL_KINDS = {"wrong": "wrong_output", "compile": "compile_error", "illegal": "r
 FAIL_SHARE = {"wrong": 0.12, "compile": 0.12, "illegal": 0.06}  # 30% failing in all
 FLAG_REL_DIFF = 0.10
 MARK = "ENV_COMPARE_JSON "
-HOLD_MAX_S = 50e-3  # the independent loop's optional hold (--independent-hold): the env's rule, a longer cap
 
 
 # ---- jobs -----------------------------------------------------------------------------------
@@ -199,10 +198,9 @@ def enqueue_ms(cp: Any, fn: Any, reps: int = 5) -> float:
 
 def hold_for(device: Any, host_ms: float) -> Any:
     """`hold` for _events_ms: the env's device-side hold kernel (CupyDevice._hold) for twice the
-    host's enqueue time, as the env's loop sizes it (cupy_backend.hold_seconds), capped at HOLD_MAX_S
-    instead of the env's 5 ms."""
+    host's enqueue time, as the env's loop sizes it (cupy_backend.hold_seconds, its cap included)."""
     from kernels_env.backends.cupy_backend import hold_seconds
-    seconds = hold_seconds(host_ms / 1e3, HOLD_MAX_S)
+    seconds = hold_seconds(host_ms / 1e3)
     return lambda: device._hold(seconds)
 
 

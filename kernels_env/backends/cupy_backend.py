@@ -79,8 +79,13 @@ def _keep_pool_bytes(value: int | None) -> int:
 # time_runs: the host enqueues at most IN_FLIGHT runs ahead of the GPU (CUDA's launch queue is
 # finite; a full queue would block the host in a launch, where no deadline can be polled). Before
 # each timed window the GPU spins for twice the host's last enqueue time of the plan, clamped.
+# The speedup is a ratio of GPU time: the reference's Python launch latency is a property of how
+# this environment wrote the reference, not of the work, so it stays out of both windows. The cap
+# is 50 ms because a 5 ms cap let conv3d's reference (4.7-5.1 ms of host enqueue on the H200) leak
+# into its window and overstated the kernel's speedup 1.8x against a profiler's kernel durations
+# (benchmarks/clock_check.py); a hold costs at most 2x the enqueue time per timed run.
 IN_FLIGHT = 8
-HOLD_FIRST_S, HOLD_MIN_S, HOLD_MAX_S = 50e-6, 10e-6, 5e-3
+HOLD_FIRST_S, HOLD_MIN_S, HOLD_MAX_S = 50e-6, 10e-6, 50e-3
 HOLD_SOURCE = r'''
 extern "C" __global__ void leap_timing_hold(unsigned long long ns) {
   unsigned long long t0, t;
