@@ -430,6 +430,7 @@ def make_update(model_config: ModelConfig, tx: optax.GradientTransformation, sch
 
     # exposed for compile counting in tests (setattr: mypy does not model function attributes)
     setattr(loop_update, "acc_jit", acc_jit)  # noqa: B010
+    setattr(loop_update, "grad_fn", grad_fn)  # noqa: B010  (benchmarks/update_memory.py lowers acc_jit)
     return loop_update
 
 
