@@ -13,16 +13,33 @@ class EnvironmentFailure(RuntimeError):
     """Too large a share of a step's evaluations were env_error; the message says what to check."""
 
 
+def first_env_error(out: Any) -> str:
+    """The message and details of the first env_error among rollout output `out`'s turns ('' if none)."""
+    first = next((t.result for r in out.rows for t in r.turns
+                  if t.result is not None and t.result.status is Status.ENV_ERROR), None)
+    if first is None:
+        return ""
+    details = (getattr(first, "details", "") or "").strip()
+    return first.message + (f" | details: {details[-600:]}" if details else "")
+
+
 def check_env_errors(out: Any, max_fraction: float, step: int,
-                     pool_stats: Callable[[], dict[str, int]] | None = None) -> None:
+                     pool_stats: Callable[[], dict[str, int]] | None = None,
+                     log: Callable[[str], None] | None = None) -> None:
     """Raise EnvironmentFailure when env/env_errors / env/evaluations of rollout output `out` exceeds
     `max_fraction` (env.max_env_error_fraction); the message carries the first env_error's text and,
-    when given, the pool's counters (host deaths, resends, hosts up)."""
+    when given, the pool's counters (host deaths, resends, hosts up). Below the limit, `log` (when
+    given) gets one line naming the count and the first error, so a run's log says what went wrong
+    even when training went on."""
     n, bad = int(out.stats["env/evaluations"]), int(out.stats["env/env_errors"])
-    if n == 0 or bad / n <= max_fraction:
+    if n == 0 or bad == 0:
         return
-    first = next((t.result.message for r in out.rows for t in r.turns
-                  if t.result is not None and t.result.status is Status.ENV_ERROR), "")
+    if bad / n <= max_fraction:
+        if log is not None:
+            log(f"step {step}: {bad} of {n} evaluations were env_error (within "
+                f"env.max_env_error_fraction={max_fraction:g}; masked out). First: {first_env_error(out)[:900]!r}")
+        return
+    first = first_env_error(out)
     msg = (f"step {step}: {bad} of {n} evaluations ({bad / n:.0%}) were env_error (the environment failed, "
            f"not the policy), above env.max_env_error_fraction={max_fraction:g}; not training on that batch. "
            f"First error: {first[:300]!r}.")

@@ -358,7 +358,8 @@ class Trainer:
         rollout = self._rollout(cfg.rollout.group_size, cfg.rollout.max_turns,
                                 self.spec.dcp_mode)
         out = rollout.run(tasks, self._policy(self._sampling()), seed=_seed_from_key(k_roll), step=self.step)
-        check_env_errors(out, cfg.env.max_env_error_fraction, self.step, getattr(self.evaluator, "stats", None))
+        check_env_errors(out, cfg.env.max_env_error_fraction, self.step, getattr(self.evaluator, "stats", None),
+                         log=lambda line: print(f"[leap_jax] {line}", flush=True))
         t_roll = time.perf_counter()
         c_roll = compile_seconds()
         a = cfg.algorithm

@@ -79,3 +79,17 @@ def test_ray_settings_validate():
                              (["env.pool_mode=rays"], "expected one of process, inline, ray")):
         with pytest.raises(ConfigError, match=needle):
             load_config(None, override)
+
+
+def test_env_errors_within_the_limit_are_logged_with_their_details():
+    lines: list[str] = []
+    err = Result(Status.ENV_ERROR, "exec worker unavailable: startup timed out", task="t",
+                 details="Traceback ...\nTimeoutError: worker did not start")
+    out = _out([Status.CORRECT] * 3)
+    out.rows[0].turns.append(SimpleNamespace(result=err))
+    out.stats = {"env/evaluations": 4.0, "env/env_errors": 1.0}
+    check_env_errors(out, 0.25, step=58, log=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("step 58: 1 of 4 evaluations were env_error")
+    assert "startup timed out" in lines[0] and "worker did not start" in lines[0]
+    check_env_errors(_out([Status.CORRECT]), 0.25, step=59, log=lines.append)  # none: nothing logged
+    assert len(lines) == 1
