@@ -212,6 +212,7 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
     launched = 0
     parallel = args.parallel
     env_extra = compilation_cache_env(out)
+    call = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # names the runs this call launched together
 
     def left_in_call() -> float | None:
         return None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)
@@ -285,7 +286,7 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         log(f"[experiment] {name}: {'resume' if state == 'resumable' else 'start'}"
             + (f" ({left:.0f} s left in this call)" if left is not None else "")
             + (f", {len(running) + 1} running" if parallel > 1 else ""))
-        record_launch(out, name, parallel, args.overrides, fresh=state == "new")
+        record_launch(out, name, parallel, args.overrides, fresh=state == "new", call=call)
         t0 = time.perf_counter()
         proc = _start(cmd, out / "logs" / f"{name}.log", env_extra=env_extra)
         running.append((name, proc, t0, None if left is None else t0 + left + 60.0))
@@ -328,10 +329,13 @@ def shared_start_eval(args: argparse.Namespace, out: Path, policy: Path | None, 
 LAUNCH_FILE = "launch.json"
 
 
-def record_launch(out: Path, name: str, parallel: int, overrides: Sequence[str], fresh: bool = False) -> None:
+def record_launch(out: Path, name: str, parallel: int, overrides: Sequence[str], fresh: bool = False,
+                  call: str | None = None) -> None:
     """OUT/launch.json: per run, each call's concurrency and overrides (the report states them).
     `fresh`: the run starts from scratch, so earlier launches (attempts that left no checkpoint,
-    e.g. out of memory) contributed nothing to its results and are dropped."""
+    e.g. out of memory) contributed nothing to its results and are dropped. `call`: the experiment
+    call's start time (UTC), the same for every run it launched, so the report can say which runs
+    shared the machine."""
     path = out / LAUNCH_FILE
     try:
         data = json.loads(path.read_text()) if path.is_file() else {}
@@ -339,7 +343,10 @@ def record_launch(out: Path, name: str, parallel: int, overrides: Sequence[str],
         data = {}
     if fresh:
         data.pop(name, None)
-    data.setdefault(name, []).append({"parallel": parallel, "overrides": list(overrides)})
+    entry: dict[str, Any] = {"parallel": parallel, "overrides": list(overrides)}
+    if call is not None:
+        entry["call"] = call
+    data.setdefault(name, []).append(entry)
     path.write_text(json.dumps(data, indent=2))
 
 
@@ -354,10 +361,11 @@ def launch_notes(out: Path, names: Sequence[str]) -> list[str]:
               and any(c.get("parallel", 1) > 1 for c in data[n])}
     if not shared:
         return []
-    by_n: dict[int, list[str]] = {}
-    for n, k in shared.items():
-        by_n.setdefault(k, []).append(n)
-    parts = "; ".join(f"up to {k} at once: {', '.join(sorted(v))}" for k, v in sorted(by_n.items()))
+    by_n: dict[tuple[int, str], list[str]] = {}
+    for n, k in shared.items():  # grouped by concurrency and by the call that last launched the run
+        by_n.setdefault((k, str(data[n][-1].get("call", ""))), []).append(n)
+    parts = "; ".join(f"up to {k} at once: {', '.join(sorted(v))}" + (f" (call of {call})" if call else "")
+                      for (k, call), v in sorted(by_n.items()))
     return [f"Concurrency: runs were launched together on one machine ({parts}). Their clocks include "
             "the other runs' contention for the GPU and CPU cores, the same for every arm launched together."]
 

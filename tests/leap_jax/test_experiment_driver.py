@@ -172,9 +172,11 @@ def test_parallel_runs_overlap_up_to_the_limit_and_the_report_says_so(tmp_path, 
         assert sum(s["t0"] <= t < s["t1"] for s in spans) <= 2
     assert spans[0]["t0"] < spans[1]["t1"] and spans[1]["t0"] < spans[0]["t1"]  # the first two overlapped
     launch = json.loads((out / experiment.LAUNCH_FILE).read_text())
-    assert launch["grpo-s0"] == [{"parallel": 2, "overrides": ["env.compile_workers=2"]}]
+    (entry,) = launch["grpo-s0"]
+    assert entry["parallel"] == 2 and entry["overrides"] == ["env.compile_workers=2"]
+    assert {launch[n][0]["call"] for n in states} == {entry["call"]}  # one call launched all three
     note = experiment.launch_notes(out, ["leap-s0", "multiturn-s0", "grpo-s0"])
-    assert len(note) == 1 and "up to 2 at once: grpo-s0, leap-s0, multiturn-s0" in note[0]
+    assert len(note) == 1 and f"up to 2 at once: grpo-s0, leap-s0, multiturn-s0 (call of {entry['call']})" in note[0]
     assert experiment.launch_notes(out, ["trloo-s0"]) == []
 
 
@@ -239,6 +241,15 @@ def test_a_fresh_restart_drops_the_failed_attempts_launches(tmp_path):
     assert [c["parallel"] for c in launch["grpo-s0"]] == [8, 5]
     note = experiment.launch_notes(out, ["leap-s0", "grpo-s0"])[0]
     assert "up to 5 at once: leap-s0" in note and "up to 8 at once: grpo-s0" in note
+
+
+def test_runs_of_different_calls_are_named_apart(tmp_path):
+    """Seeds run in different GPU windows share the machine only with their own call's runs."""
+    out = tmp_path
+    for name, call in (("leap-s0", "w1"), ("grpo-s0", "w1"), ("leap-s1", "w2"), ("grpo-s1", "w2")):
+        experiment.record_launch(out, name, 3, [], fresh=True, call=call)
+    note = experiment.launch_notes(out, ["leap-s0", "grpo-s0", "leap-s1", "grpo-s1"])[0]
+    assert "up to 3 at once: grpo-s0, leap-s0 (call of w1); up to 3 at once: grpo-s1, leap-s1 (call of w2)" in note
 
 
 def test_parallel_must_be_positive(capsys):
