@@ -10,7 +10,6 @@ import math
 from typing import Any
 
 from kernels_env.tasks import common
-from kernels_env.tasks.domains import Domain
 from kernels_env.tasks.level1_conv_pool import conv2d_cuda, conv2d_ref
 from kernels_env.tasks.level1_matmul import MM_TOL, gemm_kernel
 from kernels_env.tasks.registry import register
@@ -102,9 +101,6 @@ _SWIGLU_CUDA = (gemm_kernel("gate_silu", epilogue="v / (1.0f + expf(-v))")
                               extra_params=", const float* __restrict__ gate"))
 
 
-_SWIGLU_DOMAIN = Domain("real", max_abs=8.0)
-
-
 def _swiglu_ref(xp, x, w_gate, w_up):
     g = xp.matmul(x, w_gate)
     return (g * common.sigmoid(xp, g) * xp.matmul(x, w_up)).astype(xp.float32, copy=False)
@@ -116,10 +112,8 @@ TASKS.append(Task(
                  "x is float32 [M, K]; w_gate and w_up are float32 [K, N]; y is float32 [M, N]; all contiguous "
                  "row-major."),
     sizes={"eval": GEMM_EVAL, "small": GEMM_SMALL},
-    # |inputs| <= 8: y multiplies two K-term fp32 sums, so with edges near 100 a correct kernel's
-    # rounding (summed in another order) exceeds MM_TOL wherever x @ w_up cancels
-    inputs=tuple(Buffer(n, "float32", shape, domain=_SWIGLU_DOMAIN)
-                 for n, shape in (("x", ("M", "K")), ("w_gate", ("K", "N")), ("w_up", ("K", "N")))),
+    inputs=(Buffer("x", "float32", ("M", "K")), Buffer("w_gate", "float32", ("K", "N")),
+            Buffer("w_up", "float32", ("K", "N"))),
     outputs=(Buffer("y", "float32", ("M", "N")),), reference=_swiglu_ref, tolerance=MM_TOL,
     solution=common.solution(_SWIGLU_CUDA, f"scratch float g[M * N];\ngate_silu<<<{_GEMM_LAUNCH}>>>(x, w_gate, g, "
                              f"M, N, K);\nup_times_gate<<<{_GEMM_LAUNCH}>>>(x, w_up, g, y, M, N, K);"),

@@ -6,11 +6,11 @@ the return value gives the outputs in the order of `Task.outputs`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from collections.abc import Callable
 
-from kernels_env.tasks.domains import Domain, check_compatible, default_domain
+from kernels_env.tasks.domains import Domain, check_compatible, contraction_domain, default_domain
 
 DTYPES = ("float32", "float16", "int32", "int64")
 DISTRIBUTIONS = ("uniform", "normal", "heavy_tailed", "positive", "randint", "indices")
@@ -64,6 +64,12 @@ class Buffer:
         return tuple(out)
 
 
+def _in_task_domain(buffer: Buffer, tags: tuple[str, ...]) -> Buffer:
+    """`buffer` with the domain its task's kind gives it (tasks.domains.contraction_domain)."""
+    domain = contraction_domain(buffer.input_domain, tags)
+    return buffer if domain == buffer.input_domain else replace(buffer, domain=domain)
+
+
 @dataclass(frozen=True)
 class Scalar:
     """A scalar kernel argument with a fixed value (e.g. eps, alpha); passed to the reference too."""
@@ -95,6 +101,7 @@ class Task:
         names = [b.name for b in self.inputs + self.outputs] + [s.name for s in self.scalars]
         if len(set(names)) != len(names):
             raise ValueError(f"task {self.name!r}: duplicate buffer/scalar names in {names}")
+        object.__setattr__(self, "inputs", tuple(_in_task_domain(b, self.tags) for b in self.inputs))
 
     def size_set(self, which: str) -> dict[str, int]:
         try:
