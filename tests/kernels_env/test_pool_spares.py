@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -150,16 +151,21 @@ def test_kept_memory_pool_still_catches_a_write_past_the_output():
             r = score(t, past, cfg, device=dev)
             assert r.status is Status.RUNTIME_ERROR and "out-of-bounds write" in r.message, r.message
         dev.keep_pool_bytes = 0
-        dev.end_job()
-        # every cached block went back; what stays in use is the device's own caches (e.g. the
-        # expected outputs of the GPU expected-output cache), which free_all_blocks never frees
         pool = cupy.get_default_memory_pool()
-        assert pool.free_bytes() == 0 and pool.total_bytes() == pool.used_bytes(), (pool.free_bytes(),
-                                                                                    pool.used_bytes())
-        held = pool.used_bytes()  # and nothing a job allocates stays in use after it (no leak)
-        for _ in range(2):
+        for _ in range(2):  # nothing a job allocates stays in use after it (no leak), and every block went back
             assert score(t, past, cfg, device=dev).status is Status.RUNTIME_ERROR
-            dev.end_job()
-            assert pool.used_bytes() <= held and pool.free_bytes() == 0, (pool.used_bytes(), held)
+            _drop_device_caches_and_end_job(dev)
+            assert pool.total_bytes() == 0, (pool.used_bytes(), pool.free_bytes())
     finally:
         dev.close()
+
+
+def _drop_device_caches_and_end_job(dev: Any) -> None:
+    """Forget the arrays the device keeps across jobs on purpose (the expected-output cache), then
+    end the job: with keep_pool_bytes 0 the pool must then hold nothing. The cache is dropped first
+    because CuPy's free_all_blocks releases a chunk only when none of its blocks is in use: a cached
+    expected output placed in a larger freed chunk keeps that chunk's free rest (134,201,344 bytes,
+    256 MiB less the 128 MiB + 16 KiB output, on the H200), whichever allocation order a run had."""
+    dev.__dict__.pop("_harness_expected", None)
+    dev.end_job()
+
