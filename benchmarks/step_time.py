@@ -36,6 +36,10 @@ top of the conversation's kept cache) next to the default, on a multi-turn arm's
         --steps 2 --warmup 1
 `prefill tokens` counts the prompt tokens run through prefill, `reused tokens` those whose kept K/V
 a later turn used instead.
+Turn pipelining (opt-in `rollout.pipeline_turns`: a row's next turn generates as soon as it is decided,
+next to other rows' earlier turns, rollout/pipelined.py) next to the default, on a multi-turn arm's config:
+    timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml --arms after,pipelined \
+        --steps 2 --warmup 1
 """
 from __future__ import annotations
 
@@ -62,6 +66,8 @@ ARMS = {
     "cb": ["sampling.batching=continuous"],
     # opt-in KV reuse across turns (sampling/prefix.py): later turns prefill only their new tokens
     "kvreuse": ["sampling.kv_reuse=true"],
+    # opt-in turn pipelining (rollout/pipelined.py): later turns generate as soon as they are decided
+    "pipelined": ["rollout.pipeline_turns=true"],
 }
 SHAPES = {
     "experiment": dict(hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8, num_kv_heads=4,

@@ -9,6 +9,10 @@ are not. `env_error` results exclude their row from rewards and are counted in t
 
 Generation and evaluation overlap: the active rows of a turn are generated in chunks and each
 chunk's jobs are submitted to the pool before the next chunk generates. Phase times are measured.
+With `pipeline_turns` (opt-in, leap_jax/rollout/pipelined.py) turns overlap too: a row's next turn
+is generated as soon as its group's DCP decision (turn 1) or its own result (later turns) is in,
+alongside other rows' earlier turns, instead of after the whole turn; same outputs for a policy
+whose answer depends on the request only (see that module for the exact guarantee).
 
 Each row's requests carry one conversation id for the run (`GenRequest.conversation`); a policy
 with `release_conversations` (the sampler with sampling.kv_reuse, which keeps a conversation's KV
@@ -130,6 +134,26 @@ class ChatStreams:
                 + self._chat.generation_prompt(self.tokenizer))
 
 
+class _RunState:
+    """One run's rows, [P, G, T] outcome arrays, counters and phase times, filled turn by turn."""
+
+    def __init__(self, P: int, G: int, T: int, step: int):
+        self.step = step
+        self.run_id = object()  # conversation ids unique to this run: (run_id, row)
+        self.rows: list[Row] = []
+        self.correct = np.zeros((P, G, T), bool)
+        self.attempted = np.zeros((P, G, T), bool)
+        self.status_rank = np.full((P, G, T), -1, np.int32)
+        self.speedup = np.full((P, G, T), np.nan, np.float32)
+        self.row_mask = np.ones((P, G), bool)
+        self.decisions = np.full((P,), PAD, np.int32)
+        self.gen_rows = [0] * T
+        self.gen_tokens = [0] * T
+        self.env_evals = self.cache_hits = self.env_errors = self.scripted = 0
+        self.times = {k: 0.0 for k in ("generate", "evaluate_submit", "evaluate_wait", "evaluate_span",
+                                       "feedback")}
+
+
 class MultiTurnRollout:
     """Runs one step's rollouts; see the module docstring."""
 
@@ -137,7 +161,8 @@ class MultiTurnRollout:
                  group_size: int, max_turns: int, dcp_mode: str = "dcp", t_min: Any = 0.5,
                  t_max: Any = None, feedback_budget_chars: int = 800, max_new_tokens: int = 256,
                  max_context_tokens: int = 4096, overlap_chunks: int = 1,
-                 feedback_fn: Callable[[Result, int], str] | None = None, sizes: str = "eval"):
+                 feedback_fn: Callable[[Result, int], str] | None = None, sizes: str = "eval",
+                 pipeline_turns: bool = False):
         if dcp_mode not in ("dcp", "all"):
             raise ValueError(f"dcp_mode={dcp_mode!r}; expected 'dcp' (LEAP pruning) or 'all' (debug every group)")
         if group_size < 1 or max_turns < 1:
@@ -148,6 +173,7 @@ class MultiTurnRollout:
         self.feedback_budget = feedback_budget_chars
         self.max_new_tokens, self.max_context = max_new_tokens, max_context_tokens
         self.chunks = max(1, overlap_chunks)
+        self.pipeline_turns = pipeline_turns
         self.sizes = sizes
         if feedback_fn is None:
             from kernels_env.judge.feedback import render_feedback
@@ -219,87 +245,95 @@ class MultiTurnRollout:
         return np.asarray(dcp_decision(correct_t1, None, self.t_min, self.t_max, row_mask=row_mask),
                           dtype=np.int32)
 
+    def _request(self, st: _RunState, r: int, t: int) -> GenRequest:
+        """Row r's turn-t request (the key and conversation id identify it in both rollouts)."""
+        return GenRequest(list(st.rows[r].tokens), st.rows[r].task, t, (st.step, r, t), (st.run_id, r))
+
+    def _record(self, st: _RunState, r: int, t: int, resp: GenResponse, res: Result) -> None:
+        """Append row r's turn-t response to its stream and its result to the arrays and counters."""
+        row, g, i = st.rows[r], r // self.G, r % self.G
+        ids = list(resp.token_ids)
+        lp = None if resp.logprobs is None else np.asarray(resp.logprobs)[:len(ids)]
+        start = len(row.tokens)
+        row.append(ids, True, lp, t)
+        row.append(self.streams.close(ids), False, None, 0)
+        row.turns.append(TurnRecord(t, start, len(ids), resp.text, res, resp.scripted, resp.finished))
+        st.gen_rows[t - 1] += 1
+        st.gen_tokens[t - 1] += 0 if resp.scripted else len(ids)
+        st.scripted += int(resp.scripted)
+        st.env_evals += 1
+        st.cache_hits += int(bool(res.cached))
+        st.attempted[g, i, t - 1] = True
+        if res.status is Status.ENV_ERROR:
+            st.env_errors += 1
+            row.env_error = True
+            st.row_mask[g, i] = False
+            return
+        st.status_rank[g, i, t - 1] = res.status.rank
+        st.correct[g, i, t - 1] = res.status is Status.CORRECT
+        if res.speedup is not None:
+            st.speedup[g, i, t - 1] = res.speedup
+
+    def _continues(self, st: _RunState, r: int, t: int) -> bool:
+        """Whether row r (its group decided, its turn t < T recorded) takes turn t + 1; if so its
+        feedback and the next assistant header are appended, if it would not fit it is context_limited."""
+        row, g, i = st.rows[r], r // self.G, r % self.G
+        if st.decisions[g] != DEBUG or not st.row_mask[g, i] or st.correct[g, i, t - 1]:
+            return False
+        delta = self.streams.feedback_delta(
+            feedback_message(self.feedback_fn(row.turns[-1].result, self.feedback_budget)))
+        if len(row.tokens) + len(delta) + self.max_new_tokens > self.max_context:
+            row.context_limited = True
+            return False
+        row.append(delta, False, None, 0)
+        return True
+
     def run(self, tasks: Sequence[str], policy: Policy, seed: int, step: int = 0) -> RolloutOutput:
         """Roll out G rows for each task in `tasks`; `seed` and `step` make it reproducible."""
         P, G, T = len(tasks), self.G, self.T
-        times = {k: 0.0 for k in ("generate", "evaluate_submit", "evaluate_wait", "evaluate_span",
-                                  "feedback")}
         t_start = time.perf_counter()
-        rows = [Row(task=tasks[r // G], group=r // G, index=r % G) for r in range(P * G)]
-        for row in rows:
+        st = _RunState(P, G, T, step)
+        st.rows = [Row(task=tasks[r // G], group=r // G, index=r % G) for r in range(P * G)]
+        for row in st.rows:
             row.append(self._prompt_ids(row.task), False, None, 0)
-        correct = np.zeros((P, G, T), bool)
-        attempted = np.zeros((P, G, T), bool)
-        status_rank = np.full((P, G, T), -1, np.int32)
-        speedup = np.full((P, G, T), np.nan, np.float32)
-        row_mask = np.ones((P, G), bool)
-        decisions = np.full((P,), PAD, np.int32)
-        gen_rows = [0] * T
-        gen_tokens = [0] * T
-        env_evals = cache_hits = env_errors = scripted = 0
-        for row in rows:  # a task whose first prompt leaves no room for a response is not attempted
+        for row in st.rows:  # a task whose first prompt leaves no room for a response is not attempted
             row.context_limited = len(row.tokens) + self.max_new_tokens > self.max_context
-        active = [r for r in range(P * G) if not rows[r].context_limited]
-        run_id = object()  # conversation ids unique to this run: (run_id, row)
+        active = [r for r in range(P * G) if not st.rows[r].context_limited]
         release = getattr(policy, "release_conversations", None)
-        for t in range(1, T + 1):
+        if self.pipeline_turns:
+            from leap_jax.rollout.pipelined import run_pipelined
+            run_pipelined(self, st, active, policy, seed, release)
+        else:
+            self._run_sequential(st, active, policy, seed, release)
+        if release is not None:
+            release([(st.run_id, r) for r in range(P * G)])
+        st.times["rollout_total"] = time.perf_counter() - t_start
+        stats = self._stats(st.rows, st.decisions, st.correct, st.attempted, st.row_mask, st.gen_rows,
+                            st.gen_tokens, st.env_evals, st.cache_hits, st.env_errors, st.scripted, st.times)
+        return RolloutOutput(list(tasks), st.rows, G, T, st.decisions, st.correct, st.attempted,
+                             st.status_rank, st.speedup, st.row_mask, stats)
+
+    def _run_sequential(self, st: _RunState, active: list[int], policy: Policy, seed: int,
+                        release: Callable[[list], None] | None) -> None:
+        """Turn by turn: all of turn t's evaluations are in before DCP decides and turn t + 1 starts."""
+        for t in range(1, self.T + 1):
             if not active:
                 break
-            requests = [GenRequest(list(rows[r].tokens), rows[r].task, t, (step, r, t), (run_id, r))
-                        for r in active]
-            responses, results = self._generate_and_score(policy, requests, seed + 7919 * t, times)
-            gen_rows[t - 1] = len(active)
+            requests = [self._request(st, r, t) for r in active]
+            responses, results = self._generate_and_score(policy, requests, seed + 7919 * t, st.times)
             for r, resp, res in zip(active, responses, results, strict=False):
-                row, g, i = rows[r], r // G, r % G
-                ids = list(resp.token_ids)
-                lp = None if resp.logprobs is None else np.asarray(resp.logprobs)[:len(ids)]
-                start = len(row.tokens)
-                row.append(ids, True, lp, t)
-                row.append(self.streams.close(ids), False, None, 0)
-                row.turns.append(TurnRecord(t, start, len(ids), resp.text, res, resp.scripted, resp.finished))
-                gen_tokens[t - 1] += 0 if resp.scripted else len(ids)
-                scripted += int(resp.scripted)
-                env_evals += 1
-                cache_hits += int(bool(res.cached))
-                attempted[g, i, t - 1] = True
-                if res.status is Status.ENV_ERROR:
-                    env_errors += 1
-                    row.env_error = True
-                    row_mask[g, i] = False
-                    continue
-                status_rank[g, i, t - 1] = res.status.rank
-                correct[g, i, t - 1] = res.status is Status.CORRECT
-                if res.speedup is not None:
-                    speedup[g, i, t - 1] = res.speedup
+                self._record(st, r, t, resp, res)
             if t == 1:
-                decisions = self._decide(correct[:, :, 0], row_mask)
-            if t == T:
+                st.decisions = self._decide(st.correct[:, :, 0], st.row_mask)
+            if t == self.T:
                 break
             t0 = time.perf_counter()
-            nxt = []
-            for r in active:
-                row, g, i = rows[r], r // G, r % G
-                if decisions[g] != DEBUG or not row_mask[g, i] or correct[g, i, t - 1]:
-                    continue
-                delta = self.streams.feedback_delta(
-                    feedback_message(self.feedback_fn(row.turns[-1].result, self.feedback_budget)))
-                if len(row.tokens) + len(delta) + self.max_new_tokens > self.max_context:
-                    row.context_limited = True
-                    continue
-                row.append(delta, False, None, 0)
-                nxt.append(r)
+            nxt = [r for r in active if self._continues(st, r, t)]
             if release is not None:  # rows that take no further turn
                 going = set(nxt)
-                release([(run_id, r) for r in active if r not in going])
-            times["feedback"] += time.perf_counter() - t0
+                release([(st.run_id, r) for r in active if r not in going])
+            st.times["feedback"] += time.perf_counter() - t0
             active = nxt
-        if release is not None:
-            release([(run_id, r) for r in range(P * G)])
-        times["rollout_total"] = time.perf_counter() - t_start
-        stats = self._stats(rows, decisions, correct, attempted, row_mask, gen_rows, gen_tokens,
-                            env_evals, cache_hits, env_errors, scripted, times)
-        return RolloutOutput(list(tasks), rows, G, T, decisions, correct, attempted, status_rank,
-                             speedup, row_mask, stats)
 
     def _stats(self, rows, decisions, correct, attempted, row_mask, gen_rows, gen_tokens, env_evals,
                cache_hits, env_errors, scripted, times) -> dict[str, float]:

@@ -64,11 +64,18 @@ class RolloutCfg:
     max_context_tokens: int = 4096  # rows whose next prompt would exceed this stop early
     overlap: bool = True  # evaluate one chunk while the next generates
     overlap_chunks: int = 2
+    # opt-in: a row's next turn generates as soon as its group's DCP decision (turn 1) or its own
+    # result (later turns) is in, next to other rows' earlier turns (leap_jax/rollout/pipelined.py);
+    # training rollouts only (evaluation stays turn by turn)
+    pipeline_turns: bool = False
     scripted_mix: ScriptedMixCfg = field(default_factory=ScriptedMixCfg)
 
     def check(self) -> None:
         for n in ("group_size", "max_turns", "prompts_per_step", "feedback_budget_chars", "overlap_chunks"):
             positive(getattr(self, n), f"rollout.{n}")
+        if self.pipeline_turns and not self.overlap:
+            raise ConfigError("rollout.pipeline_turns=true generates while earlier turns are evaluated; "
+                              "it needs rollout.overlap=true (got rollout.overlap=false)")
         self.scripted_mix.check()
 
 

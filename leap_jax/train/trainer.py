@@ -328,7 +328,7 @@ class Trainer:
             dcp_mode=dcp_mode, t_min=self.cfg.dcp.t_min, t_max=self.cfg.dcp.t_max,
             feedback_budget_chars=r.feedback_budget_chars, max_new_tokens=self.cfg.sampling.max_new_tokens,
             max_context_tokens=r.max_context_tokens, overlap_chunks=r.overlap_chunks if r.overlap else 1,
-            sizes=self.cfg.env.sizes)
+            sizes=self.cfg.env.sizes, pipeline_turns=r.pipeline_turns and not evaluation)
 
     # -- data cursor --
     def next_tasks(self) -> list[str]:

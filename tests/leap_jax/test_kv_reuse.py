@@ -187,24 +187,35 @@ def test_sampled_pairs_after_reuse_follow_the_model_distribution(params):
 # ---------------------------------------------------------------------------- multi-turn rollout
 class _ReluCorrect:
     """Scores every response to `relu` correct and every other one wrong, so relu's rows stop after
-    turn 1 and the others are debugged (greedy rows of one task are alike)."""
+    turn 1 and the others are debugged (greedy rows of one task are alike). With `max_delay` each
+    future completes on a timer after a delay of its own, so results arrive out of order."""
+
+    def __init__(self, max_delay: float = 0.0):
+        self.max_delay, self.n = max_delay, 0
 
     def submit(self, job):
+        import threading
         from concurrent.futures import Future
         from kernels_env.core.result import Result
         from kernels_env.core.status import Status
         f: Future = Future()
         ok = job.task == "relu"
-        f.set_result(Result(Status.CORRECT if ok else Status.FORMAT_ERROR, "ok" if ok else "no launch",
-                            task=job.task))
+        res = Result(Status.CORRECT if ok else Status.FORMAT_ERROR, "ok" if ok else "no launch", task=job.task)
+        self.n += 1
+        if not self.max_delay:
+            f.set_result(res)
+            return f
+        timer = threading.Timer(self.max_delay * ((self.n * 7919) % 13) / 13, f.set_result, (res,))
+        timer.daemon = True
+        timer.start()
         return f
 
 
-def test_multiturn_rollout_same_with_kv_reuse(tmp_path):
-    """A greedy 3-turn rollout through SamplerPolicy: the same conversations, log-probs and outcomes
-    with the plain static loop and with KV reuse (on continuous batching, whose slots hand their rows'
-    caches to the keep buffer); rows that pass turn 1 stop, the others are debugged, some until the
-    context limit stops them."""
+def relu_debug_rollouts(tmp_path, arms, evaluator=_ReluCorrect):
+    """A greedy rollout of relu, tanh, sigmoid x 4 rows, 3 turns, every failed row debugged, through
+    SamplerPolicy on the tiny chat policy, once per (DecodeImpl, pipeline_turns) arm: relu passes
+    turn 1, tanh is debugged twice, sigmoid once (its long feedback takes its rows past the context
+    at turn 3). Returns the outputs and the samplers."""
     from kernels_env.core.config import EnvConfig
     from leap_jax.rollout.multiturn import MultiTurnRollout
     from leap_jax.rollout.policy import SamplerPolicy
@@ -212,19 +223,29 @@ def test_multiturn_rollout_same_with_kv_reuse(tmp_path):
     tasks = ["relu", "tanh", "sigmoid"]
     tok, cfg, params, streams, sampling = tiny_chat_policy(tmp_path, tasks)
 
-    def feedback(res, budget):  # sigmoid's long feedback takes its rows past the context at turn 3
+    def feedback(res, budget):
         return (f"status: {res.status.value}" + (" x" * 100 if res.task == "sigmoid" else ""))[:budget]
     outs, samplers = [], []
-    for impl in (DecodeImpl(), REUSE.replace(batching="continuous", slots=3)):
+    for impl, pipelined in arms:
         sampler = Sampler(cfg, max_batch=4, prompt_buckets=(512, 1024), max_new_tokens=12, impl=impl,
                           delta_buckets=(64, 512))
         policy = SamplerPolicy(sampler, tok, sampling, params=params, end_ids=streams.end_ids)
-        rollout = MultiTurnRollout(streams, _ReluCorrect(), EnvConfig(backend="cpu", sizes="small"),
+        rollout = MultiTurnRollout(streams, evaluator(), EnvConfig(backend="cpu", sizes="small"),
                                    group_size=4, max_turns=3, dcp_mode="all", max_new_tokens=12,
                                    max_context_tokens=1024, overlap_chunks=2, sizes="small",
-                                   feedback_fn=feedback)
+                                   feedback_fn=feedback, pipeline_turns=pipelined)
         outs.append(rollout.run(tasks, policy, seed=0))
         samplers.append(sampler)
+    return outs, samplers
+
+
+def test_multiturn_rollout_same_with_kv_reuse(tmp_path):
+    """A greedy 3-turn rollout through SamplerPolicy: the same conversations, log-probs and outcomes
+    with the plain static loop and with KV reuse (on continuous batching, whose slots hand their rows'
+    caches to the keep buffer); rows that pass turn 1 stop, the others are debugged, some until the
+    context limit stops them."""
+    outs, samplers = relu_debug_rollouts(tmp_path, [(DecodeImpl(), False),
+                                                    (REUSE.replace(batching="continuous", slots=3), False)])
     a, b = outs
     turns = a.attempted.sum(axis=-1)
     assert list(turns[:, 0]) == [1, 3, 2]  # relu passes turn 1, tanh is debugged twice, sigmoid once
