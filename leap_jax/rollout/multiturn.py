@@ -308,8 +308,7 @@ class MultiTurnRollout:
         if release is not None:
             release([(st.run_id, r) for r in range(P * G)])
         st.times["rollout_total"] = time.perf_counter() - t_start
-        stats = self._stats(st.rows, st.decisions, st.correct, st.attempted, st.row_mask, st.gen_rows,
-                            st.gen_tokens, st.env_evals, st.cache_hits, st.env_errors, st.scripted, st.times)
+        stats = self._stats(st)
         return RolloutOutput(list(tasks), st.rows, G, T, st.decisions, st.correct, st.attempted,
                              st.status_rank, st.speedup, st.row_mask, stats)
 
@@ -335,8 +334,9 @@ class MultiTurnRollout:
             st.times["feedback"] += time.perf_counter() - t0
             active = nxt
 
-    def _stats(self, rows, decisions, correct, attempted, row_mask, gen_rows, gen_tokens, env_evals,
-               cache_hits, env_errors, scripted, times) -> dict[str, float]:
+    def _stats(self, st: _RunState) -> dict[str, float]:
+        rows, decisions, correct, row_mask = st.rows, st.decisions, st.correct, st.row_mask
+        gen_rows, gen_tokens, env_evals = st.gen_rows, st.gen_tokens, st.env_evals
         P, G, T = correct.shape
         live = decisions != PAD
         failed_t1 = (~correct[:, :, 0]) & row_mask & live[:, None]
@@ -353,9 +353,9 @@ class MultiTurnRollout:
             "dcp/skipped_turn2_frac": (float((n_failed_t1 - int(debug_rows.sum())) / n_failed_t1)
                                        if n_failed_t1 else 0.0),
             "env/evaluations": float(env_evals),
-            "env/cache_hits": float(cache_hits),
-            "env/env_errors": float(env_errors),
-            "rollout/scripted_frac": float(scripted / max(env_evals, 1)),
+            "env/cache_hits": float(st.cache_hits),
+            "env/env_errors": float(st.env_errors),
+            "rollout/scripted_frac": float(st.scripted / max(env_evals, 1)),
             "rollout/context_limited": float(sum(r.context_limited for r in rows)),
             "tokens/generated": float(sum(gen_tokens)),
         }
@@ -367,7 +367,7 @@ class MultiTurnRollout:
             full = n_failed_t1 * (T - 1)
             s["dcp/skipped_later_row_turns_frac"] = (
                 float(max(full - sum(gen_rows[1:]), 0) / full) if full else 0.0)
-        for k, v in times.items():
+        for k, v in st.times.items():
             s[f"time/{k}"] = float(v)
         return s
 
