@@ -7,8 +7,8 @@ Arms (each a fresh Trainer on the same config, seed and evaluation pool):
   after    the defaults: packed update rows, zero-advantage conversations left out, the
            per-micro-batch update loop, coarse sampler buckets, a fresh persistent compile cache
   resume   `after` again in a new Trainer on the same compile cache: what a resumed run compiles
-Per arm: total compile seconds (all steps), then means over the steps after --warmup of: step
-seconds without compilation, generate, evaluate, update (without compilation), generated tokens/s,
+Per arm: total compile seconds (all steps), then means over the steps after --warmup of: step,
+generate, evaluate and update seconds (step, generate, update net of compilation), generated tokens/s,
 update rows x length, padded slots, real and trainable tokens, slots per trainable token.
 
 H200 (the experiment's GRPO arm and its 26M SFT policy at runs/experiment/policy; ~3 minutes):
@@ -139,7 +139,7 @@ def summarise(name: str, recs: list[dict], warmup: int, build_s: float) -> dict:
         return sum(vals) / len(vals)
 
     gen_tok = mean("tokens/generated")
-    gen_s = mean("time/generate")
+    gen_s = mean("time/generate", "time/compile_generate")
     slots, trainable = mean("update/slots"), mean("update/trainable_tokens")
     return {
         "arm": name, "steps": len(recs), "build_s": build_s,

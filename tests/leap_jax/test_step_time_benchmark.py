@@ -1,0 +1,35 @@
+"""benchmarks/step_time.py reports its phase clocks net of JAX compilation: a timed step that
+compiles a new generate program must not count that compilation as generation."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import step_time  # noqa: E402
+
+
+def _record(generate: float, compile_generate: float, update: float, compile_update: float,
+            tokens: float) -> dict:
+    step = generate + update + 0.5
+    return {"time/step": step, "time/compile": compile_generate + compile_update,
+            "time/compile_generate": compile_generate, "time/compile_update": compile_update,
+            "time/generate": generate, "time/update": update, "time/evaluate": 0.25,
+            "tokens/generated": tokens}
+
+
+def test_generate_and_update_clocks_leave_compilation_out() -> None:
+    warm = _record(generate=40.0, compile_generate=38.0, update=20.0, compile_update=19.0, tokens=1000)
+    steady = [_record(generate=6.0, compile_generate=4.0, update=1.5, compile_update=0.5, tokens=1000),
+              _record(generate=2.0, compile_generate=0.0, update=1.0, compile_update=0.0, tokens=3000)]
+    out = step_time.summarise("after", [warm, *steady], warmup=1, build_s=0.0)
+    assert out["generate_s"] == pytest.approx(2.0)  # (6-4 + 2-0) / 2
+    assert out["update_s"] == pytest.approx(1.0)  # (1.5-0.5 + 1-0) / 2
+    assert out["step_s"] == pytest.approx(((8.0 - 4.5) + 3.5) / 2)
+    assert out["gen_tok_per_s"] == pytest.approx(2000 / 2.0)
+    assert out["compile_s"] == pytest.approx(57.0 + 4.5)
