@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import traceback
 from typing import Any
@@ -40,11 +41,25 @@ def _mark_cuda_free(role: str, backend: str) -> None:
         memory_cap.mark_cuda_free()
 
 
+def quiet_dead_context_destructors(device: Any) -> Callable[[Any], None]:
+    """An unraisable-exception hook for an exec worker: once its device is unhealthy (a policy
+    kernel left a sticky CUDA error), CuPy's destructors of that dead context's objects (events,
+    streams, memory) raise CUDA errors while the worker finishes its reply; Python would print each
+    as a traceback in the trainer's log, though nothing failed but the kernel, which is already
+    scored. Those are dropped; everything else goes to Python's default hook."""
+    def hook(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        cuda_error = type(exc).__module__.startswith(("cupy", "cupy_backends"))
+        if cuda_error and not getattr(device, "healthy", True):
+            return
+        sys.__unraisablehook__(unraisable)
+    return hook
+
+
 def compile_worker_read_paths() -> list[str]:
     """What a confined compile worker may read: the system's libraries, Python's prefixes and import
     path (the package, NVRTC's wheels), CUDA's include directories. Not /etc, /home, /root, /proc,
     /tmp (nor "/" or the home directory even when on sys.path)."""
-    import sys
     from kernels_env.build import landlock
     from kernels_env.build.cuda_headers import cuda_include_dirs
     banned = {"/", os.path.expanduser("~"), os.path.realpath(os.path.expanduser("~"))}
@@ -94,6 +109,7 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
         if role == "exec" and evaluator is None:
             from kernels_env.backends import get_device
             device = refs = get_device(backend, config)
+            sys.unraisablehook = quiet_dead_context_destructors(device)
             attach(device, lock)  # before the warm-up: it uses the GPU too
             from kernels_env.schedule.warmup import warm_up
             warm_up(device, config)  # first-use CuPy kernel builds must not count against a job
