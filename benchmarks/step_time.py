@@ -40,6 +40,10 @@ Turn pipelining (opt-in `rollout.pipeline_turns`: a row's next turn generates as
 next to other rows' earlier turns, rollout/pipelined.py) next to the default, on a multi-turn arm's config:
     timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml --arms after,pipelined \
         --steps 2 --warmup 1
+Both together (`pkv`), with continuous batching (`pkvcb`) or one generate call per turn (`pkv1c`), and
+an update of larger micro-batches for a run that has the GPU alone:
+    timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+        --arms after,pkv,pkv1c,pkvcb --arm 'mbt16k: optimizer.micro_batch_tokens=16384' --steps 2 --warmup 1
 """
 from __future__ import annotations
 
@@ -68,6 +72,11 @@ ARMS = {
     "kvreuse": ["sampling.kv_reuse=true"],
     # opt-in turn pipelining (rollout/pipelined.py): later turns generate as soon as they are decided
     "pipelined": ["rollout.pipeline_turns=true"],
+    # the fastest measured multi-turn arm (docs/results/step_speed_2026-12-04): pipelined turns and
+    # KV reuse, then the same with continuous batching and with one generate call per turn
+    "pkv": ["rollout.pipeline_turns=true", "sampling.kv_reuse=true"],
+    "pkvcb": ["rollout.pipeline_turns=true", "sampling.kv_reuse=true", "sampling.batching=continuous"],
+    "pkv1c": ["rollout.pipeline_turns=true", "sampling.kv_reuse=true", "rollout.overlap_chunks=1"],
 }
 SHAPES = {
     "experiment": dict(hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8, num_kv_heads=4,
