@@ -43,7 +43,10 @@ next to other rows' earlier turns, rollout/pipelined.py) next to the default, on
 Both together (`pkv`), with continuous batching (`pkvcb`) or one generate call per turn (`pkv1c`), and
 an update of larger micro-batches for a run that has the GPU alone:
     timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml \
-        --arms after,pkv,pkv1c,pkvcb --arm 'mbt16k: optimizer.micro_batch_tokens=16384' --steps 2 --warmup 1
+        --arms after,pkv,pkv1c --arm 'pkv1c16k: rollout.pipeline_turns=true sampling.kv_reuse=true \
+        rollout.overlap_chunks=1 optimizer.micro_batch_tokens=16384' --steps 2 --warmup 1
+(the decode loop is bound by its kernels' count, not its rows: one call of all a turn's rows runs
+about as fast per step as one of half of them, so `pkv1c` halves the sequential decode loops)
 """
 from __future__ import annotations
 
