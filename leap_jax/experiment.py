@@ -412,7 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"experiment error: {e}", file=sys.stderr)
         return 2
     paths = write_reports(out, args.arm_list, args.seed_list, args.metric)
-    (out / "state.json").write_text(json.dumps(states, indent=2))
+    if not args.report_only:  # a report alone leaves the last launch's record of its runs as it was
+        (out / "state.json").write_text(json.dumps(states, indent=2))
     for name, st in states.items():
         print(f"[experiment] {name}: {st}")
     if paths:

@@ -255,3 +255,13 @@ def test_runs_of_different_calls_are_named_apart(tmp_path):
 def test_parallel_must_be_positive(capsys):
     assert experiment.main(["--parallel", "0", "--report-only"]) == 2
     assert "--parallel=0: expected >= 1" in capsys.readouterr().err
+
+
+def test_report_only_keeps_the_launchs_state_record(tmp_path):
+    out = tmp_path / "exp"
+    out.mkdir()
+    record = {"leap-s2": "finished", "multiturn-s2": "finished"}
+    (out / "state.json").write_text(json.dumps(record))
+    assert experiment.main(["--out", str(out), "--arms", "leap,multiturn", "--seeds", "2",
+                            "--metric", "heldout/acc@1", "--report-only"]) == 0
+    assert json.loads((out / "state.json").read_text()) == record
