@@ -62,6 +62,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+PIPELINED = ["rollout.pipeline_turns=true"]
+KV_REUSE = ["sampling.kv_reuse=true"]
 ARMS = {
     "before": ["optimizer.pack=false", "optimizer.drop_zero_advantage=false", "optimizer.accumulate=scan",
                "sampling.buckets=fine", "train.compile_cache=false"],
@@ -72,14 +74,14 @@ ARMS = {
     "continuous": ["rollout.overlap_chunks=1", "sampling.batching=continuous"],
     "cb": ["sampling.batching=continuous"],
     # opt-in KV reuse across turns (sampling/prefix.py): later turns prefill only their new tokens
-    "kvreuse": ["sampling.kv_reuse=true"],
+    "kvreuse": KV_REUSE,
     # opt-in turn pipelining (rollout/pipelined.py): later turns generate as soon as they are decided
-    "pipelined": ["rollout.pipeline_turns=true"],
+    "pipelined": PIPELINED,
     # the fastest measured multi-turn arm (docs/results/step_speed_2026-12-04): pipelined turns and
     # KV reuse, then the same with continuous batching and with one generate call per turn
-    "pkv": ["rollout.pipeline_turns=true", "sampling.kv_reuse=true"],
-    "pkvcb": ["rollout.pipeline_turns=true", "sampling.kv_reuse=true", "sampling.batching=continuous"],
-    "pkv1c": ["rollout.pipeline_turns=true", "sampling.kv_reuse=true", "rollout.overlap_chunks=1"],
+    "pkv": PIPELINED + KV_REUSE,
+    "pkvcb": PIPELINED + KV_REUSE + ["sampling.batching=continuous"],
+    "pkv1c": PIPELINED + KV_REUSE + ["rollout.overlap_chunks=1"],
 }
 SHAPES = {
     "experiment": dict(hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8, num_kv_heads=4,

@@ -49,7 +49,7 @@ def quiet_dead_context_destructors(device: Any) -> Callable[[Any], None]:
     scored. Those are dropped; everything else goes to Python's default hook."""
     def hook(unraisable: Any) -> None:
         exc = unraisable.exc_value
-        cuda_error = type(exc).__module__.startswith(("cupy", "cupy_backends"))
+        cuda_error = type(exc).__module__.startswith("cupy")  # cupy.* and cupy_backends.*
         if cuda_error and not getattr(device, "healthy", True):
             return
         sys.__unraisablehook__(unraisable)
