@@ -23,7 +23,8 @@ Dotted overrides apply to every arm, e.g. `rollout.prompts_per_step=4`. `--arms 
 subset; `--arm 'NAME: k=v ...'` adds an arm of the defaults plus overrides (it reuses after's compile
 cache, so its compile seconds count only its new programs), e.g. the options not on by default:
     --arm 'cudnn: optimizer.attention=cudnn' --arm 'seg4: sampling.decode_segments=4 sampling.steps_per_iter=4'
-`--json` prints the records instead of the table.
+`--json` prints the records instead of the table. `--rollout-only` times generation and evaluation
+alone (no update; its columns read 0), e.g. rollout schedules on the CPU, where the update is slow.
 Continuous batching (opt-in `sampling.batching=continuous`, `sampling.slots`) next to the default,
 with its one-call-per-turn control `onechunk`, on the SFT policy (random weights never stop early, so
 slot refills never happen):
@@ -47,6 +48,10 @@ an update of larger micro-batches for a run that has the GPU alone:
         rollout.overlap_chunks=1 optimizer.micro_batch_tokens=16384' --steps 2 --warmup 1
 (the decode loop is bound by its kernels' count, not its rows: one call of all a turn's rows runs
 about as fast per step as one of half of them, so `pkv1c` halves the sequential decode loops)
+Preemption on top (`pkvp`, `pkv1cp`: a call ends once a quarter of its rows still generate, and those
+continue in the next call next to newly ready turns, so a few long rows stop holding back the rest):
+    timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+        --arms pkv,pkvp,pkv1c,pkv1cp --steps 2 --warmup 1
 """
 from __future__ import annotations
 
@@ -64,6 +69,7 @@ sys.path.insert(0, str(ROOT))
 
 PIPELINED = ["rollout.pipeline_turns=true"]
 KV_REUSE = ["sampling.kv_reuse=true"]
+PREEMPT = ["rollout.preempt=0.25"]
 ARMS = {
     "before": ["optimizer.pack=false", "optimizer.drop_zero_advantage=false", "optimizer.accumulate=scan",
                "sampling.buckets=fine", "train.compile_cache=false"],
@@ -82,6 +88,10 @@ ARMS = {
     "pkv": PIPELINED + KV_REUSE,
     "pkvcb": PIPELINED + KV_REUSE + ["sampling.batching=continuous"],
     "pkv1c": PIPELINED + KV_REUSE + ["rollout.overlap_chunks=1"],
+    # opt-in preemption (rollout.preempt, rollout/pipelined.py): a generate call ends once a quarter
+    # of its rows still generate; they continue next to newly ready turns
+    "pkvp": PIPELINED + KV_REUSE + PREEMPT,
+    "pkv1cp": PIPELINED + KV_REUSE + PREEMPT + ["rollout.overlap_chunks=1"],
 }
 SHAPES = {
     "experiment": dict(hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8, num_kv_heads=4,
@@ -124,8 +134,26 @@ def reset_compile_cache(path: str | None) -> None:
         pass
 
 
+def rollout_record(tr) -> dict:
+    """One step of generation and evaluation alone (`Trainer.rollout_step`, no update), in
+    train_step's metric names: for comparing rollout schedules where the update is slow (the CPU)."""
+    from leap_jax.train.compile_clock import compile_seconds
+    c0, t0 = compile_seconds(), time.perf_counter()
+    _, out = tr.rollout_step()
+    t1 = time.perf_counter()
+    tr.step += 1
+    compile_s = min(compile_seconds() - c0, t1 - t0)
+    st = out.stats
+    rec = {"time/step": t1 - t0, "time/compile": compile_s, "time/compile_generate": compile_s,
+           "time/compile_update": 0.0, "time/generate": st["time/generate"], "time/update": 0.0,
+           "time/evaluate": st["time/evaluate_wait"] + st["time/evaluate_submit"],
+           "tokens/generated": st["tokens/generated"]}
+    rec.update(tr.sampler_counter_deltas())
+    return rec
+
+
 def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, steps: int, warmup: int,
-            work: Path, cache_dir: Path) -> dict:
+            work: Path, cache_dir: Path, rollout_only: bool = False) -> dict:
     from leap_jax.train.config import load_config
     from leap_jax.train.trainer import Trainer
     ov = overrides + ARMS[name] + [f"train.run_dir={work / name}", "checkpoint.enabled=false",
@@ -139,7 +167,7 @@ def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, st
     recs = []
     try:
         for _ in range(warmup + steps):
-            recs.append(tr.train_step())
+            recs.append(rollout_record(tr) if rollout_only else tr.train_step())
     finally:
         tr.close()
     return summarise(name, recs, warmup, build_s)
@@ -165,7 +193,7 @@ def summarise(name: str, recs: list[dict], warmup: int, build_s: float) -> dict:
         "update_s": mean("time/update", "time/compile_update"),
         "gen_tokens": gen_tok, "gen_tok_per_s": gen_tok / gen_s if gen_s > 0 else 0.0,
         "decode_calls": mean("sampler/decode_calls"), "decode_iterations": mean("sampler/decode_iterations"),
-        "truncated_rows": mean("sampler/truncated_rows"),
+        "truncated_rows": mean("sampler/truncated_rows"), "preempted_rows": mean("sampler/preempted_rows"),
         "prefill_tokens": mean("sampler/prefill_tokens"), "reused_tokens": mean("sampler/kv_reused_tokens"),
         "rows": mean("update/rows"), "seq_len": mean("update/seq_len"), "slots": slots,
         "real_tokens": mean("update/real_tokens"), "trainable": trainable,
@@ -183,6 +211,7 @@ ROWS = [("compile s (all steps)", "compile_s", "{:.1f}"), ("  of it generate", "
         ("generate tokens/s", "gen_tok_per_s", "{:.0f}"), ("  decode calls", "decode_calls", "{:.1f}"),
         ("  decode loop iterations", "decode_iterations", "{:.0f}"),
         ("  rows cut at max_new_tokens", "truncated_rows", "{:.1f}"),
+        ("  rows preempted (continued)", "preempted_rows", "{:.1f}"),
         ("  prefill tokens", "prefill_tokens", "{:.0f}"), ("  reused tokens (kv_reuse)", "reused_tokens", "{:.0f}"),
         ("update rows", "rows", "{:.1f}"),
         ("update seq_len", "seq_len", "{:.0f}"), ("update slots (padded)", "slots", "{:.0f}"),
@@ -216,6 +245,9 @@ def main(argv=None) -> None:
                     "compile cache (e.g. 'cudnn: optimizer.attention=cudnn'); repeatable")
     ap.add_argument("--workdir", default=None, help="run dirs and compile cache (default: a temp dir)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--rollout-only", action="store_true",
+                    help="generate and evaluate only (no update): rollout schedules compared where the "
+                    "update is slow, e.g. on the CPU; update columns read 0")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides for every arm")
     args = ap.parse_args(argv)
     arms = [a for a in args.arms.split(",") if a]
@@ -257,7 +289,8 @@ def main(argv=None) -> None:
     try:
         for a in arms:
             t0 = time.perf_counter()
-            res = run_arm(a, cfg_path, overrides, evaluator, args.steps, args.warmup, work, cache_dir)
+            res = run_arm(a, cfg_path, overrides, evaluator, args.steps, args.warmup, work, cache_dir,
+                          rollout_only=args.rollout_only)
             res["wall_s"] = time.perf_counter() - t0
             results.append(res)
             # one line per finished arm, so a run cut short by a timeout still leaves its numbers

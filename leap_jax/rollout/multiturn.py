@@ -150,6 +150,7 @@ class _RunState:
         self.gen_rows = [0] * T
         self.gen_tokens = [0] * T
         self.env_evals = self.cache_hits = self.env_errors = self.scripted = 0
+        self.preempted = 0  # responses a generate call returned unfinished, continued in a later call
         self.times = {k: 0.0 for k in ("generate", "evaluate_submit", "evaluate_wait", "evaluate_span",
                                        "feedback")}
 
@@ -162,7 +163,7 @@ class MultiTurnRollout:
                  t_max: Any = None, feedback_budget_chars: int = 800, max_new_tokens: int = 256,
                  max_context_tokens: int = 4096, overlap_chunks: int = 1,
                  feedback_fn: Callable[[Result, int], str] | None = None, sizes: str = "eval",
-                 pipeline_turns: bool = False):
+                 pipeline_turns: bool = False, preempt: float = 0.0):
         if dcp_mode not in ("dcp", "all"):
             raise ValueError(f"dcp_mode={dcp_mode!r}; expected 'dcp' (LEAP pruning) or 'all' (debug every group)")
         if group_size < 1 or max_turns < 1:
@@ -174,6 +175,10 @@ class MultiTurnRollout:
         self.max_new_tokens, self.max_context = max_new_tokens, max_context_tokens
         self.chunks = max(1, overlap_chunks)
         self.pipeline_turns = pipeline_turns
+        if not 0.0 <= preempt < 1.0 or (preempt and not pipeline_turns):
+            raise ValueError(f"preempt={preempt!r}; expected a fraction in [0, 1), and > 0 only with "
+                             f"pipeline_turns=True (got {pipeline_turns})")
+        self.preempt = float(preempt)  # pipelined only: end a generate call early (rollout/pipelined.py)
         self.sizes = sizes
         if feedback_fn is None:
             from kernels_env.judge.feedback import render_feedback
@@ -357,6 +362,7 @@ class MultiTurnRollout:
             "env/env_errors": float(st.env_errors),
             "rollout/scripted_frac": float(st.scripted / max(env_evals, 1)),
             "rollout/context_limited": float(sum(r.context_limited for r in rows)),
+            "rollout/preempted_responses": float(st.preempted),
             "tokens/generated": float(sum(gen_tokens)),
         }
         for t in range(T):

@@ -25,6 +25,17 @@ the same samples; each call gets its own seed (a hash of the run's seed and the 
 which requests share a call depends on evaluation timing, so such runs are not bit-reproducible.
 A conversation is released (`release_conversations`) once it takes no further turn, turn-T rows
 included (the sequential rollout releases those at the end), and every one again at the end.
+
+Preemption (`preempt` > 0, `rollout.preempt`, opt-in). A generate call otherwise lasts as long as
+its longest row: a few long rows hold back the rows that stopped early (their evaluations, and the
+next turns those decide). With preemption the policy ends a call once at most that fraction of its
+rows still generate (`SamplerPolicy.generate(preempt=)`); the unfinished rows come back
+`preempted`, are not evaluated, and go to the front of the ready queue as continuations
+(`continue_request`: the tokens so far as the request's prefix, the rest of the budget), to share
+the next call with newly ready turns. A continuation samples from the same conditional
+distribution, so a row's response is distributed as if it had not been interrupted; with greedy
+decoding it is the same response up to rounding (tests/leap_jax/test_preemption.py). Each row is
+evaluated once, when its response is whole.
 """
 from __future__ import annotations
 
@@ -35,7 +46,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from leap_jax.rollout.policy import GenRequest, GenResponse, Policy
+from leap_jax.rollout.policy import GenRequest, GenResponse, Policy, continue_request
 
 if TYPE_CHECKING:
     from leap_jax.rollout.multiturn import MultiTurnRollout, _RunState
@@ -64,23 +75,32 @@ def run_pipelined(ro: MultiTurnRollout, st: _RunState, active: list[int], policy
         if g not in waiting:
             st.decisions[g] = ro._decide(st.correct[g:g + 1, :, 0], st.row_mask[g:g + 1])[0]
     turn1_rows = {g: list(rs) for g, rs in waiting.items()}
+    continuing: dict[tuple[int, int], GenRequest] = {}  # (row, turn) -> its preempted response's continuation
     pending: list[_InFlight] = []
     calls = 0
     t_eval_start = None
     while ready or pending:
         if ready:
             batch = [ready.popleft() for _ in range(min(chunk, len(ready)))]
-            requests = [ro._request(st, r, t) for r, t in batch]
+            requests = [continuing.pop(b) if b in continuing else ro._request(st, *b) for b in batch]
             t0 = time.perf_counter()
-            out = policy.generate(requests, call_seed(seed, calls))
+            if ro.preempt:
+                out = policy.generate(requests, call_seed(seed, calls), preempt=ro.preempt)
+            else:  # policies without preemption need not take the argument
+                out = policy.generate(requests, call_seed(seed, calls))
             times["generate"] += time.perf_counter() - t0
             calls += 1
             if len(out) != len(requests):
                 raise RuntimeError(f"policy returned {len(out)} responses for {len(requests)} requests")
             t1 = time.perf_counter()
             t_eval_start = t1 if t_eval_start is None else t_eval_start
+            cut = [(b, req, resp) for b, req, resp in zip(batch, requests, out, strict=True) if resp.preempted]
+            for b, req, resp in reversed(cut):  # first in the queue, in their order
+                continuing[b] = continue_request(req, resp)
+                ready.appendleft(b)
+            st.preempted += len(cut)
             pending += [(r, t, req, resp, ro._submit(req.task, resp.text))
-                        for (r, t), req, resp in zip(batch, requests, out, strict=True)]
+                        for (r, t), req, resp in zip(batch, requests, out, strict=True) if not resp.preempted]
             times["evaluate_submit"] += time.perf_counter() - t1
         else:  # nothing to generate: wait for any evaluation
             t2 = time.perf_counter()

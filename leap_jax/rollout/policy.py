@@ -1,6 +1,8 @@
 """The policy interface of the rollout, and its implementations.
 
 `Policy.generate(requests, seed) -> responses`: one response per request (a prompt token stream);
+a policy may also take `preempt` (`SamplerPolicy`: end a batch's decode early, returning its last
+rows `preempted`; the pipelined rollout asks again with the tokens so far as the request's prefix);
 `Policy.set_params(params)`: the model params the next generations use (the trainer calls it before
 each rollout; a policy that reads no params ignores them). A policy may also offer
 `release_conversations(ids)`: the rollout calls it for conversations that take no further turn
@@ -16,6 +18,7 @@ All randomness is a pure function of (seed, request key), so runs and resumes ar
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -37,6 +40,10 @@ class GenRequest:
     # the same id on every turn of one conversation (None: none): with sampling.kv_reuse the sampler
     # keeps the conversation's KV cache and a later turn prefills only its new tokens
     conversation: Hashable | None = None
+    # a preempted response's tokens and log-probs so far: the response continues after them, within
+    # what is left of the new-token budget, and comes back whole (prefix included)
+    prefix_ids: tuple[int, ...] = ()
+    prefix_logprobs: tuple[float, ...] = ()
 
 
 @dataclass
@@ -44,12 +51,26 @@ class GenResponse:
     token_ids: list[int]  # response tokens as they enter the stream (ends with an end-of-turn id if finished)
     logprobs: np.ndarray | None  # per token, from the sampler; None when unknown (scripted)
     text: str  # decoded response, what the environment scores
-    finished: bool  # ended with an end-of-turn token (else truncated at max_new_tokens)
+    finished: bool  # ended with an end-of-turn token (else truncated at max_new_tokens or preempted)
     scripted: bool = False
+    # neither finished nor at its budget: the call ended before this row did (`preempt`); continue it
+    # with a request whose prefix is this response (`continue_request`)
+    preempted: bool = False
+
+
+def continue_request(request: GenRequest, response: GenResponse) -> GenRequest:
+    """The request that continues a preempted `response` to `request` (its tokens become the prefix)."""
+    if not response.preempted:
+        raise ValueError(f"continue_request: the response to {request.key} was not preempted")
+    lps = () if response.logprobs is None else tuple(float(x) for x in response.logprobs)
+    return dataclasses.replace(request, prefix_ids=tuple(int(t) for t in response.token_ids),
+                               prefix_logprobs=lps)
 
 
 class Policy(Protocol):
-    def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]: ...
+    def generate(self, requests: Sequence[GenRequest], seed: int, preempt: float = 0.0) -> list[GenResponse]:
+        """One response per request; `preempt` > 0 allows `preempted` responses (a policy may ignore it)."""
+        ...
 
     def set_params(self, params: Any) -> None:
         """Generate with `params` (the decoder's parameter pytree) from now on."""
@@ -102,9 +123,12 @@ class ScriptedPolicy:
     def set_params(self, params: Any) -> None:
         """Scripted answers read no params."""
 
-    def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]:
+    def generate(self, requests: Sequence[GenRequest], seed: int, preempt: float = 0.0) -> list[GenResponse]:
+        """Scripted answers are whole at once: never preempted (nor continued)."""
         out = []
         for r in requests:
+            if r.prefix_ids:
+                raise ValueError(f"ScriptedPolicy cannot continue a preempted response ({r.key})")
             text = self.text_for(r, seed)
             ids = list(self.tokenizer.encode(text, allow_special=False)) + self.end_ids
             out.append(GenResponse(ids, None, text, True, scripted=True))
@@ -127,12 +151,15 @@ class MixedPolicy:
         if release is not None:
             release(conversations)
 
-    def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]:
-        use = [_unit(seed, "mix", r.key) < self.fraction for r in requests]
+    def generate(self, requests: Sequence[GenRequest], seed: int, preempt: float = 0.0) -> list[GenResponse]:
+        # a continued (preempted) response stays with the base policy that began it
+        use = [not r.prefix_ids and _unit(seed, "mix", r.key) < self.fraction for r in requests]
         out: list[GenResponse | None] = [None] * len(requests)
         sampled_idx = [i for i, u in enumerate(use) if not u]
         if sampled_idx:  # only the non-scripted rows cost generation
-            for i, resp in zip(sampled_idx, self.base.generate([requests[i] for i in sampled_idx], seed), strict=False):
+            base = [requests[i] for i in sampled_idx]
+            got = self.base.generate(base, seed, preempt=preempt) if preempt else self.base.generate(base, seed)
+            for i, resp in zip(sampled_idx, got, strict=False):
                 out[i] = resp
         scripted_idx = [i for i, u in enumerate(use) if u]
         if scripted_idx:
@@ -158,24 +185,40 @@ class SamplerPolicy:
         if release is not None:
             release(conversations)
 
-    def generate(self, requests: Sequence[GenRequest], seed: int) -> list[GenResponse]:
+    def generate(self, requests: Sequence[GenRequest], seed: int, preempt: float = 0.0) -> list[GenResponse]:
+        """Sample one response per request. preempt (0 = off): a batch's decode ends once at most
+        that fraction of its rows still generate; those come back `preempted` (Sampler.generate).
+        A request with a prefix continues it: prompt + prefix, the rest of the budget; its response
+        is whole (prefix tokens and log-probs first)."""
         import jax
         if not requests:
             return []
         if self.params is None:
             raise RuntimeError("SamplerPolicy has no params; call set_params(params) before generating")
-        prompts = [list(r.prompt_ids) for r in requests]
+        max_new = int(self.sampling.max_new_tokens or self.sampler.max_new_tokens)
+        for r in requests:
+            if len(r.prefix_ids) >= max_new or len(r.prefix_logprobs) != len(r.prefix_ids):
+                raise ValueError(f"request {r.key}: a prefix of {len(r.prefix_ids)} tokens and "
+                                 f"{len(r.prefix_logprobs)} log-probs; expected as many of each, "
+                                 f"fewer than max_new_tokens={max_new}")
+        prompts = [list(r.prompt_ids) + list(r.prefix_ids) for r in requests]
+        budgets = [max_new - len(r.prefix_ids) for r in requests]
+        extra: dict[str, Any] = {}
+        if preempt or any(r.prefix_ids for r in requests):
+            extra = {"budgets": budgets, "preempt": preempt}
         key = jax.random.key(seed % (2 ** 31))
         if getattr(getattr(self.sampler, "impl", None), "kv_reuse", False):  # sampling.kv_reuse
-            out = self.sampler.generate(self.params, prompts, self.sampling, key,
-                                        conversations=[r.conversation for r in requests])
-        else:
-            out = self.sampler.generate(self.params, prompts, self.sampling, key)
+            extra["conversations"] = [r.conversation for r in requests]
+        out = self.sampler.generate(self.params, prompts, self.sampling, key, **extra)
         responses = []
-        for toks, lps, fin in zip(out.tokens, out.logprobs, out.finished, strict=False):
-            toks = [int(t) for t in toks]
-            lps = np.asarray(lps, dtype=np.float32)[:len(toks)]
+        for r, budget, toks, lps, fin in zip(requests, budgets, out.tokens, out.logprobs, out.finished,
+                                             strict=False):
+            new = [int(t) for t in toks]
+            preempted = not fin and len(new) < budget
+            toks = list(r.prefix_ids) + new
+            lps = np.concatenate([np.asarray(r.prefix_logprobs, np.float32),
+                                  np.asarray(lps, dtype=np.float32)[:len(new)]])
             body = [t for t in toks if t not in self.end_ids]
             text = self.tokenizer.decode(body)
-            responses.append(GenResponse(toks, lps, text, bool(fin), scripted=False))
+            responses.append(GenResponse(toks, lps, text, bool(fin), scripted=False, preempted=preempted))
         return responses

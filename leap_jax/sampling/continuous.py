@@ -81,7 +81,8 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
     store: the prefilled prompts (B rows x P slots, left-padded); logits [B, V]: their last-token
     logits; cache: the slot cache (S rows x >= P + max_new_tokens - 1 slots, contents ignored).
     keep: None, or B rows x the slot cache's slots that receive the rows' final caches (kv_reuse).
-    The other arguments are those of `sampler.decode`. Returns the [B, N] result, the slot cache,
+    The other arguments are those of `sampler.decode` (`max_new`: a scalar or one budget per row;
+    no `exit_live`: a slot loop has no batch to release early). Returns the [B, N] result, the slot cache,
     the number of decode steps run (each a forward over all S slots) and `keep`."""
     b, n = logits.shape[0], int(max_new_tokens)
     s_slots = cache.seg.shape[0]
@@ -95,7 +96,7 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
         raise ValueError(f"decode_continuous steps_per_iter={steps_per_iter}; expected an int >= 1")
     lens = prompt_lengths.astype(jnp.int32)
     stop_ids = stop_ids.astype(jnp.int32)
-    max_new = jnp.minimum(jnp.asarray(max_new, jnp.int32), n)
+    max_new = jnp.minimum(jnp.broadcast_to(jnp.asarray(max_new, jnp.int32), (b,)), n)  # per row
     rng = decode_rng(rng, rng_impl)
     order = jnp.argsort(~active.astype(bool), stable=True).astype(jnp.int32)  # active rows first
     n_active = jnp.sum(active.astype(jnp.int32))
@@ -144,7 +145,7 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
         row = jnp.where(take, new_row, row)
         i = jnp.where(take, 1, i)
         tok = jnp.where(take, tok0, tok)
-        live = jnp.where(take, ~stop0 & (max_new > 1), live)
+        live = jnp.where(take, ~stop0 & (jnp.take(max_new, new_row) > 1), live)
         return g, cache, row, i, tok, live, nxt + jnp.sum(take.astype(jnp.int32)), out, keep
 
     def step(st):
@@ -160,7 +161,7 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
                                  top_k, filtered)
         out, stop = record(out, row, i, new, lg, live)
         i = i + live.astype(jnp.int32)
-        live = live & ~stop & (i < max_new)
+        live = live & ~stop & (i < jnp.take(max_new, r))
         return g + 1, cache, row, i, jnp.where(live, new, tok), live, nxt, out, keep
 
     def pending(st):

@@ -170,8 +170,9 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
            max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
            unroll: int | bool = 1, rng_impl: str = "threefry",
            attn_impl: str = "einsum", segments: int = 1, filtered: bool | None = None,
-           steps_per_iter: int = 1) -> tuple[DecodeResult, KVCache]:
-    """Sample up to `max_new` (traced, <= static `max_new_tokens`) tokens per row after `prefill`.
+           steps_per_iter: int = 1, exit_live: jax.Array | int = 0) -> tuple[DecodeResult, KVCache]:
+    """Sample up to `max_new` (traced, <= static `max_new_tokens`; a scalar or one budget per row)
+    tokens per row after `prefill`.
 
     logits [B, V]: prefill's last-token logits. active [B] bool: rows to generate (padding rows of
     a batch bucket are inactive and never delay the early exit). stop_ids [S] int32, padded with -1.
@@ -186,13 +187,17 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     reads back to the host every step).
     steps_per_iter: decode steps per `while_loop` iteration (each loop test is a device->host
     read on GPU); steps past the end are computed and discarded, never recorded.
+    exit_live (traced): the loop also ends once at most this many rows are still generating (0:
+    only when every row stopped or used its budget). The rows it leaves are neither finished nor at
+    their budget: a caller continues them from prompt + tokens so far (`Sampler.generate(preempt=)`).
     """
     b = logits.shape[0]
     n = max_new_tokens
     lens = prompt_lengths.astype(jnp.int32)
     base = jnp.int32(prompt_slots) if padding == "left" else lens  # slot of the first new token
     stop_ids = stop_ids.astype(jnp.int32)
-    max_new = jnp.minimum(jnp.asarray(max_new, jnp.int32), n)
+    max_new = jnp.minimum(jnp.broadcast_to(jnp.asarray(max_new, jnp.int32), (b,)), n)
+    exit_live = jnp.asarray(exit_live, jnp.int32)
 
     rng = decode_rng(rng, rng_impl)
 
@@ -215,12 +220,13 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     out_tok = jnp.full((b, n), pad_id, jnp.int32)
     out_lp = jnp.zeros((b, n), jnp.float32)
     tok0, live0, stop0, out_tok, out_lp = record(0, tok0, logits, ~active, out_tok, out_lp)
-    state = (jnp.int32(1), cache, tok0, out_tok, out_lp, ~active | stop0, live0.astype(jnp.int32),
-             stop0)
+    # `done`: stopped, out of budget (a row's token i is recorded while i < its max_new) or inactive
+    state = (jnp.int32(1), cache, tok0, out_tok, out_lp, ~active | stop0 | (max_new <= 1),
+             live0.astype(jnp.int32), stop0)
 
     def cond(s):
         i, _, _, _, _, done, _, _ = s
-        return (i < max_new) & ~jnp.all(done)
+        return (i < n) & (jnp.sum((~done).astype(jnp.int32)) > exit_live)
 
     def make_body(window, hi_step):
         def step(s):
@@ -233,7 +239,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
             new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k,
                                      filtered)
             new, live, stop, out_tok, out_lp = record(i, new, lg, done, out_tok, out_lp)
-            return (i + 1, cache, new, out_tok, out_lp, done | stop,
+            return (i + 1, cache, new, out_tok, out_lp, done | stop | (max_new <= i + 1),
                     lengths + live.astype(jnp.int32), finished | stop)
 
         def body(s):
@@ -265,6 +271,11 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
 
 
 # ------------------------------------------------------------------------------ Python API
+def exit_rows(preempt: float, rows: int) -> int:
+    """`decode`'s exit_live for a chunk of `rows` rows: floor(preempt x rows), below rows."""
+    return min(int(preempt * rows), max(rows - 1, 0))
+
+
 class Sampler:
     """Bucketed, jitted generation for one ModelConfig.
 
@@ -328,7 +339,7 @@ class Sampler:
                            unroll=impl.unroll)
 
         def decode_fn(params, cache, logits, lengths, active, rng, temperature, top_p, top_k,
-                      stop_ids, max_new, filtered=None):
+                      stop_ids, max_new, exit_live, filtered=None):
             self.trace_counts["decode"] += 1
             prompt_slots = cache.seg.shape[1] - self.max_new_tokens
             return decode(prep(params), config, cache, logits, lengths, active, rng, temperature,
@@ -336,7 +347,7 @@ class Sampler:
                           prompt_slots=prompt_slots, padding=impl.padding, pad_id=self.pad_id,
                           unroll=impl.unroll, rng_impl=impl.rng_impl, attn_impl=impl.attention,
                           segments=impl.decode_segments, filtered=filtered,
-                          steps_per_iter=impl.steps_per_iter)
+                          steps_per_iter=impl.steps_per_iter, exit_live=exit_live)
 
         def decode_continuous_fn(params, cache, store, keep, logits, lengths, active, rng, temperature,
                                  top_p, top_k, stop_ids, max_new, filtered=None):
@@ -431,20 +442,23 @@ class Sampler:
 
     # -- public
     def generate_padded(self, params: Params, tokens: np.ndarray, lengths: np.ndarray,
-                        active: np.ndarray, sampling: SamplingParams,
-                        rng: jax.Array) -> DecodeResult:
+                        active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
+                        budgets: np.ndarray | None = None, exit_live: int = 0) -> DecodeResult:
         """Array-level generate for one already-padded chunk: tokens [B, P] (left- or
-        right-padded to match `impl.padding`), lengths [B], active [B]; B and P must be buckets."""
+        right-padded to match `impl.padding`), lengths [B], active [B]; B and P must be buckets.
+        budgets [B]: each row's new-token budget (None: the sampling's max_new_tokens for all);
+        exit_live: end the decode once at most this many rows still generate (static batching)."""
         b, p = tokens.shape
         if b not in self.batch_buckets or p not in self.prompt_buckets:
             raise ValueError(f"padded shape {(b, p)} must use a batch bucket {self.batch_buckets} "
                              f"and a prompt bucket {self.prompt_buckets}")
-        max_new = sampling.max_new_tokens or self.max_new_tokens
-        if max_new > self.max_new_tokens:
-            raise ValueError(f"max_new_tokens={max_new} exceeds the Sampler's static budget "
-                             f"{self.max_new_tokens}")
+        max_new = self._max_new(sampling)
+        row_budgets = self._row_budgets(budgets, b, max_new)
         if self.impl.batching == "continuous":
-            return self._generate_continuous(params, tokens, lengths, active, sampling, rng, max_new)
+            if exit_live:
+                raise ValueError(f"exit_live={exit_live} needs static batching (impl.batching="
+                                 f"{self.impl.batching!r})")
+            return self._generate_continuous(params, tokens, lengths, active, sampling, rng, row_budgets)
         cache = self._get_cache(b, p + self.max_new_tokens)
         t0 = time.perf_counter()
         logits, cache = self.prefill_jit(params, cache, jnp.asarray(tokens, jnp.int32),
@@ -454,7 +468,8 @@ class Sampler:
         res, cache = self.decode_jit(
             params, cache, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
             np.float32(sampling.temperature), np.float32(sampling.top_p),
-            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new),
+            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), jnp.asarray(row_budgets),
+            np.int32(exit_live),
             filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
@@ -464,7 +479,7 @@ class Sampler:
 
     def _generate_continuous(self, params: Params, tokens: np.ndarray | None, lengths: np.ndarray,
                              active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
-                             max_new: int,
+                             max_new: np.ndarray,
                              prefilled: tuple[jax.Array, KVCache] | None = None) -> DecodeResult:
         """generate_padded with batching="continuous" (sampling/continuous.py): prefill every row
         into the prompt store, then decode them through the slot cache. prefilled: (logits, store)
@@ -490,7 +505,7 @@ class Sampler:
         res, cache, steps, keep = self.decode_continuous_jit(
             params, cache, store, keep, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool),
             rng, np.float32(sampling.temperature), np.float32(sampling.top_p),
-            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new),
+            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), jnp.asarray(max_new),
             filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
@@ -502,9 +517,10 @@ class Sampler:
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
 
-    def _count(self, lengths: np.ndarray, finished: np.ndarray) -> None:
+    def _count(self, lengths: np.ndarray, finished: np.ndarray, budgets: np.ndarray) -> None:
         """Add one decode call's rows to `counters` (the static loop ran max(lengths) iterations;
-        the continuous one reports its own decode steps)."""
+        the continuous one reports its own decode steps): rows that used their budget without
+        stopping are truncated, those an early exit left (`preempt`) preempted."""
         self.counters["decode_calls"] += 1
         if self._last_steps is not None:
             self.counters["decode_iterations"] += self._last_steps
@@ -513,7 +529,45 @@ class Sampler:
             self.counters["decode_iterations"] += int(lengths.max()) if lengths.size else 0
         self.counters["decode_rows"] += int(lengths.size)
         self.counters["generated_tokens"] += int(lengths.sum())
-        self.counters["truncated_rows"] += int((~finished).sum())
+        self.counters["truncated_rows"] += int((~finished & (lengths >= budgets)).sum())
+        self.counters["preempted_rows"] += int((~finished & (lengths < budgets)).sum())
+
+    def _max_new(self, sampling: SamplingParams) -> int:
+        """The call's new-token budget: the sampling's, at most the static one."""
+        max_new = sampling.max_new_tokens or self.max_new_tokens
+        if max_new > self.max_new_tokens:
+            raise ValueError(f"max_new_tokens={max_new} exceeds the Sampler's static budget "
+                             f"{self.max_new_tokens}")
+        return int(max_new)
+
+    @staticmethod
+    def _check_budgets(budgets: Sequence[int] | None, n: int, max_new: int) -> list[int]:
+        if budgets is None:
+            return [max_new] * n
+        if isinstance(budgets, (str, bytes)) or len(budgets) != n:
+            raise ValueError(f"budgets must be a list of {n} ints, one per prompt; got {budgets!r:.80}")
+        out = []
+        for i, v in enumerate(budgets):
+            if isinstance(v, bool) or int(v) != v or not 1 <= v <= max_new:
+                raise ValueError(f"budgets[{i}]={v!r}; expected an int in [1, {max_new}] "
+                                 f"(max_new_tokens)")
+            out.append(int(v))
+        return out
+
+    def _check_preempt(self, preempt: float) -> None:
+        if not (isinstance(preempt, (int, float)) and 0.0 <= preempt < 1.0):
+            raise ValueError(f"preempt={preempt!r}; expected a fraction in [0, 1) (0 = off)")
+        if preempt and self.impl.batching != "static":
+            raise ValueError(f"preempt={preempt} needs static batching; this Sampler has "
+                             f"batching={self.impl.batching!r}")
+
+    @staticmethod
+    def _row_budgets(budgets: np.ndarray | None, b: int, max_new: int) -> np.ndarray:
+        """[b] int32: the chunk's row budgets (capped at max_new), padding rows at max_new."""
+        out = np.full((b,), max_new, np.int32)
+        if budgets is not None:
+            out[: len(budgets)] = np.minimum(np.asarray(budgets, np.int32), max_new)
+        return out
 
     def _pad_chunk(self, arrs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One chunk's prompts padded to its buckets (`impl.padding`): tokens [B, P], lengths [B],
@@ -534,15 +588,24 @@ class Sampler:
     def generate(self, params: Params, prompts: Sequence[Sequence[int]],
                  sampling: SamplingParams = DEFAULT_SAMPLING,
                  rng: jax.Array | int = 0,
-                 conversations: Sequence[Hashable | None] | None = None) -> SampleOutput:
+                 conversations: Sequence[Hashable | None] | None = None,
+                 budgets: Sequence[int] | None = None, preempt: float = 0.0) -> SampleOutput:
         """Generate for prompts of mixed lengths (bucketed, split into chunks of max_batch).
 
         conversations: one id per prompt (None: none), distinct within a call. With
         `impl.kv_reuse` the cache of each such row is kept, and a later call's prompt of the same
         id that starts with the kept tokens prefills only the rest (sampling/prefix.py); without
-        kv_reuse they are ignored. `release_conversations` frees kept caches."""
+        kv_reuse they are ignored. `release_conversations` frees kept caches.
+        budgets: one new-token budget per prompt, 1..max_new_tokens (None: max_new_tokens each).
+        preempt in [0, 1): a chunk's decode ends once at most floor(preempt x its rows) rows still
+        generate (static batching only). Those rows come back neither finished nor at their budget
+        (`preempted`); generating again from prompt + their tokens with the rest of the budget
+        continues them, drawing from the same distribution as an uninterrupted decode."""
+        max_new = self._max_new(sampling)
+        budget_list = self._check_budgets(budgets, len(prompts), max_new)
+        self._check_preempt(preempt)
         if self.impl.kv_reuse and conversations is not None:
-            return self._generate_reusing(params, prompts, sampling, rng, conversations)
+            return self._generate_reusing(params, prompts, sampling, rng, conversations, budget_list, preempt)
         arrs = self._check_prompts(prompts)
         n = len(arrs)
         self._stop_array(sampling)  # validate before any work
@@ -556,13 +619,15 @@ class Sampler:
         for ci, start in enumerate(range(0, n, self.max_batch)):
             idx = order[start:start + self.max_batch]
             tok, lens, active = self._pad_chunk([arrs[j] for j in idx])
+            chunk_budgets = np.asarray([budget_list[j] for j in idx], np.int32)
             res = self.generate_padded(params, tok, lens, active, sampling,
-                                       jax.random.fold_in(rng, ci))
+                                       jax.random.fold_in(rng, ci), budgets=chunk_budgets,
+                                       exit_live=exit_rows(preempt, len(idx)))
             self.counters["prefill_tokens"] += int(lens[active].sum())
             timings.update(self.last_timings)
             out_tok, out_lp = np.asarray(res.tokens), np.asarray(res.logprobs)
             out_len, out_fin = np.asarray(res.lengths), np.asarray(res.finished)
-            self._count(out_len[active], out_fin[active])
+            self._count(out_len[active], out_fin[active], chunk_budgets)
             for r, j in enumerate(idx):
                 k = int(out_len[r])
                 tokens[j] = out_tok[r, :k].tolist()
@@ -600,7 +665,8 @@ class Sampler:
 
     def _generate_reusing(self, params: Params, prompts: Sequence[Sequence[int]],
                           sampling: SamplingParams, rng: jax.Array | int,
-                          conversations: Sequence[Hashable | None]) -> SampleOutput:
+                          conversations: Sequence[Hashable | None], budget_list: list[int],
+                          preempt: float) -> SampleOutput:
         """`generate` with kv_reuse: rows without a usable kept cache go through the plain chunks,
         the others through `_extend_chunk`; every row with an id keeps its cache afterwards."""
         arrs = self._check_prompts(prompts)
@@ -611,10 +677,7 @@ class Sampler:
         if len(set(ids)) != len(ids):
             raise ValueError("conversation ids must be distinct within one generate call")
         self._stop_array(sampling)
-        max_new = sampling.max_new_tokens or self.max_new_tokens
-        if max_new > self.max_new_tokens:
-            raise ValueError(f"max_new_tokens={max_new} exceeds the Sampler's static budget "
-                             f"{self.max_new_tokens}")
+        max_new = self._max_new(sampling)
         if isinstance(rng, int):
             rng = jax.random.PRNGKey(rng)
         self._kept.check_params(params)
@@ -630,14 +693,17 @@ class Sampler:
         new_entries: list[tuple[Hashable, Kept]] = []
         for ci, (idx, extend) in enumerate(chunks):
             crng = jax.random.fold_in(rng, ci)
+            chunk_budgets = np.asarray([budget_list[j] for j in idx], np.int32)
+            exit_live = exit_rows(preempt, len(idx))
             if extend:
                 res, cache, p = self._extend_chunk(params, [(arrs[j], plans[j]) for j in idx],
-                                                   sampling, crng, max_new)
+                                                   sampling, crng, max_new, chunk_budgets, exit_live)
                 active = np.arange(res.lengths.shape[0]) < len(idx)
             else:
                 tok, lens, active = self._pad_chunk([arrs[j] for j in idx])
                 p = tok.shape[1]
-                res = self.generate_padded(params, tok, lens, active, sampling, crng)
+                res = self.generate_padded(params, tok, lens, active, sampling, crng,
+                                           budgets=chunk_budgets, exit_live=exit_live)
                 self.counters["prefill_tokens"] += int(lens[active].sum())
                 if self._cache is None:
                     raise RuntimeError("kv_reuse: the decode left no cache to keep")
@@ -645,7 +711,7 @@ class Sampler:
             timings.update(self.last_timings)
             out_tok, out_lp = np.asarray(res.tokens), np.asarray(res.logprobs)
             out_len, out_fin = np.asarray(res.lengths), np.asarray(res.finished)
-            self._count(out_len[active], out_fin[active])
+            self._count(out_len[active], out_fin[active], chunk_budgets)
             key = self._kept.add_buffer(cache)
             for r, j in enumerate(idx):
                 k = int(out_len[r])
@@ -662,8 +728,8 @@ class Sampler:
         return SampleOutput(tokens, logps, finished)
 
     def _extend_chunk(self, params: Params, rows: list[tuple[np.ndarray, Any]],
-                      sampling: SamplingParams, rng: jax.Array,
-                      max_new: int) -> tuple[DecodeResult, KVCache, int]:
+                      sampling: SamplingParams, rng: jax.Array, max_new: int,
+                      budgets: np.ndarray, exit_live: int) -> tuple[DecodeResult, KVCache, int]:
         """One chunk of rows with kept caches: copy their kept K/V into a cache of the chunk's
         buckets, prefill the deltas (in the largest of their delta buckets), decode. Returns the
         result, the cache and its prompt slots."""
@@ -699,8 +765,9 @@ class Sampler:
         t1 = time.perf_counter()
         self.counters["prefill_tokens"] += int(lens[active].sum())
         self.counters["kv_reused_tokens"] += int(offs[active].sum())
+        row_budgets = self._row_budgets(budgets, b, max_new)
         if not static:
-            res = self._generate_continuous(params, None, full, active, sampling, rng, max_new,
+            res = self._generate_continuous(params, None, full, active, sampling, rng, row_budgets,
                                             prefilled=(logits, cache))
             if self._cache is None:
                 raise RuntimeError("kv_reuse: the continuous decode left no cache to keep")
@@ -710,7 +777,8 @@ class Sampler:
         res, cache = self.decode_jit(
             params, cache, logits, jnp.asarray(full), jnp.asarray(active), rng,
             np.float32(sampling.temperature), np.float32(sampling.top_p),
-            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), np.int32(max_new),
+            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), jnp.asarray(row_budgets),
+            np.int32(exit_live),
             filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()

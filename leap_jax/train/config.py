@@ -68,6 +68,10 @@ class RolloutCfg:
     # result (later turns) is in, next to other rows' earlier turns (leap_jax/rollout/pipelined.py);
     # training rollouts only (evaluation stays turn by turn)
     pipeline_turns: bool = False
+    # opt-in, with pipeline_turns and sampling.batching=static: a generate call ends once at most this
+    # fraction of its rows still generate; those continue from their tokens so far in a later call,
+    # next to newly ready turns, instead of holding back the rows that stopped (0 = off)
+    preempt: float = 0.0
     scripted_mix: ScriptedMixCfg = field(default_factory=ScriptedMixCfg)
 
     def check(self) -> None:
@@ -76,6 +80,11 @@ class RolloutCfg:
         if self.pipeline_turns and not self.overlap:
             raise ConfigError("rollout.pipeline_turns=true generates while earlier turns are evaluated; "
                               "it needs rollout.overlap=true (got rollout.overlap=false)")
+        if isinstance(self.preempt, bool) or not 0 <= self.preempt < 1:
+            raise ConfigError(f"rollout.preempt={self.preempt!r}: expected a fraction in [0, 1) (0 = off)")
+        if self.preempt and not self.pipeline_turns:
+            raise ConfigError(f"rollout.preempt={self.preempt} continues cut rows in later calls of the "
+                              "pipelined rollout; it needs rollout.pipeline_turns=true")
         self.scripted_mix.check()
 
 
@@ -242,6 +251,9 @@ def validate(cfg: Config) -> None:
     cfg.sampling.check()
     r, a = cfg.rollout, cfg.algorithm
     r.check()
+    if r.preempt and cfg.sampling.batching != "static":
+        raise ConfigError(f"rollout.preempt={r.preempt} ends a static decode loop early; it needs "
+                          f"sampling.batching=static (got {cfg.sampling.batching!r})")
     a.check()
     spec = ALGORITHMS[a.name]
     if spec.needs_group and r.group_size < 2:

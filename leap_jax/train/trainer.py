@@ -328,7 +328,8 @@ class Trainer:
             dcp_mode=dcp_mode, t_min=self.cfg.dcp.t_min, t_max=self.cfg.dcp.t_max,
             feedback_budget_chars=r.feedback_budget_chars, max_new_tokens=self.cfg.sampling.max_new_tokens,
             max_context_tokens=r.max_context_tokens, overlap_chunks=r.overlap_chunks if r.overlap else 1,
-            sizes=self.cfg.env.sizes, pipeline_turns=r.pipeline_turns and not evaluation)
+            sizes=self.cfg.env.sizes, pipeline_turns=r.pipeline_turns and not evaluation,
+            preempt=0.0 if evaluation else r.preempt)
 
     # -- data cursor --
     def next_tasks(self) -> list[str]:
@@ -348,10 +349,11 @@ class Trainer:
         return out
 
     # -- one training step --
-    def train_step(self) -> dict[str, Any]:
+    def rollout_step(self) -> tuple[list[str], RolloutOutput]:
+        """This step's training rollouts: the next tasks, rolled out by the algorithm's rollout with
+        the current params (env_error share checked). `train_step` updates on them; a benchmark of
+        generation alone (benchmarks/step_time.py --rollout-only) calls this instead."""
         cfg = self.cfg
-        c0 = compile_seconds()
-        t0 = time.perf_counter()
         self._sampler_counters_seen = dict(self._sampler.counters) if self._sampler is not None else {}
         self.rng, k_roll = jax.random.split(self.rng)
         tasks = self.next_tasks()
@@ -360,6 +362,13 @@ class Trainer:
         out = rollout.run(tasks, self._policy(self._sampling()), seed=_seed_from_key(k_roll), step=self.step)
         check_env_errors(out, cfg.env.max_env_error_fraction, self.step, getattr(self.evaluator, "stats", None),
                          log=lambda line: print(f"[leap_jax] {line}", flush=True))
+        return tasks, out
+
+    def train_step(self) -> dict[str, Any]:
+        cfg = self.cfg
+        c0 = compile_seconds()
+        t0 = time.perf_counter()
+        tasks, out = self.rollout_step()
         t_roll = time.perf_counter()
         c_roll = compile_seconds()
         a = cfg.algorithm
@@ -418,15 +427,16 @@ class Trainer:
         self.train_time += metrics["time/step"] - metrics["time/compile"]
         metrics["time/train_total"] = self.train_time
         metrics["time/generate"] = out.stats["time/generate"]
-        metrics.update(self._sampler_counter_deltas())
+        metrics.update(self.sampler_counter_deltas())
         metrics.update(pool_counter_deltas(self.evaluator, self._pool_counters_seen))
         metrics["time/evaluate"] = out.stats["time/evaluate_wait"] + out.stats["time/evaluate_submit"]
         self.step += 1
         return metrics
 
-    def _sampler_counter_deltas(self) -> dict[str, float]:
-        """sampler/<counter>: this step's decode calls, loop iterations, rows, tokens and rows cut
-        at max_new_tokens (iterations x rows against tokens shows the steps spent on finished rows)."""
+    def sampler_counter_deltas(self) -> dict[str, float]:
+        """sampler/<counter> since the last rollout_step began: its decode calls, loop iterations,
+        rows, tokens, rows cut at max_new_tokens (iterations x rows against tokens shows the steps
+        spent on finished rows) and rows preempted (rollout.preempt)."""
         if self._sampler is None:
             return {}
         now = dict(self._sampler.counters)

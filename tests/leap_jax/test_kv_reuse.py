@@ -211,11 +211,12 @@ class _ReluCorrect:
         return f
 
 
-def relu_debug_rollouts(tmp_path, arms, evaluator=_ReluCorrect):
+def relu_debug_rollouts(tmp_path, arms, evaluator=_ReluCorrect, max_batch=4):
     """A greedy rollout of relu, tanh, sigmoid x 4 rows, 3 turns, every failed row debugged, through
-    SamplerPolicy on the tiny chat policy, once per (DecodeImpl, pipeline_turns) arm: relu passes
+    SamplerPolicy on the tiny chat policy, once per (DecodeImpl, pipeline_turns[, preempt]) arm: relu passes
     turn 1, tanh is debugged twice, sigmoid once (its long feedback takes its rows past the context
-    at turn 3). Returns the outputs and the samplers."""
+    at turn 3). max_batch: the samplers' rows per decode chunk (a chunk of one task's rows, all
+    alike, ends at once). Returns the outputs and the samplers."""
     from kernels_env.core.config import EnvConfig
     from leap_jax.rollout.multiturn import MultiTurnRollout
     from leap_jax.rollout.policy import SamplerPolicy
@@ -226,14 +227,15 @@ def relu_debug_rollouts(tmp_path, arms, evaluator=_ReluCorrect):
     def feedback(res, budget):
         return (f"status: {res.status.value}" + (" x" * 100 if res.task == "sigmoid" else ""))[:budget]
     outs, samplers = [], []
-    for impl, pipelined in arms:
-        sampler = Sampler(cfg, max_batch=4, prompt_buckets=(512, 1024), max_new_tokens=12, impl=impl,
+    for impl, pipelined, *preempt in arms:  # an optional third item: rollout preemption
+        sampler = Sampler(cfg, max_batch=max_batch, prompt_buckets=(512, 1024), max_new_tokens=12, impl=impl,
                           delta_buckets=(64, 512))
         policy = SamplerPolicy(sampler, tok, sampling, params=params, end_ids=streams.end_ids)
         rollout = MultiTurnRollout(streams, evaluator(), EnvConfig(backend="cpu", sizes="small"),
                                    group_size=4, max_turns=3, dcp_mode="all", max_new_tokens=12,
                                    max_context_tokens=1024, overlap_chunks=2, sizes="small",
-                                   feedback_fn=feedback, pipeline_turns=pipelined)
+                                   feedback_fn=feedback, pipeline_turns=pipelined,
+                                   preempt=preempt[0] if preempt else 0.0)
         outs.append(rollout.run(tasks, policy, seed=0))
         samplers.append(sampler)
     return outs, samplers

@@ -130,7 +130,7 @@ def _initial(task):
     return initial_messages(get_task(task), "small")
 
 
-def make_rollout(streams, evaluator, mode, pipelined, chunks=2, max_context=None):
+def make_rollout(streams, evaluator, mode, pipelined, chunks=2, max_context=None, preempt=0.0):
     longest = max(len(streams.initial(_initial(t))) for t in TASKS)
     return MultiTurnRollout(
         streams, evaluator, EnvConfig(backend="cpu", sizes="small"), group_size=G, max_turns=T,
@@ -140,7 +140,7 @@ def make_rollout(streams, evaluator, mode, pipelined, chunks=2, max_context=None
         max_context_tokens=max_context or longest + NEW - 1, overlap_chunks=chunks, sizes="small",
         feedback_fn=lambda res, budget: (f"status {res.status.value}: {res.message}"
                                          + (" x" * 70 if res.task == "tanh" else ""))[:budget],
-        pipeline_turns=pipelined)
+        pipeline_turns=pipelined, preempt=preempt)
 
 
 def untimed(stats):

@@ -33,3 +33,18 @@ def test_generate_and_update_clocks_leave_compilation_out() -> None:
     assert out["step_s"] == pytest.approx(((8.0 - 4.5) + 3.5) / 2)
     assert out["gen_tok_per_s"] == pytest.approx(2000 / 2.0)
     assert out["compile_s"] == pytest.approx(57.0 + 4.5)
+
+
+def test_rollout_only_arms_generate_without_updating(tmp_path, capsys) -> None:
+    """--rollout-only (the tiny CPU smoke): each arm generates and evaluates, the update columns read
+    0, and the preemption arm's counters reach the table (rows preempted, decode iterations)."""
+    import json
+    step_time.main(["--tiny", "--rollout-only", "--arms", "after,pkvp", "--steps", "1", "--warmup", "0",
+                    "--json", "--workdir", str(tmp_path)])
+    recs = {r["arm"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(recs) == {"after", "pkvp"}
+    for r in recs.values():
+        assert r["update_s"] == 0.0 and r["rows"] == 0.0 and r["compile_update_s"] == 0.0
+        assert r["gen_tokens"] > 0 and r["decode_calls"] >= 1 and r["decode_iterations"] >= 1
+        assert r["step_s"] >= r["generate_s"] >= 0.0
+    assert "preempted_rows" in recs["pkvp"] and recs["after"]["preempted_rows"] == 0.0
