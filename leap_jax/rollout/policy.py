@@ -195,7 +195,7 @@ class SamplerPolicy:
             return []
         if self.params is None:
             raise RuntimeError("SamplerPolicy has no params; call set_params(params) before generating")
-        max_new = int(self.sampling.max_new_tokens or self.sampler.max_new_tokens)
+        max_new = self.sampler.call_budget(self.sampling)
         for r in requests:
             if len(r.prefix_ids) >= max_new or len(r.prefix_logprobs) != len(r.prefix_ids):
                 raise ValueError(f"request {r.key}: a prefix of {len(r.prefix_ids)} tokens and "
@@ -203,9 +203,7 @@ class SamplerPolicy:
                                  f"fewer than max_new_tokens={max_new}")
         prompts = [list(r.prompt_ids) + list(r.prefix_ids) for r in requests]
         budgets = [max_new - len(r.prefix_ids) for r in requests]
-        extra: dict[str, Any] = {}
-        if preempt or any(r.prefix_ids for r in requests):
-            extra = {"budgets": budgets, "preempt": preempt}
+        extra: dict[str, Any] = {"budgets": budgets, "preempt": preempt}
         key = jax.random.key(seed % (2 ** 31))
         if getattr(getattr(self.sampler, "impl", None), "kv_reuse", False):  # sampling.kv_reuse
             extra["conversations"] = [r.conversation for r in requests]

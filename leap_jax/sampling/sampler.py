@@ -452,7 +452,7 @@ class Sampler:
         if b not in self.batch_buckets or p not in self.prompt_buckets:
             raise ValueError(f"padded shape {(b, p)} must use a batch bucket {self.batch_buckets} "
                              f"and a prompt bucket {self.prompt_buckets}")
-        max_new = self._max_new(sampling)
+        max_new = self.call_budget(sampling)
         row_budgets = self._row_budgets(budgets, b, max_new)
         if self.impl.batching == "continuous":
             if exit_live:
@@ -532,8 +532,9 @@ class Sampler:
         self.counters["truncated_rows"] += int((~finished & (lengths >= budgets)).sum())
         self.counters["preempted_rows"] += int((~finished & (lengths < budgets)).sum())
 
-    def _max_new(self, sampling: SamplingParams) -> int:
-        """The call's new-token budget: the sampling's, at most the static one."""
+    def call_budget(self, sampling: SamplingParams) -> int:
+        """A call's new-token budget: the sampling's max_new_tokens (None: the static one), checked
+        against the static budget."""
         max_new = sampling.max_new_tokens or self.max_new_tokens
         if max_new > self.max_new_tokens:
             raise ValueError(f"max_new_tokens={max_new} exceeds the Sampler's static budget "
@@ -601,7 +602,7 @@ class Sampler:
         generate (static batching only). Those rows come back neither finished nor at their budget
         (`preempted`); generating again from prompt + their tokens with the rest of the budget
         continues them, drawing from the same distribution as an uninterrupted decode."""
-        max_new = self._max_new(sampling)
+        max_new = self.call_budget(sampling)
         budget_list = self._check_budgets(budgets, len(prompts), max_new)
         self._check_preempt(preempt)
         if self.impl.kv_reuse and conversations is not None:
@@ -677,7 +678,7 @@ class Sampler:
         if len(set(ids)) != len(ids):
             raise ValueError("conversation ids must be distinct within one generate call")
         self._stop_array(sampling)
-        max_new = self._max_new(sampling)
+        max_new = self.call_budget(sampling)
         if isinstance(rng, int):
             rng = jax.random.PRNGKey(rng)
         self._kept.check_params(params)
