@@ -1,5 +1,6 @@
-"""validate_task: no suite task accepts a constant or input-ignoring output at the small sizes, nor an
-output computed without one of its inputs; the generated compositions it flags are listed."""
+"""validate_task: no suite task and no generated task accepts a constant or input-ignoring output at
+the small sizes, nor an output computed without one of its inputs (the grammar leaves the compositions
+it flagged out: tests/kernels_env/test_generated_degenerate.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,22 +14,6 @@ from tests.kernels_env.broken_corpus import SUM, TASKS
 
 SUITE = list_tasks()
 GENERATED_SAMPLE = generated_task_names(4000, split="all")[::20]  # 200, every family and dtype
-_CANCELS = ("adding v, one value per row, leaves the row's {} unchanged: a kernel that never reads v is "
-            "exactly right, and the task teaches nothing about v")
-# Generated compositions validate_task flags: a grammar change fixes them, which would change the
-# running headline's task split (strict xfail: fixing one makes this list shrink). Of the headline's
-# tasks, 17 of 2000 training and 7 of 256 held-out ones are flagged (8 and 1 only for a cancelling
-# input), under the domain draws.
-GENERATED_FLAGGED = {
-    "gen_fu_add_col_ln_f32_s0": _CANCELS.format("layer norm"),
-    "gen_fu_add_col_ln_f32_s2": _CANCELS.format("layer norm"),
-    "gen_fu_sub_col_ln_f32_s0": _CANCELS.format("layer norm"),
-    "gen_fu_sub_col_lsm_f32_s1": _CANCELS.format("log-softmax"),
-    "gen_fu_add_col_softmax_f32_s1": _CANCELS.format("softmax"),
-    "gen_fu_relu_lsm_relu_f32_s0": "relu(log_softmax(.)) is 0: log_softmax <= 0",
-    "gen_fu_sigmoid_softmax_f16_s1": "softmax over 129 columns of values in (0, 1): within the fp16 atol "
-                                     "of 1/N whatever x is",
-}
 
 
 @pytest.mark.parametrize("task", SUITE, ids=[t.name for t in SUITE])
@@ -62,8 +47,7 @@ def test_inputs_identical_across_trials_are_rejected():
         inputs_mod.make_input = real
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=GENERATED_FLAGGED[n]))
-                                  if n in GENERATED_FLAGGED else n for n in GENERATED_SAMPLE])
+@pytest.mark.parametrize("name", GENERATED_SAMPLE)
 def test_generated_task_rejects_input_ignoring_outputs(name):
     assert validate_task(get_generated_task(name)) == []
 
@@ -71,8 +55,10 @@ def test_generated_task_rejects_input_ignoring_outputs(name):
 def test_an_input_that_cancels_is_found():
     """softmax(x + v[row]) == softmax(x): the reference computed with v zeroed, or with another trial's
     v, passes every trial, and validate_task says which input and how."""
-    problems = validate_task(get_generated_task("gen_fu_add_col_softmax_f32_s1"))
-    assert problems == [
+    from kernels_env.tasks.generated.emit import build_task
+    from kernels_env.tasks.generated.grammar import Spec
+    task = build_task(Spec("fu", ("add",), "col", "softmax", (), "f32", 1))  # the grammar leaves it out
+    assert validate_task(task) == [
         "gen_fu_add_col_softmax_f32_s1: output 'y' passes every trial ignoring input 'v' (zeros in its place)",
         "gen_fu_add_col_softmax_f32_s1: output 'y' passes every trial ignoring input 'v' "
         "(the next trial's draw in its place)"]

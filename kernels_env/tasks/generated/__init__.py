@@ -8,8 +8,10 @@ a float64 reference and a canonical CUDA solution, split into train / held-out B
 
 `kernels_env.tasks.get_task` resolves `gen_` names through `get_generated_task`, so any process can
 look a generated task up by name; `list_tasks()` still lists only the hand-written suite.
-Modules: ops (catalogue), grammar (compositions, names), emit (description, reference, solution),
-split (held-out combinations, orderings).
+Modules: ops (catalogue), grammar (compositions, names), degenerate (chains left out: their output
+hardly depends on their inputs), emit (description, reference, solution), split (held-out
+combinations, orderings) (kernels_env/execute/audit_generated.py
+plays validate_task's cheats against the whole grammar).
 """
 from __future__ import annotations
 

@@ -290,8 +290,11 @@ def solution_text(spec: Spec) -> str:
 # ---- the task ----------------------------------------------------------------------------------
 def _tolerance(spec: Spec) -> dict[str, tuple[float, float]]:
     dt = DTYPES[spec.dtype]
+    if spec.row == "softmax":  # probabilities of about 1/N: the absolute part must sit far below 1/N
+        return {dt: (1e-5, 1e-2) if spec.dtype == "f16" else (1e-6, 1e-3)}
     if spec.dtype == "f16":
-        return {dt: (1e-2, 1e-2)}
+        # a row mean concentrates at its expectation (+-1/sqrt(N)): 1e-2 would let the constant pass
+        return {dt: (1e-3, 1e-2) if spec.row == "rmean" else (1e-2, 1e-2)}
     if spec.row in ("rsum", "rsumsq"):
         return {dt: (1e-2, 1e-4)}
     if spec.row is not None:

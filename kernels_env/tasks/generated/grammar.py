@@ -11,6 +11,9 @@ optionally one unary op on its result. Families:
     fu    any other chain of 2-4 ops ending in / around a row op (KernelBench level 2 style)
                                                               gen_fu_add_col_relu_softmax_f32_s0
 
+Chains whose output hardly depends on their inputs (a constant, a cancelling operand, a saturated
+op) are left out: degenerate.py lists the rules.
+
 A name is `gen_<family>_<op tokens>_<dtype>_s<shape id>`, a binary op token followed by its
 broadcast token; names use only [a-z0-9_] and fully determine the task.
 """
@@ -21,6 +24,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from kernels_env.tasks.generated.degenerate import degenerate_reason
 from kernels_env.tasks.generated.ops import BCAST, BINARY, DTYPES, F16_REDUCE, NORM, REDUCE, ROWOPS, SHAPES, UNARY
 
 FAMILIES = ("ew", "red", "norm", "fu")
@@ -99,7 +103,7 @@ def valid(spec: Spec) -> bool:
             return False  # keeps every finite result inside the half range
         if spec.row in REDUCE and spec.row not in F16_REDUCE:
             return False
-    return True
+    return degenerate_reason(spec) is None
 
 
 def _prefixes(max_len: int) -> list[tuple[tuple[str, ...], str | None]]:
@@ -174,6 +178,9 @@ def parse_name(name: str) -> Spec:
             raise ValueError(f"{name!r}: unknown op token {t!r}")
         i += 1
     spec = Spec(family, tuple(pre), bcast, row, tuple(post), dtype, int(shape_tok[1:]))
+    why = degenerate_reason(spec)
+    if why is not None:
+        raise ValueError(f"{name!r} is left out of the generated task grammar: {why}")
     if not valid(spec) or spec.name != name:
         raise ValueError(f"{name!r} is not in the generated task grammar (family, op order, dtype "
                          f"{tuple(DTYPES)} or shape id {tuple(SHAPES)})")
