@@ -10,8 +10,8 @@ a float64 reference and a canonical CUDA solution, split into train / held-out B
 look a generated task up by name; `list_tasks()` still lists only the hand-written suite.
 Modules: ops (catalogue), grammar (compositions, names), degenerate (chains left out: their output
 hardly depends on their inputs), emit (description, reference, solution), split (held-out
-combinations, orderings) (kernels_env/execute/audit_generated.py
-plays validate_task's cheats against the whole grammar).
+combinations, orderings). kernels_env/execute/audit_generated.py plays validate_task's cheats
+against the whole grammar.
 """
 from __future__ import annotations
 

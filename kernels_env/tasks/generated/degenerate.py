@@ -146,9 +146,10 @@ def _row_range(row: str, r: Range) -> Range:
     return {"softmax": (0.0, 1.0), "lsm": (-INF, 0.0), "rmax": r, "rmean": r}.get(row, REAL)
 
 
-def output_range(spec: Spec) -> Range:
-    """The value range of the chain's output over unbounded real inputs (a point: a constant)."""
-    pre = _pre_ranges(spec)
+def output_range(spec: Spec, pre: list[Range] | None = None) -> Range:
+    """The value range of the chain's output over unbounded real inputs (a point: a constant);
+    `pre`: the prefix's ranges (`_pre_ranges(spec)`) when the caller has them."""
+    pre = _pre_ranges(spec) if pre is None else pre
     r = pre[-1] if pre else REAL
     if spec.row is not None:
         r = _row_range(spec.row, r)
@@ -169,10 +170,11 @@ AFTER_LSM = ("neg", "abs", "scale", "sq", "log1pabs")
 
 def degenerate_reason(spec: Spec) -> str | None:
     """Why `spec`'s output hardly depends on its inputs (module docstring, rules 1-7), or None."""
-    for op, (lo, hi) in zip(spec.pre, _pre_ranges(spec), strict=True):
+    ranges = _pre_ranges(spec)
+    for op, (lo, hi) in zip(spec.pre, ranges, strict=True):
         if lo == hi:
             return f"x is lost at {op}: its result is the constant {lo:g} whatever x is"
-    lo, hi = output_range(spec)
+    lo, hi = output_range(spec, ranges)
     if lo == hi:
         return f"its output is the constant {lo:g} whatever the input"
     if hi - lo < NARROW:
@@ -183,7 +185,6 @@ def degenerate_reason(spec: Spec) -> str | None:
             return f"{spec.row} is shift-invariant: the per-row v[m] cancels and v is never needed"
     post = spec.post[0] if spec.post else None
     if spec.row == "rmax" and spec.pre:
-        ranges = _pre_ranges(spec)
         if ranges[-1][1] < INF:
             return "the row maximum sits at the upper bound of the values in every row"
         if spec.pre[-1] == "max" and (spec.bcast == "row" or (

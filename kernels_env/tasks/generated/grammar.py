@@ -85,6 +85,11 @@ def family_of(pre: tuple[str, ...], row: str | None, post: tuple[str, ...]) -> s
 
 def valid(spec: Spec) -> bool:
     """Whether `spec` is in the grammar (names of invalid specs are rejected, never built)."""
+    return _well_formed(spec) and degenerate_reason(spec) is None
+
+
+def _well_formed(spec: Spec) -> bool:
+    """`valid` without the degeneracy rules: tokens, family, op order and dtype limits."""
     if spec.dtype not in DTYPES or spec.shape not in SHAPES:
         return False
     if any(o not in UNARY and o not in BINARY for o in spec.pre):
@@ -103,7 +108,7 @@ def valid(spec: Spec) -> bool:
             return False  # keeps every finite result inside the half range
         if spec.row in REDUCE and spec.row not in F16_REDUCE:
             return False
-    return degenerate_reason(spec) is None
+    return True
 
 
 def _prefixes(max_len: int) -> list[tuple[tuple[str, ...], str | None]]:
@@ -178,10 +183,10 @@ def parse_name(name: str) -> Spec:
             raise ValueError(f"{name!r}: unknown op token {t!r}")
         i += 1
     spec = Spec(family, tuple(pre), bcast, row, tuple(post), dtype, int(shape_tok[1:]))
+    if not _well_formed(spec) or spec.name != name:
+        raise ValueError(f"{name!r} is not in the generated task grammar (family, op order, dtype "
+                         f"{tuple(DTYPES)} or shape id {tuple(SHAPES)})")
     why = degenerate_reason(spec)
     if why is not None:
         raise ValueError(f"{name!r} is left out of the generated task grammar: {why}")
-    if not valid(spec) or spec.name != name:
-        raise ValueError(f"{name!r} is not in the generated task grammar (family, op order, dtype "
-                         f"{tuple(DTYPES)} or shape id {tuple(SHAPES)})")
     return spec
