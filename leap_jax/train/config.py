@@ -177,7 +177,8 @@ class OptimizerCfg:
     # whatever the row count); "scan": one program over the batch (compiles per (rows, length))
     accumulate: str = "loop"
     # the update's (and old log-probs') attention: einsum (fp32 scores in query chunks), cudnn (the
-    # fused GPU kernel, bf16/fp16 models) or dpa (jax.nn.dot_product_attention's XLA form)
+    # fused GPU kernel, bf16/fp16 models), dpa (jax.nn.dot_product_attention's XLA form) or auto
+    # (cudnn where it runs, einsum elsewhere: `layers.resolve_attention`)
     attention: str = "einsum"
 
     def check(self) -> None:
@@ -190,7 +191,7 @@ class OptimizerCfg:
         if self.micro_batch_tokens is not None:
             positive(self.micro_batch_tokens, "optimizer.micro_batch_tokens")
         choice(self.accumulate, ("loop", "scan"), "optimizer.accumulate")
-        choice(self.attention, ("einsum", "cudnn", "dpa"), "optimizer.attention")
+        choice(self.attention, ("auto", "einsum", "cudnn", "dpa"), "optimizer.attention")
         if self.pack_len is not None:
             positive(self.pack_len, "optimizer.pack_len")
         positive(self.pad_to_multiple, "optimizer.pad_to_multiple")

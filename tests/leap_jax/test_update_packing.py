@@ -265,3 +265,54 @@ def test_packed_logprobs_with_fused_attention_form_equal_einsum(params):
     got = np.asarray(make_logprob_fn(CFG, "dpa")(params, *args))
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got[b["mask"]], ref[b["mask"]], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend,dtype,head_dim,want", [
+    ("cpu", "bfloat16", 64, "einsum"), ("tpu", "bfloat16", 64, "einsum"), ("gpu", "float32", 64, "einsum"),
+    ("gpu", "bfloat16", 12, "einsum"), ("gpu", "bfloat16", 256, "einsum"), ("gpu", "bfloat16", 64, "cudnn"),
+    ("gpu", "float16", 8, "cudnn"), ("cuda", "bfloat16", 128, "cudnn")])
+def test_auto_attention_takes_the_fused_kernel_only_where_it_runs(backend, dtype, head_dim, want):
+    from leap_jax.models.layers import resolve_attention
+    assert resolve_attention("auto", dtype, head_dim, backend) == want
+    assert resolve_attention("dpa", dtype, head_dim, backend) == "dpa"  # an explicit choice stays
+    with pytest.raises(ValueError, match="'flash'.*expected 'auto' or one of"):
+        resolve_attention("flash", dtype, head_dim, backend)
+
+
+def test_auto_attention_on_this_backend_is_the_resolved_one(params):
+    """optimizer.attention=auto gives exactly the log-probs of the implementation it resolves to."""
+    from leap_jax.models.layers import resolve_attention
+    from leap_jax.train.update import make_logprob_fn
+    rows, adv = _rows(seed=5)
+    b = build_batch(rows, adv, np.ones(adv.shape[:2], bool), 4, micro_batch_size=4, pad_to_multiple=16, pack=True)
+    args = [b[k] for k in ("tokens", "positions", "segment_ids", "targets")]
+    resolved = resolve_attention("auto", CFG.dtype, CFG.head_size)
+    got = np.asarray(make_logprob_fn(CFG, "auto")(params, *args))
+    ref = np.asarray(make_logprob_fn(CFG, resolved)(params, *args))
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.gpu
+def test_cudnn_update_matches_einsum_on_a_bf16_model():
+    """The fused cuDNN attention (what `auto` picks on a GPU) against the einsum path: the same
+    packed log-probs within bf16 rounding, and one update step to the same loss and parameters."""
+    from leap_jax.train.update import make_logprob_fn
+    cfg = CFG.replace(dtype="bfloat16", param_dtype="float32", head_dim=16, hidden_size=64)
+    p0 = {"model": decoder.init(cfg, jax.random.key(3))}
+    rows, adv = _rows(seed=6)
+    b = build_batch(rows, adv, np.ones(adv.shape[:2], bool), 4, micro_batch_size=4, pad_to_multiple=16, pack=True)
+    args = [b[k] for k in ("tokens", "positions", "segment_ids", "targets")]
+    ref = np.asarray(make_logprob_fn(cfg, "einsum")(p0, *args))
+    got = np.asarray(make_logprob_fn(cfg, "cudnn")(p0, *args))
+    np.testing.assert_allclose(got[b["mask"]], ref[b["mask"]], atol=3e-2, rtol=3e-2)
+    import optax
+    tx = optax.sgd(1.0)  # the parameter change is minus the gradient: comparable leaf by leaf
+    out = {impl: make_update(cfg, tx, lambda _: 1.0, micro_batch_size=4, attn_impl=impl)(p0, tx.init(p0), b)
+           for impl in ("einsum", "cudnn")}
+    (pe, _, me), (pc, _, mc) = out["einsum"], out["cudnn"]
+    for key in ("loss/policy", "optim/grad_norm"):
+        assert np.isfinite(float(mc[key])), key
+        np.testing.assert_allclose(float(mc[key]), float(me[key]), atol=2e-3, rtol=3e-2, err_msg=key)
+    for e, c, z in zip(jax.tree.leaves(pe), jax.tree.leaves(pc), jax.tree.leaves(p0), strict=True):
+        ge, gc = np.asarray(e, np.float32) - np.asarray(z, np.float32), np.asarray(c, np.float32) - np.asarray(z, np.float32)
+        assert np.linalg.norm(gc - ge) <= 0.05 * np.linalg.norm(ge) + 1e-6, (np.linalg.norm(gc - ge), np.linalg.norm(ge))
