@@ -10,7 +10,10 @@ Workloads:
   suite  every task of the suite at eval sizes, known-good solutions only;
   small  level-1 tasks at small sizes, known-good solutions only;
   mix    every task at eval sizes, an RL-like mix: 70% solutions, 30% failing submissions (wrong
-         output, compile error, illegal memory access: a sticky CUDA error that kills the worker).
+         output, compile error, illegal memory access: a sticky CUDA error that kills the worker);
+  gen    the configuration RL uses: GEN_TASKS generated training tasks at eval sizes, correctness
+         only (no timing, `configs/generated`), known-good solutions (this tree's arm only: older
+         packages may not have the generated family).
 
 The independent timing check (cupy only) times every suite solution and its reference in this
 module's own loop: CUDA events, an L2-flushing memset and a device sync before every run, the
@@ -30,7 +33,8 @@ import sys
 import time
 from typing import Any
 
-WORKLOADS = ("suite", "small", "mix")
+WORKLOADS = ("suite", "small", "mix", "gen")
+GEN_TASKS = 128
 STAGES = ("compile", "load", "correctness", "timing")
 FAIL_KINDS = {"wrong": "wrong_output", "compile": "compile_error", "illegal": "runtime_error"}
 FAIL_SHARE = {"wrong": 0.12, "compile": 0.12, "illegal": 0.06}  # 30% failing in all
@@ -93,8 +97,12 @@ def workload_rounds(workload: str, tasks: list[Any], repeat: int, seed: int = 0)
 def workload_tasks(workload: str, limit: int | None, only: list[str] | None = None) -> tuple[list[Any], str]:
     """(tasks, size set) of a workload; `only`: the task names every arm has (arms compare the same work)."""
     from kernels_env.tasks import list_tasks
-    tasks = list_tasks(level=1) if workload == "small" else list_tasks()
-    if only is not None:
+    if workload == "gen":
+        from kernels_env.tasks.generated import generated_task_names, get_generated_task
+        tasks = [get_generated_task(n) for n in generated_task_names(GEN_TASKS)]  # `only` is the suite's
+    else:
+        tasks = list_tasks(level=1) if workload == "small" else list_tasks()
+    if only is not None and workload != "gen":
         keep = set(only)
         tasks = [t for t in tasks if t.name in keep]
     return (tasks[:limit] if limit else tasks), ("small" if workload == "small" else "eval")
@@ -117,7 +125,8 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
     Job = sys.modules[EvalPool.__module__].Job  # beside EvalPool, wherever the arm's package keeps it
     tasks, sizes = workload_tasks(workload, opts.get("limit"), opts.get("only"))
     config = EnvConfig(backend=opts["backend"], sizes=sizes, correctness_trials=opts["trials"],
-                       timed_runs=opts["timed_runs"], warmup_runs=opts["warmup_runs"])
+                       timed_runs=opts["timed_runs"], warmup_runs=opts["warmup_runs"],
+                       **({"timing": False} if workload == "gen" else {}))
     kw: dict[str, Any] = {"gpu_workers": opts.get("gpu_workers"), "compile_workers": opts.get("compile_workers")}
     params = inspect.signature(EvalPool).parameters
     if opts.get("exec_workers_per_gpu") and "exec_workers_per_gpu" in params:
@@ -309,6 +318,8 @@ def compare(script: str, root: str, before: str | None, workloads: list[str], op
     rows = []
     for w in workloads:
         for arm, src in arms:
+            if w == "gen" and arm == "before":  # older packages may lack the generated family
+                continue
             t0 = time.perf_counter()
             res = _subprocess(script, src, ["--arm-run", w, "--arm-opts", json.dumps(opts)], timeout_s)
             res.update(arm=arm, workload=w, wall_s=time.perf_counter() - t0)

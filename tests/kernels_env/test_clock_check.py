@@ -142,3 +142,12 @@ def test_env_hold_covers_the_slowest_suite_reference_launch() -> None:
     """conv3d's reference took 4.7-5.1 ms of host enqueue on the H200: the hold must outlast it twice."""
     from kernels_env.backends.cupy_backend import hold_seconds
     assert hold_seconds(5.1e-3) >= 2 * 5.1e-3
+
+
+def test_gen_workload_is_rl_shaped_correctness_only_on_generated_tasks():
+    """`--workloads gen`: generated training tasks at eval sizes, every job a known-good solution."""
+    from kernels_env.tasks.generated import generated_task_names
+    tasks, sizes = env_compare.workload_tasks("gen", 5, only=["relu"])  # `only` names suite tasks
+    assert sizes == "eval" and [t.name for t in tasks] == generated_task_names(env_compare.GEN_TASKS)[:5]
+    rounds = env_compare.workload_rounds("gen", tasks, 2)
+    assert [want for r in rounds for _, _, want in r] == ["correct"] * 10
