@@ -29,7 +29,7 @@ class DecodeImpl:
     # (compile time grows with depth, fine for a sampler); "scan": the stacked lax.scan path
     layer_loop: str = "unrolled"
     rng_impl: str = "threefry"  # the decode RNG (rbg: fewer kernels, another random stream)
-    attention: str = "einsum"  # decode attention: models.layers.ATTN_IMPLS
+    attention: str = "einsum"  # decode attention: models.layers.ATTN_IMPLS or "auto" (resolve_attention)
     fuse: bool = True  # concatenated q|k|v and gate|up projections
     unroll: int | bool = 1  # the layer scan's unroll factor (layer_loop="scan")
     # top-k/top-p filtering chosen per call from the host-side SamplingParams (at most two decode
@@ -51,7 +51,7 @@ class DecodeImpl:
         for name, value, allowed in (("padding", self.padding, PADDINGS),
                                      ("layer_loop", self.layer_loop, LAYER_LOOPS),
                                      ("rng_impl", self.rng_impl, RNG_IMPLS),
-                                     ("attention", self.attention, ATTN_IMPLS),
+                                     ("attention", self.attention, ("auto", *ATTN_IMPLS)),
                                      ("batching", self.batching, BATCHINGS)):
             if value not in allowed:
                 raise ValueError(f"DecodeImpl {name}={value!r}; expected one of {allowed}")

@@ -16,6 +16,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 # = leap_jax.sampling.decode_impl.BATCHINGS, spelled out so config checks import no JAX
 # (tests/leap_jax/test_continuous_batching.py checks they agree)
 BATCHINGS = ("static", "continuous")
+# = ("auto", *leap_jax.models.layers.ATTN_IMPLS), spelled out for the same reason (same test)
+ATTENTIONS = ("auto", "einsum", "reduce", "dpa", "cudnn")
 
 
 @dataclass
@@ -99,6 +101,9 @@ class SamplingCfg:
     # turns (at most every row's cache of the previous turn; with batching=continuous also a cache of
     # every row of a call, which continuous batching alone does not allocate).
     kv_reuse: bool = False
+    # the decode step's attention (models.layers.attention): einsum, reduce, dpa, cudnn (the fused
+    # GPU kernel) or auto (cudnn where it runs, einsum elsewhere); the tokens are the same up to rounding
+    attention: str = "einsum"
 
     def check(self) -> None:
         positive(self.temperature, "sampling.temperature", allow_zero=True)
@@ -108,6 +113,7 @@ class SamplingCfg:
         positive(self.max_new_tokens, "sampling.max_new_tokens")
         choice(self.buckets, ("coarse", "fine"), "sampling.buckets")
         choice(self.batching, BATCHINGS, "sampling.batching")
+        choice(self.attention, ATTENTIONS, "sampling.attention")
         positive(self.slots, "sampling.slots", allow_zero=True)
         if self.batching == "continuous" and self.decode_segments != 1:
             raise ConfigError(f"sampling.batching=continuous needs sampling.decode_segments=1, got "
@@ -117,7 +123,8 @@ class SamplingCfg:
         """The Sampler's DecodeImpl of this section."""
         from leap_jax.sampling.decode_impl import DecodeImpl
         return DecodeImpl(decode_segments=self.decode_segments, steps_per_iter=self.steps_per_iter,
-                          batching=self.batching, slots=self.slots, kv_reuse=self.kv_reuse)
+                          batching=self.batching, slots=self.slots, kv_reuse=self.kv_reuse,
+                          attention=self.attention)
 
     def params(self, stop_token_ids: Sequence[int], temperature: float | None = None) -> SamplingParams:
         """The Sampler's per-call SamplingParams of this section (`temperature` overrides its own)."""

@@ -248,6 +248,11 @@ def test_sampling_config_opt_in():
     from leap_jax.train.config import load_config
     from leap_jax.train.config_loader import ConfigError
     assert config_policy.BATCHINGS == decode_impl.BATCHINGS
+    from leap_jax.models.layers import ATTN_IMPLS
+    assert config_policy.ATTENTIONS == ("auto", *ATTN_IMPLS)
+    assert load_config(None, ["sampling.attention=cudnn"]).sampling.decode_impl().attention == "cudnn"
+    with pytest.raises(ConfigError, match="sampling.attention"):
+        load_config(None, ["sampling.attention=flash"])
     cfg = load_config(None, [])
     assert cfg.sampling.decode_impl() == DecodeImpl(steps_per_iter=cfg.sampling.steps_per_iter)
     cfg = load_config(None, ["sampling.batching=continuous", "sampling.slots=16"])

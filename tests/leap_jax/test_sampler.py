@@ -275,8 +275,9 @@ def test_buckets_and_validation(params, sampler):
         sampler.generate(params, [[1]], SamplingParams(stop_token_ids=tuple(range(9))))
 
 
-def test_dot_product_attention_decode_matches_the_model(params, prompts):
-    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, impl=DecodeImpl(attention="dpa"))
+@pytest.mark.parametrize("attention", ["dpa", "auto"])
+def test_dot_product_attention_decode_matches_the_model(params, prompts, attention):
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, impl=DecodeImpl(attention=attention))
     out = s.generate(params, prompts, GREEDY, 0)
     for p, toks in zip(prompts, out.tokens, strict=False):
         assert toks == ref_greedy(params, p, NEW)
@@ -299,7 +300,8 @@ def test_bf16_sampler_on_gpu_variants_agree():
     prompts = [rng.integers(1, 97, n).tolist() for n in (5, 30, 17, 64, 2)]
     outs = {}
     variants = {"unrolled": {}, "scan": {"layer_loop": "scan", "decode_segments": 3},
-                "cudnn": {"attention": "cudnn"}}  # the fused cuDNN decode attention
+                "cudnn": {"attention": "cudnn"},  # the fused cuDNN decode attention
+                "auto": {"attention": "auto", "steps_per_iter": 4}}  # what sampling.attention=auto runs
     for loop, kw in variants.items():
         s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16, impl=DecodeImpl(**kw))
         outs[loop] = s.generate(p, prompts, GREEDY, 0)
@@ -312,7 +314,7 @@ def test_bf16_sampler_on_gpu_variants_agree():
                 pos = np.arange(tok.shape[1], dtype=np.int32)[None]
                 want = token_logprobs(p, cfg, tok, pos, np.asarray(seq[1:], np.int32)[None])
                 np.testing.assert_allclose(lps, np.asarray(want)[0, len(pr) - 1:], atol=0.05)
-    for other in ("scan", "cudnn"):
+    for other in ("scan", "cudnn", "auto"):
         assert [t[0] for t in outs["unrolled"].tokens] == [t[0] for t in outs[other].tokens]
 
 
