@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate step-speed ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +82,16 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
+    step-speed)  # issue 29: the generated-family configs' defaults against the headline's rollout and update
+      # settings, the real SFT policy (carried in artifacts/), each config in its own process, alone on the GPU
+      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      H='headline: rollout.pipeline_turns=false sampling.kv_reuse=false rollout.overlap_chunks=2 optimizer.attention=einsum'
+      stage step-multiturn ${STEP_MT_S:-230} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+        --arms after --arm "$H" --arm 'cudec: sampling.attention=cudnn' --steps 2 --warmup 1
+      stage step-leap ${STEP_LEAP_S:-160} python3 benchmarks/step_time.py --config configs/generated/leap.yaml \
+        --arms after --arm "$H" --steps 2 --warmup 1
+      stage step-grpo ${STEP_GRPO_S:-140} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
+        --arms after --arm "$H" --arm 'mesh1: mesh.force=true' --steps 2 --warmup 1 ;;
     ray)  # issue 22: a local Ray cluster with one GPU host (this machine) scores the suite with the statuses
       # of process mode, then the env benchmark's ray-vs-process arm. Carry Ray as a wheel in .whl/
       # (docs/DISTRIBUTED_EVAL.md); RAY_ARGS e.g. "--level 1"
