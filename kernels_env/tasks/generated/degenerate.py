@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kernels_env.tasks.generated.ops import SCALAR_C
+from kernels_env.tasks.generated.ops import GELU_C, SCALAR_C
 
 if TYPE_CHECKING:
     from kernels_env.tasks.generated.grammar import Spec
@@ -95,7 +95,7 @@ def _silu(t: float) -> float:
 def _gelu(t: float) -> float:
     if abs(t) == INF:
         return 0.0 if t < 0 else INF
-    return 0.5 * t * (1.0 + math.tanh(0.7978845608 * (t + 0.044715 * t * t * t)))
+    return 0.5 * t * (1.0 + math.tanh(GELU_C * (t + 0.044715 * t * t * t)))
 
 
 SILU_ARGMIN = -1.2784645

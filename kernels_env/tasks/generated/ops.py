@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from kernels_env.tasks import common
 
-_GELU_C = math.sqrt(2.0 / math.pi)
+GELU_C = math.sqrt(2.0 / math.pi)  # gelu_tanh's constant (0.7978845608 in the CUDA text)
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ UNARY: dict[str, Unary] = {u.token: u for u in (
           lambda xp, t: common.softplus(xp, t)),
     Unary("silu", "silu({})", "t / (1.0f + expf(-t))", lambda xp, t: t * common.sigmoid(xp, t)),
     Unary("gelu", "gelu_tanh({})", "0.5f * t * (1.0f + tanhf(0.7978845608f * (t + 0.044715f * t * t * t)))",
-          lambda xp, t: 0.5 * t * (1.0 + xp.tanh(_GELU_C * (t + 0.044715 * t * t * t)))),
+          lambda xp, t: 0.5 * t * (1.0 + xp.tanh(GELU_C * (t + 0.044715 * t * t * t)))),
     Unary("expn", "exp(-|{}|)", "expf(-fabsf(t))", lambda xp, t: xp.exp(-xp.abs(t))),
     Unary("scale", "1.5 * ({})", "1.5f * t", lambda xp, t: 1.5 * t),
     Unary("clamp", "clamp({}, -1, 1)", "fminf(fmaxf(t, -1.0f), 1.0f)", lambda xp, t: xp.clip(t, -1.0, 1.0)),
