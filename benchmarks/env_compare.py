@@ -99,12 +99,12 @@ def workload_tasks(workload: str, limit: int | None, only: list[str] | None = No
     from kernels_env.tasks import list_tasks
     if workload == "gen":
         from kernels_env.tasks.generated import generated_task_names, get_generated_task
-        tasks = [get_generated_task(n) for n in generated_task_names(GEN_TASKS)]  # `only` is the suite's
+        tasks = [get_generated_task(n) for n in generated_task_names(GEN_TASKS)]
     else:
         tasks = list_tasks(level=1) if workload == "small" else list_tasks()
-    if only is not None and workload != "gen":
-        keep = set(only)
-        tasks = [t for t in tasks if t.name in keep]
+        if only is not None:  # `only` names suite tasks
+            keep = set(only)
+            tasks = [t for t in tasks if t.name in keep]
     return (tasks[:limit] if limit else tasks), ("small" if workload == "small" else "eval")
 
 

@@ -69,6 +69,8 @@ def resolve_attention(impl: str, dtype: str, head_dim: int, backend: str | None 
     backend = backend or jax.default_backend()
     fused = backend in ("gpu", "cuda") and dtype in ("bfloat16", "float16") and head_dim in CUDNN_HEAD_DIMS
     return "cudnn" if fused else "einsum"
+
+
 # The einsum path materialises fp32 scores [B, KV, G, T, S]; past this many bytes it runs over query
 # chunks one after another (a prefill of 64 rows x 4096 tokens would otherwise take ~8 GiB a head
 # group: several JAX processes on one GPU ran out of memory in the experiment's first attempt).
