@@ -143,6 +143,7 @@ class CupyDevice:
         self.flush_bytes = max(2 * self.l2_bytes, 2**20)
         self.max_smem_optin = int(rt.deviceGetAttribute(rt.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id))
         self.healthy = True
+        self.hung = False  # a kernel may still be running (DeviceHang): keep the GPU lock until this process exits
         self.flushes = 0  # L2 flushes done by time_ms, for tests and reports
         self.last_timing: dict[str, Any] = {}
         if memory_limit is not None:
@@ -298,6 +299,7 @@ class CupyDevice:
             now = time.monotonic()
             if now > deadline:
                 self.healthy = False
+                self.hung = True
                 raise DeviceHang(f"the kernel is still running after {now - start:.3g} s (a hang or far "
                                  "too slow); the worker must be replaced")
             if now < spin_until:

@@ -208,8 +208,9 @@ def attach(device: Any, handle: GpuLockHandle | None) -> None:
 @contextlib.contextmanager
 def gpu_access(device: Any, exclusive: bool) -> Iterator[None]:
     """Hold the device's GPU lock (exclusive for timing, shared for other GPU work) around the block;
-    a no-op for a device without a lock (inline mode, the cpu backend, tests' fake devices). An
-    unhealthy device (sticky CUDA error) keeps the hold until the parent resets the worker's slot."""
+    a no-op for a device without a lock (inline mode, the cpu backend, tests' fake devices). A hung
+    device (`hung`: a kernel still running past its limit) keeps the hold until the parent resets the
+    worker's slot; any other device releases it, a faulted one (sticky CUDA error) included."""
     handle = getattr(device, "__dict__", {}).get(DEVICE_ATTR)
     if handle is None:
         yield
@@ -218,8 +219,9 @@ def gpu_access(device: Any, exclusive: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        # After a sticky error (device.healthy False) a faulted or hung kernel may still occupy the
-        # GPU until the process exits: keep holding, so no timing starts next to it; the parent's
-        # reset_slot frees the slot when it reaps the worker.
-        if getattr(device, "healthy", True) is not False:
+        # A hung kernel occupies the GPU until its process exits: keep holding, so no timing starts
+        # next to it; the parent's reset_slot frees the slot when it reaps the worker. A faulted kernel
+        # (illegal address, ...) has stopped when its error is reported: holding on would stall every
+        # other worker's timing for as long as the dead worker takes to exit (its context's teardown).
+        if not getattr(device, "hung", False):
             handle.lock.release(handle.slot)

@@ -20,6 +20,8 @@ Optional extensions of the Device protocol that the harness uses when present:
   `end_job()`                     called after every evaluation (CupyDevice frees its memory pool);
   `max_scratch_bytes`             the scratch one evaluation may declare (cpu), checked before allocating;
   `healthy`                       False after a sticky error (read by the pipeline to replace the worker).
+  `hung`                          True while a kernel may still run (a hang): the worker keeps its GPU lock
+                                  until it exits (execute/gpu_lock.gpu_access).
 """
 from __future__ import annotations
 

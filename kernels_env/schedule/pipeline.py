@@ -149,9 +149,7 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
         try:
             result = evaluate(device, program, task, prepared.submission, dict(prepared.sizes), config)
         except FatalDeviceError as e:
-            fatal = True
-            result = (e.result if isinstance(e.result, Result) else
-                      Result(Status.RUNTIME_ERROR, message=f"sticky CUDA error: {e}", details=str(e)))
+            fatal, result = True, fatal_result(e)
         if not isinstance(result, Result):
             raise TypeError(f"harness returned {type(result).__name__}, expected Result")
         if not fatal and result.status is Status.ENV_ERROR:
@@ -167,6 +165,14 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
         r = _env_error("load/evaluation", prepared.task, prepared.key, stages)
         r.backend = backend
         return r, fatal or _context_lost(device)
+
+
+def fatal_result(e: Exception) -> Result:
+    """The Result to report for a sticky device error (FatalDeviceError): the one harness.evaluate set
+    on it, else a runtime_error naming it. The worker that saw it is replaced."""
+    res = getattr(e, "result", None)
+    return res if isinstance(res, Result) else Result(Status.RUNTIME_ERROR, message=f"sticky CUDA error: {e}",
+                                                      details=str(e))
 
 
 def _context_lost(device: Any, timeout_s: float = 5.0) -> bool:

@@ -13,10 +13,15 @@ A warm spare exec worker per GPU (spares.py; default on for cupy, `spare_worker=
 that dies at once, and the next spare starts in the background. Reference timings measured by a worker
 come back with its replies and seed every other worker of that GPU, spares and replacements included
 (judge/reference_cache.py), so a restart never re-times a reference.
-The parent enforces per-stage wall-clock limits: a worker that overruns or dies (segfault, sticky
-CUDA error, os._exit) is killed and replaced and the job retried once, then reported as `timeout`
-(overran) or `runtime_error` (died). Every future resolves to a Result. The parent never touches
-CUDA in process mode. Inline mode runs `score` in the calling process, for debugging.
+The parent enforces per-stage wall-clock limits: a worker that overruns or dies (segfault, os._exit)
+is killed and replaced and the job retried once, then reported as `timeout` (overran) or
+`runtime_error` (died). A sticky device error (the worker replies "result_fatal": its CUDA context is
+unusable) replaces the worker without a retry; no other failing submission (format, compile, wrong
+output, a non-sticky runtime error, the harness's own timeouts) costs a restart. A replaced worker is
+reaped in the background: its exit (a CUDA context's teardown) never holds up its lane, and a faulted
+worker has released its GPU lock already (only a hung one keeps it until it is gone). Every future
+resolves to a Result. The parent never touches CUDA in process mode. Inline mode runs `score` in the
+calling process, for debugging.
 
 `worker_env` adds environment variables to every worker (e.g. CUPY_GPU_MEMORY_LIMIT="30%" when
 the GPU is shared with a JAX trainer). Workers are spawned: a script creating a pool must guard
@@ -46,6 +51,7 @@ from kernels_env.schedule.workers import STARTUP_TIMEOUT_S, Worker, WorkerDied, 
 DEFAULT_EXEC_WORKERS_PER_GPU = 3  # cupy: one times (exclusive lock) while the others do host work
 CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory access)"
 PROCESS_MODES = ("process", "inline")  # the modes this pool runs ("ray" is RayEvalPool's)
+SLOT_WAIT_S = 30.0  # a new worker waits this long for a GPU-lock slot held by an exiting one
 
 
 def _compile_memory_text(env: dict[str, str]) -> str:
@@ -84,6 +90,8 @@ class ProcessEvalPool(PoolBase):
         self._refs = reference_cache.ReferenceStore()
         self._gpu_locks: dict[str, GpuLock] = {}
         self._free_slots: dict[str, list[int]] = {}
+        self._slot_freed = threading.Condition(self._lock)  # a GPU-lock slot went back to _free_slots
+        self._reapers: list[threading.Thread] = []  # threads waiting for retired workers to exit
         self._spares: SpareWorkers | None = None
         self.gpu_workers = self.exec_workers = self.compile_workers = 0
         if mode == "inline":
@@ -101,8 +109,8 @@ class ProcessEvalPool(PoolBase):
             ids = self._gpu_ids()
             gpus = [ids[g % len(ids)] for g in range(n_gpu)]  # more than the GPUs: they share
             envs = [{**extra, "CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus for _ in range(per_gpu)]
-            for gpu in set(gpus):  # lanes + spare + a spare starting + slack
-                self._gpu_locks[gpu] = GpuLock(self._ctx, gpus.count(gpu) * per_gpu + 4)
+            for gpu in set(gpus):  # lanes + as many exiting (reaped in the background) + spare + one starting + slack
+                self._gpu_locks[gpu] = GpuLock(self._ctx, 2 * gpus.count(gpu) * per_gpu + 4)
                 self._free_slots[gpu] = list(range(self._gpu_locks[gpu].slots))
             self.gpu_workers = n_gpu
         else:
@@ -188,6 +196,10 @@ class ProcessEvalPool(PoolBase):
         for t in self._threads:
             t.join(10)
         with self._lock:
+            reapers = list(self._reapers)
+        for t in reapers:
+            t.join(10)
+        with self._lock:
             left = list(self._inflight.values())
             self._inflight.clear()
         for p in left:
@@ -250,17 +262,26 @@ class ProcessEvalPool(PoolBase):
 
     def _retire(self, holder: list, role: str, env: dict[str, str]) -> None:
         """Kill the holder's worker (dead, overran or unusable) and put a warm spare in its place
-        when one is ready (else the next request starts a new worker)."""
+        when one is ready (else the next request starts a new worker). The old worker is reaped in
+        the background: a process leaving a CUDA context may take seconds to exit, which must not
+        hold up this lane; its GPU-lock slot stays taken until it is gone (Worker.kill)."""
         w = holder[0]
         if w is not None:
-            w.kill()
             self._workers.discard(w)
+            self._reap(w)
         holder[0] = None
         self._count("restarts")
         if role == "exec" and self._spares is not None and not self._closed:
             holder[0] = self._spares.take(env)
             if holder[0] is not None:
                 self._count("spare_swaps")
+
+    def _reap(self, w: Worker) -> None:
+        """Kill `w` and wait for its exit in a thread of its own (close() waits for these threads)."""
+        t = threading.Thread(target=w.kill, name="EvalPool-reap", daemon=True)
+        t.start()
+        with self._lock:
+            self._reapers = [x for x in self._reapers if x.is_alive()] + [t]
 
     def _new_worker(self, role: str, env: dict[str, str]) -> Worker:
         if self._closed:
@@ -281,16 +302,17 @@ class ProcessEvalPool(PoolBase):
         lock = self._gpu_locks.get(gpu)
         if lock is None:
             return None, None
-        with self._lock:
+        with self._slot_freed:  # a worker being reaped frees its slot within seconds
             free = self._free_slots[gpu]
-            if not free:
-                raise RuntimeError(f"no free slot in the GPU lock of GPU {gpu!r} ({lock.slots} slots, all "
-                                   "held by live workers)")
+            if not free and not self._slot_freed.wait_for(lambda: bool(free), timeout=SLOT_WAIT_S):
+                raise RuntimeError(f"no free slot in the GPU lock of GPU {gpu!r} within {SLOT_WAIT_S:g} s "
+                                   f"({lock.slots} slots, all held by live or exiting workers)")
             slot = free.pop()
 
         def release() -> None:
-            with self._lock:
+            with self._slot_freed:
                 self._free_slots[gpu].append(slot)
+                self._slot_freed.notify_all()
         return lock.handle(slot), release
 
     def _loop(self, q: queue.Queue, role: str, env: dict[str, str], handle: Callable) -> None:

@@ -16,6 +16,7 @@ import traceback
 from typing import Any
 from collections.abc import Callable
 
+from kernels_env.backends.base import FatalDeviceError
 from kernels_env.core.config import EnvConfig
 from kernels_env.core.result import Result
 from kernels_env.execute.gpu_lock import GpuLockHandle, attach
@@ -146,8 +147,11 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
                 reply = ("result", out.to_dict()) if isinstance(out, Result) else ("prepared", out)
             elif kind == "evaluate":
                 task, text, cfg = payload
-                r = evaluator(task, text, cfg)  # type: ignore[misc]
-                reply = ("result", r.to_dict() if isinstance(r, Result) else
+                try:
+                    r = evaluator(task, text, cfg)  # type: ignore[misc]
+                except FatalDeviceError as e:  # its device is unusable: as a fatal `execute`
+                    r, fatal = pipeline.fatal_result(e), True
+                reply = ("result_fatal" if fatal else "result", r.to_dict() if isinstance(r, Result) else
                          Result.env_error(f"evaluator returned {type(r).__name__}", task=task).to_dict())
             elif kind == "execute":
                 prepared, cfg = payload

@@ -3,7 +3,8 @@
 The text selects the behaviour, so one pool can serve good and bad jobs: "hang" sleeps forever,
 "exit" calls os._exit(3), "killhost" SIGKILLs the worker's parent when that is a Ray evaluation
 host (LEAP_EVAL_HOST=1, kernels_env/schedule/ray_host.py; elsewhere it only exits), "segv" raises
-SIGSEGV in the worker, "raise" raises, "flaky:<path>" dies the first time (creating <path>) and
+SIGSEGV in the worker, "raise" raises, "sticky" raises FatalDeviceError (a sticky CUDA error: the pool
+replaces the worker, the job is runtime_error), "flaky:<path>" dies the first time (creating <path>) and
 succeeds on the retry, "ref:<name>" looks <name> up in the worker's reference-timing cache (the one a
 real device keeps, see kernels_env/judge/reference_cache.py) and answers "ref <name> cached" or, after
 storing it, "ref <name> measured"; anything else returns `correct` with the text as its message and
@@ -36,6 +37,12 @@ def scripted_evaluator(task: str, text: str, config: EnvConfig) -> Result:
         time.sleep(10)
     if text.startswith("raise"):
         raise RuntimeError("scripted evaluator failure")
+    if text.startswith("sticky"):
+        from kernels_env.backends.base import FatalDeviceError
+        e = FatalDeviceError("scripted sticky error (an illegal address on a GPU)")
+        e.result = Result(Status.RUNTIME_ERROR, message=f"{e}", task=task, backend="scripted",
+                          details=f"pid={os.getpid()}")
+        raise e
     if text.startswith("flaky:"):
         path = text.split(":", 1)[1]
         if not os.path.exists(path):

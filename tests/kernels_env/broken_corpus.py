@@ -25,7 +25,6 @@ Decisions on cases whose GPU behaviour could be non-deterministic:
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,13 +254,13 @@ def register_corpus_tasks() -> None:
 def corpus_evaluator(task: str, text: str, config: EnvConfig) -> Result:
     """EvalPool evaluator (runs in the worker): score `text` against a corpus task by name.
 
-    Keeps one device per worker. After a fatal (sticky) device error the worker's device is
-    unusable, so the next call exits the process; the pool then replaces the worker and retries.
+    Keeps one device per worker. After a fatal (sticky) device error the device is unusable: the
+    error is raised (FatalDeviceError carrying the result), and the pool replaces the worker at once,
+    as for its own `execute` requests, without a retry.
     """
-    if _STATE.get("dead"):
-        os._exit(0)
-    from kernels_env.schedule import pipeline
     from kernels_env.backends import get_device
+    from kernels_env.backends.base import FatalDeviceError
+    from kernels_env.schedule import pipeline
     device = _STATE.get("device")
     if device is None:
         register_corpus_tasks()
@@ -271,5 +270,7 @@ def corpus_evaluator(task: str, text: str, config: EnvConfig) -> Result:
         return prep
     result, fatal = pipeline.execute(prep, device, config)
     if fatal:
-        _STATE["dead"] = True
+        e = FatalDeviceError(result.message)
+        e.result = result
+        raise e
     return result

@@ -194,7 +194,7 @@ def _fake_device(**kw):
     from kernels_env.backends.cupy_backend import CupyDevice, CupyProgram
     dev = CupyDevice.__new__(CupyDevice)
     dev.cp = dev.xp = _FakeCupy(**kw)
-    dev.healthy, dev.arch, dev.l2_bytes, dev.flush_bytes = True, "sm_90", 50 << 20, 100 << 20
+    dev.healthy, dev.hung, dev.arch, dev.l2_bytes, dev.flush_bytes = True, False, "sm_90", 50 << 20, 100 << 20
     dev.max_smem_optin, dev.flushes, dev.last_timing = 227 * 1024, 0, {}
     prog = CupyProgram(kernels={}, functions={"k": dev.cp.kernel()}, arch="sm_90")
     return dev, prog
@@ -230,7 +230,7 @@ def test_synchronize_with_a_timeout_raises_device_hang():
     dev.launch(prog, "k", (1, 1, 1), (32, 1, 1), 0, [])
     with pytest.raises(DeviceHang, match="still running"):
         dev.synchronize(timeout_s=0.02)
-    assert not dev.healthy
+    assert not dev.healthy and dev.hung  # the kernel still runs: the worker keeps its GPU lock
 
 
 def test_a_fault_seen_while_polling_is_a_fatal_error_not_a_hang():
@@ -243,7 +243,7 @@ def test_a_fault_seen_while_polling_is_a_fatal_error_not_a_hang():
     with pytest.raises(FatalDeviceError, match="700") as info:
         dev.synchronize(timeout_s=5.0)
     assert not isinstance(info.value, DeviceHang)
-    assert not dev.healthy
+    assert not dev.healthy and not dev.hung  # the faulted kernel has stopped: the GPU lock is released
 
 
 def test_time_ms_flushes_before_every_run_and_syncs_only_at_the_end():

@@ -161,19 +161,26 @@ def test_gpu_access_is_a_no_op_without_a_lock_and_uses_an_attached_one():
         lock.handle(1)
 
 
-def test_a_device_with_a_sticky_error_keeps_its_hold_until_the_parent_resets_it():
+@pytest.mark.parametrize("hung", [True, False], ids=["hung", "faulted"])
+def test_only_a_hung_device_keeps_its_hold_until_the_parent_resets_it(hung):
+    """A hung kernel runs until its process is gone: no timing may start next to it. A sticky fault
+    (illegal address, ...) has stopped its kernel: holding the lock until the dead worker is reaped
+    would stall every other worker's timing for its whole exit."""
     class Dev:
-        healthy = True
+        healthy, hung = True, False
     dev = Dev()
     lock = GpuLock(CTX, 2)
     attach(dev, lock.handle(0))
     with pytest.raises(RuntimeError, match="sticky"):
         with gpu_access(dev, exclusive=False):
-            dev.healthy = False
+            dev.healthy, dev.hung = False, hung
             raise RuntimeError("sticky")
-    assert lock.mode[0] == 1  # still shared: a hung kernel may be running; no timing may start
-    with pytest.raises(GpuLockTimeout):
-        lock.acquire(1, exclusive=True, timeout_s=0.2)
-    lock.reset_slot(0)
+    if hung:
+        assert lock.mode[0] == 1  # still shared
+        with pytest.raises(GpuLockTimeout):
+            lock.acquire(1, exclusive=True, timeout_s=0.2)
+        lock.reset_slot(0)
+    else:
+        assert lock.mode[0] == FREE
     with lock.handle(1).access(exclusive=True):
         pass
