@@ -1,34 +1,43 @@
 #!/usr/bin/env bash
-# Ray for a GPU machine that reaches no package index, in two carries (a device command takes at most
-# 64 MiB along; Ray's wheel alone is ~76 MiB):
+# Ray for a GPU machine that reaches no package index, in several carries (a device command takes at
+# most 64 MiB along, the working tree included; Ray and its requirements are ~80 MB):
 #   bash scripts/ray_carry.sh pack        here: download Ray and its requirements as wheels for the GPU
-#                                         machine's Python, tar them and split the tar in two halves,
-#                                         .whl/ray-1/ and .whl/ray-2/ (ignored by git)
-#   bash scripts/ray_carry.sh install     there: join the halves into .whl/*.whl, which
+#                                         machine's Python, tar them and split the tar into parts of
+#                                         PART_MB (default 20) MB, .whl/ray-1/, .whl/ray-2/, ... (ignored
+#                                         by git); it prints how many parts there are
+#   bash scripts/ray_carry.sh install     there: join every part into .whl/*.whl, which
 #                                         `scripts/gpu_session.sh` installs offline (then its `ray` stage)
-# Two device commands back to back (the machine keeps what the first left while it is held): the
-# first carries .whl/ray-1 and does nothing else (e.g. `true`), the second carries .whl/ray-2 and runs
-# `bash scripts/ray_carry.sh install && bash scripts/gpu_session.sh ray`.
+# One device command per part, back to back (the machine keeps what earlier commands left while it is
+# held): each carries one .whl/ray-K and does nothing else (e.g. `true`), the last carries the last
+# part and runs `bash scripts/ray_carry.sh install && bash scripts/gpu_session.sh ray`.
+# PART_MB must leave room for the working tree beside one part (64 MiB in all).
 # RAY_VERSION (default: the newest) and PY_VERSION (default 3.12, the GPU machine's) choose the wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case ${1:-} in
   pack)
-    rm -rf .whl/ray .whl/ray-1 .whl/ray-2 && mkdir -p .whl/ray .whl/ray-1 .whl/ray-2
+    rm -rf .whl/ray .whl/ray-[0-9]* && mkdir -p .whl/ray
     python3 -m pip download "ray${RAY_VERSION:+==$RAY_VERSION}" --only-binary=:all: -d .whl/ray \
       --python-version "${PY_VERSION:-3.12}" --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
       --platform manylinux_2_28_x86_64 --platform any
     tar cf .whl/ray.tar -C .whl/ray .
-    half=$(( ($(stat -c %s .whl/ray.tar) + 1) / 2 ))
-    split -b "$half" -d .whl/ray.tar .whl/ray.tar.part-
-    mv .whl/ray.tar.part-00 .whl/ray-1/ && mv .whl/ray.tar.part-01 .whl/ray-2/
-    rm -f .whl/ray.tar
-    du -sh .whl/ray-1 .whl/ray-2 ;;
-  install)
-    for part in .whl/ray-1/ray.tar.part-00 .whl/ray-2/ray.tar.part-01; do
-      [ -f "$part" ] || { echo "ray_carry: $part is missing: carry .whl/ray-1 and .whl/ray-2 in two commands"; exit 2; }
+    split -b "${PART_MB:-20}M" -d -a 2 .whl/ray.tar .whl/ray.tar.part-
+    n=0
+    for part in .whl/ray.tar.part-*; do  # part-00 -> .whl/ray-1/, part-01 -> .whl/ray-2/, ...
+      n=$((n + 1)); mkdir -p ".whl/ray-$n" && mv "$part" ".whl/ray-$n/"
     done
-    cat .whl/ray-1/ray.tar.part-00 .whl/ray-2/ray.tar.part-01 | tar xf - -C .whl
+    rm -f .whl/ray.tar
+    du -sh .whl/ray-[0-9]*
+    echo "ray_carry: $n parts; carry .whl/ray-1 .. .whl/ray-$n in $n commands" ;;
+  install)
+    parts=$(ls .whl/ray-[0-9]*/ray.tar.part-* 2>/dev/null | sort -t- -k3 || true)
+    [ -n "$parts" ] || { echo "ray_carry: no .whl/ray-K/ray.tar.part-* here: carry the parts first"; exit 2; }
+    want=$(ls -d .whl/ray-[0-9]* | wc -l); last=$(basename "$(echo "$parts" | tail -n 1)")
+    if [ "$last" != "ray.tar.part-$(printf %02d $((want - 1)))" ] || [ "$(echo "$parts" | wc -l)" != "$want" ]; then
+      echo "ray_carry: parts found: $(echo $parts); expected ray.tar.part-00 .. -$(printf %02d $((want - 1))) one per .whl/ray-K"
+      exit 2
+    fi
+    cat $parts | tar xf - -C .whl || { echo "ray_carry: the joined parts are not one tar: is a part missing?"; exit 2; }
     ls .whl/*.whl ;;
   *) echo "usage: bash scripts/ray_carry.sh pack | install"; exit 2 ;;
 esac
