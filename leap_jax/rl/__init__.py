@@ -10,8 +10,7 @@ defines it, and config validation reads `leap_jax.rl.options` without importing 
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from leap_jax.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "advantages": ("gae", "group_mean_baseline", "group_zscore", "kevin_advantages", "leave_one_out",
@@ -25,15 +24,4 @@ _EXPORTS = {
     "rewards": ("binary_reward", "discounted_returns", "final_success_reward", "first_correct_value",
                 "kevin_scores", "last_attempted_value", "outcome_keys", "rank_reward", "rank_reward_from_turns"),
 }
-_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = [name for name in sorted(_HOME)]  # a list expression: ruff PLE0605
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'leap_jax.rl' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"leap_jax.rl.{_HOME[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

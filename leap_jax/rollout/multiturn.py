@@ -35,6 +35,7 @@ from kernels_env.tasks import get_task
 from leap_jax.rollout.policy import GenRequest, GenResponse, Policy
 from leap_jax.models.chat import Message
 from leap_jax.rollout.prompts import feedback_message, initial_messages
+from leap_jax.sampling.params import check_preempt
 
 # DCP decision codes (leap_jax.rl.dcp)
 EASY, DEBUG, HOPELESS, PAD = 0, 1, 2, -1
@@ -175,10 +176,11 @@ class MultiTurnRollout:
         self.max_new_tokens, self.max_context = max_new_tokens, max_context_tokens
         self.chunks = max(1, overlap_chunks)
         self.pipeline_turns = pipeline_turns
-        if not 0.0 <= preempt < 1.0 or (preempt and not pipeline_turns):
-            raise ValueError(f"preempt={preempt!r}; expected a fraction in [0, 1), and > 0 only with "
+        self.preempt = check_preempt(preempt)
+        if self.preempt and not pipeline_turns:
+            raise ValueError(f"preempt={preempt!r} continues cut rows in later generate calls; it needs "
                              f"pipeline_turns=True (got {pipeline_turns})")
-        self.preempt = float(preempt)  # pipelined only: end a generate call early (rollout/pipelined.py)
+        # pipelined only: end a generate call early (rollout/pipelined.py)
         self.sizes = sizes
         if feedback_fn is None:
             from kernels_env.judge.feedback import render_feedback

@@ -1,5 +1,14 @@
-"""leap_jax.sampling: bucketed, jitted KV-cache generation (see sampler.py)."""
-from leap_jax.sampling.params import SamplingParams
-from leap_jax.sampling.sampler import DecodeResult, SampleOutput, Sampler, decode, prefill
+"""leap_jax.sampling: bucketed, jitted KV-cache generation (see sampler.py).
 
-__all__ = ["SamplingParams", "Sampler", "SampleOutput", "DecodeResult", "prefill", "decode"]
+Names resolve lazily (PEP 562): `from leap_jax.sampling import Sampler` imports sampler.py (and JAX),
+while config validation reads `leap_jax.sampling.params` (plain Python and NumPy) without JAX.
+"""
+from __future__ import annotations
+
+from leap_jax.lazy_exports import lazy_exports
+
+_EXPORTS = {
+    "params": ("SamplingParams", "check_preempt"),
+    "sampler": ("DecodeResult", "SampleOutput", "Sampler", "decode", "prefill"),
+}
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -8,6 +8,16 @@ from collections.abc import Sequence
 import numpy as np
 
 
+def check_preempt(preempt: object, name: str = "preempt") -> float:
+    """`preempt` as a float if it is a fraction in [0, 1) (0 = off), else a ValueError naming `name`.
+
+    The one rule for a preemption fraction (the rollout's `rollout.preempt`, the Sampler's
+    `preempt=`): a generate call ends once at most that fraction of its rows still generate."""
+    if isinstance(preempt, bool) or not isinstance(preempt, (int, float)) or not 0.0 <= preempt < 1.0:
+        raise ValueError(f"{name}={preempt!r}: expected a fraction in [0, 1) (0 = off)")
+    return float(preempt)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """temperature 0 = greedy; top_k 0 = off; top_p 1 = off.

@@ -52,7 +52,7 @@ from leap_jax.models.decoder import (KVCache, Params, cast_for_compute, forward,
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
 from leap_jax.sampling.decode_impl import PADDINGS, RNG_IMPLS, DecodeImpl
-from leap_jax.sampling.params import SamplingParams
+from leap_jax.sampling.params import SamplingParams, check_preempt
 from leap_jax.sampling.prefix import (DEFAULT_DELTA_BUCKETS, Kept, KeptCaches, place_rows, prefill_delta,
                                       reusable_prefix)
 
@@ -556,8 +556,7 @@ class Sampler:
         return out
 
     def _check_preempt(self, preempt: float) -> None:
-        if not (isinstance(preempt, (int, float)) and 0.0 <= preempt < 1.0):
-            raise ValueError(f"preempt={preempt!r}; expected a fraction in [0, 1) (0 = off)")
+        check_preempt(preempt)
         if preempt and self.impl.batching != "static":
             raise ValueError(f"preempt={preempt} needs static batching; this Sampler has "
                              f"batching={self.impl.batching!r}")

@@ -24,6 +24,7 @@ from leap_jax.train.config_loader import (ConfigError, apply_overrides, build, c
                                           save_yaml, to_dict)
 from leap_jax.train.config_policy import MeshCfg, ModelCfg, SamplingCfg, TokenizerCfg
 from leap_jax.train.config_run import PERIODIC_METRIC, CheckpointCfg, EvalCfg, LoggingCfg, PlateauCfg, TrainCfg
+from leap_jax.sampling.params import check_preempt
 from leap_jax.train.config_sft import CorpusCfg, SFTCfg
 
 __all__ = ["AlgorithmCfg", "CheckpointCfg", "Config", "ConfigError", "CorpusCfg", "DCPCfg", "EnvCfg", "EvalCfg",
@@ -80,8 +81,10 @@ class RolloutCfg:
         if self.pipeline_turns and not self.overlap:
             raise ConfigError("rollout.pipeline_turns=true generates while earlier turns are evaluated; "
                               "it needs rollout.overlap=true (got rollout.overlap=false)")
-        if isinstance(self.preempt, bool) or not 0 <= self.preempt < 1:
-            raise ConfigError(f"rollout.preempt={self.preempt!r}: expected a fraction in [0, 1) (0 = off)")
+        try:
+            check_preempt(self.preempt, "rollout.preempt")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if self.preempt and not self.pipeline_turns:
             raise ConfigError(f"rollout.preempt={self.preempt} continues cut rows in later calls of the "
                               "pipelined rollout; it needs rollout.pipeline_turns=true")

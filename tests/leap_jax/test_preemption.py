@@ -153,7 +153,7 @@ def test_validation(params, prompts):
         s.generate(params, prompts[:2], sp, budgets=[3])
     with pytest.raises(ValueError, match=r"budgets\[0\]=0"):
         s.generate(params, prompts[:2], sp, budgets=[0, 1])
-    for bad in (1.0, -0.1, "half"):
+    for bad in (1.0, -0.1, "half", True):
         with pytest.raises(ValueError, match="expected a fraction in"):
             s.generate(params, prompts[:2], sp, preempt=bad)
     with pytest.raises(ValueError, match="needs static batching"):
@@ -310,6 +310,22 @@ def test_continued_requests_stay_with_the_sampled_policy(tmp_path):
     out = mixed.generate([req, cont], seed=3, preempt=0.5)
     assert out[0].scripted and not out[1].scripted
     assert base.seen == [((0, 1, 1), (9,), 0.5)]
+
+
+def test_one_preempt_rule_for_the_config_the_rollout_and_the_sampler():
+    """check_preempt decides the range; the config, the rollout and the Sampler all refuse through it."""
+    from leap_jax.rollout.multiturn import MultiTurnRollout
+    from leap_jax.sampling.params import check_preempt
+    from leap_jax.train.config import ConfigError, RolloutCfg
+    assert [check_preempt(v) for v in (0, 0.0, 0.25, 0.999)] == [0.0, 0.0, 0.25, 0.999]
+    for bad in (1, 1.0, -0.1, True, False, "0.5", None, float("nan")):
+        with pytest.raises(ValueError, match=r"^x=.*: expected a fraction in \[0, 1\) \(0 = off\)$"):
+            check_preempt(bad, "x")
+        with pytest.raises(ConfigError, match=r"^rollout.preempt=.*: expected a fraction in"):
+            RolloutCfg(pipeline_turns=True, preempt=bad).check()
+        with pytest.raises(ValueError, match=r"^preempt=.*: expected a fraction in"):
+            MultiTurnRollout(None, None, None, group_size=1, max_turns=1, pipeline_turns=True,
+                             preempt=bad)
 
 
 def test_config(tmp_path):

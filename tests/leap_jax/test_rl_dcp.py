@@ -282,8 +282,10 @@ def test_one_threshold_rule_for_dcp_and_the_config(bad, match):
 def test_config_validation_does_not_import_jax():
     import subprocess
     import sys
-    code = ("import sys, leap_jax.train.config as c; import leap_jax.rl.options; "
-            "assert 'jax' not in sys.modules, 'config imported jax'")
+    code = ("import sys, leap_jax.train.config as c; import leap_jax.rl.options, leap_jax.sampling.params; "
+            "assert 'jax' not in sys.modules, 'config imported jax'; "
+            "from leap_jax.sampling import Sampler; from leap_jax.rl import dcp_decision; "
+            "assert 'jax' in sys.modules and 'Sampler' in dir(leap_jax.sampling)")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
