@@ -86,7 +86,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # settings, the real SFT policy (carried in artifacts/), each config in its own process, alone on the GPU
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
       H='headline: rollout.pipeline_turns=false sampling.kv_reuse=false rollout.overlap_chunks=2 optimizer.attention=einsum'
-      stage step-multiturn ${STEP_MT_S:-230} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+      stage step-multiturn ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
         --arms after --arm "$H" --arm 'cudec: sampling.attention=cudnn' --steps 2 --warmup 1
       stage step-leap ${STEP_LEAP_S:-160} python3 benchmarks/step_time.py --config configs/generated/leap.yaml \
         --arms after --arm "$H" --steps 2 --warmup 1
