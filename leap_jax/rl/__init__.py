@@ -10,7 +10,7 @@ defines it, and config validation reads `leap_jax.rl.options` without importing 
 """
 from __future__ import annotations
 
-from leap_jax.lazy_exports import lazy_exports
+from leap_jax.support.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "advantages": ("gae", "group_mean_baseline", "group_zscore", "kevin_advantages", "leave_one_out",

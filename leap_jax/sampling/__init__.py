@@ -5,7 +5,7 @@ while config validation reads `leap_jax.sampling.params` (plain Python and NumPy
 """
 from __future__ import annotations
 
-from leap_jax.lazy_exports import lazy_exports
+from leap_jax.support.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "params": ("SamplingParams", "check_preempt"),
