@@ -22,22 +22,24 @@ case ${1:-} in
       --platform manylinux_2_28_x86_64 --platform any
     tar cf .whl/ray.tar -C .whl/ray .
     split -b "${PART_MB:-20}M" -d -a 2 .whl/ray.tar .whl/ray.tar.part-
-    n=0
-    for part in .whl/ray.tar.part-*; do  # part-00 -> .whl/ray-1/, part-01 -> .whl/ray-2/, ...
-      n=$((n + 1)); mkdir -p ".whl/ray-$n" && mv "$part" ".whl/ray-$n/"
+    n=$(ls .whl/ray.tar.part-* | wc -l)
+    for k in $(seq 1 "$n"); do  # part-00 -> .whl/ray-1/, part-01 -> .whl/ray-2/, ...; each knows n
+      mkdir -p ".whl/ray-$k" && mv ".whl/ray.tar.part-$(printf %02d $((k - 1)))" ".whl/ray-$k/" && echo "$n" > ".whl/ray-$k/parts"
     done
     rm -f .whl/ray.tar
     du -sh .whl/ray-[0-9]*
     echo "ray_carry: $n parts; carry .whl/ray-1 .. .whl/ray-$n in $n commands" ;;
   install)
-    parts=$(ls .whl/ray-[0-9]*/ray.tar.part-* 2>/dev/null | sort -t- -k3 || true)
-    [ -n "$parts" ] || { echo "ray_carry: no .whl/ray-K/ray.tar.part-* here: carry the parts first"; exit 2; }
-    want=$(ls -d .whl/ray-[0-9]* | wc -l); last=$(basename "$(echo "$parts" | tail -n 1)")
-    if [ "$last" != "ray.tar.part-$(printf %02d $((want - 1)))" ] || [ "$(echo "$parts" | wc -l)" != "$want" ]; then
-      echo "ray_carry: parts found: $(echo $parts); expected ray.tar.part-00 .. -$(printf %02d $((want - 1))) one per .whl/ray-K"
-      exit 2
-    fi
-    cat $parts | tar xf - -C .whl || { echo "ray_carry: the joined parts are not one tar: is a part missing?"; exit 2; }
+    n=""
+    for f in .whl/ray-[0-9]*/parts; do [ -f "$f" ] && n=$(cat "$f") && break; done  # every part names the count
+    [ -n "$n" ] || { echo "ray_carry: no .whl/ray-K/ here: carry the parts first"; exit 2; }
+    parts=""
+    for k in $(seq 1 "$n"); do
+      part=".whl/ray-$k/ray.tar.part-$(printf %02d $((k - 1)))"
+      [ -f "$part" ] || { echo "ray_carry: $part is missing: carry .whl/ray-1 .. .whl/ray-$n, one per command"; exit 2; }
+      parts="$parts $part"
+    done
+    cat $parts | tar xf - -C .whl
     ls .whl/*.whl ;;
   *) echo "usage: bash scripts/ray_carry.sh pack | install"; exit 2 ;;
 esac

@@ -176,11 +176,10 @@ class MultiTurnRollout:
         self.max_new_tokens, self.max_context = max_new_tokens, max_context_tokens
         self.chunks = max(1, overlap_chunks)
         self.pipeline_turns = pipeline_turns
-        self.preempt = check_preempt(preempt)
+        self.preempt = check_preempt(preempt)  # pipelined only: end a generate call early (rollout/pipelined.py)
         if self.preempt and not pipeline_turns:
             raise ValueError(f"preempt={preempt!r} continues cut rows in later generate calls; it needs "
                              f"pipeline_turns=True (got {pipeline_turns})")
-        # pipelined only: end a generate call early (rollout/pipelined.py)
         self.sizes = sizes
         if feedback_fn is None:
             from kernels_env.judge.feedback import render_feedback

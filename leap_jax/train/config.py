@@ -18,13 +18,13 @@ from typing import Any
 from collections.abc import Sequence
 
 from leap_jax.rl.options import AGGREGATION_MODES, check_threshold, dcp_band
+from leap_jax.sampling.params import check_preempt
 from leap_jax.train.algorithms import ALGORITHMS
 from leap_jax.train.config_env import EnvCfg, TasksCfg
 from leap_jax.train.config_loader import (ConfigError, apply_overrides, build, choice, positive, read_yaml,
                                           save_yaml, to_dict)
 from leap_jax.train.config_policy import MeshCfg, ModelCfg, SamplingCfg, TokenizerCfg
 from leap_jax.train.config_run import PERIODIC_METRIC, CheckpointCfg, EvalCfg, LoggingCfg, PlateauCfg, TrainCfg
-from leap_jax.sampling.params import check_preempt
 from leap_jax.train.config_sft import CorpusCfg, SFTCfg
 
 __all__ = ["AlgorithmCfg", "CheckpointCfg", "Config", "ConfigError", "CorpusCfg", "DCPCfg", "EnvCfg", "EvalCfg",
