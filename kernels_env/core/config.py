@@ -5,6 +5,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+# Trial indices: correctness trials are 0 .. correctness_trials - 1; timing run r draws the inputs of
+# trial TIMING_TRIAL_BASE + r (execute/timing_stage.py), always the typical draw (execute/domain_draws.py).
+TIMING_TRIAL_BASE = 1000
+
 BACKENDS = ("auto", "cupy", "cpu")
 SIZE_SETS = ("eval", "small")
 # How EvalPool runs its jobs: worker processes, in the calling process, or
@@ -65,8 +69,9 @@ class EnvConfig:
             raise ValueError(f"EnvConfig.backend={self.backend!r}; expected one of {BACKENDS}")
         if self.sizes not in SIZE_SETS:
             raise ValueError(f"EnvConfig.sizes={self.sizes!r}; expected one of {SIZE_SETS}")
-        if self.correctness_trials < 1:
-            raise ValueError(f"EnvConfig.correctness_trials={self.correctness_trials}; expected >= 1")
+        if not 1 <= self.correctness_trials <= TIMING_TRIAL_BASE:
+            raise ValueError(f"EnvConfig.correctness_trials={self.correctness_trials}; expected 1 .. "
+                             f"{TIMING_TRIAL_BASE} (trials from {TIMING_TRIAL_BASE} on are the timing runs')")
         self._check_timing()
         for name in ("cache_expected", "input_domains"):
             if not isinstance(getattr(self, name), bool):

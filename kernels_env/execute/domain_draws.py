@@ -1,6 +1,9 @@
 """How a buffer's declared input domain (tasks/domains.py) maps to a trial's draws: the one place.
 
-With EnvConfig.input_domains on, correctness trials cycle through three modes:
+With EnvConfig.input_domains on, correctness trials cycle through three modes (timing runs, trials
+from TIMING_TRIAL_BASE on, always draw `typical`: a speedup is measured on the task's typical work,
+and the edges and structure are the correctness trials' to cover; the edge and structured draws also
+cost a timed run several extra kernels, sorts included, while the timing stage holds the GPU):
     typical     the buffer's legacy distribution of the trial (execute/inputs.py), clipped to a real
                 domain's max_abs where a task declares one below the legacy clip
     edges       the typical draw with about one element in EDGE_ONE_IN replaced by an edge of the
@@ -24,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels_env.core.config import TIMING_TRIAL_BASE
 from kernels_env.execute import counter_rng
 from kernels_env.tasks.domains import DOMAIN_VERSION, Domain
 from kernels_env.tasks.spec import Buffer
@@ -36,7 +40,7 @@ NOISE = 0.05  # relative size of the per-buffer noise of a structured trial
 NEAR_ZERO = 1e-3
 EDGE_STREAM = 16  # counter_rng streams clear of the legacy draws (student_t uses 0..3)
 NOISE_STREAM = 17
-__all__ = ["DOMAIN_VERSION", "TRIAL_MODES", "domain_draw", "draws_version", "edge_values", "shared_name",
+__all__ = ["DOMAIN_VERSION", "TIMING_TRIAL_BASE", "TRIAL_MODES", "domain_draw", "draws_version", "edge_values", "shared_name",
            "trial_mode"]
 
 Typical = Callable[[int], Any]  # key -> the buffer's typical draw (float32 or int64) under that key
@@ -49,9 +53,12 @@ def draws_version(input_domains: bool) -> int:
 
 
 def trial_mode(trial: int) -> str:
-    """The mode of `trial` (see the module docstring)."""
+    """The mode of `trial` (see the module docstring): correctness trials cycle through TRIAL_MODES,
+    timing runs' trials (>= TIMING_TRIAL_BASE) are typical."""
     if trial < 0:
         raise ValueError(f"trial={trial}; expected a trial index >= 0")
+    if trial >= TIMING_TRIAL_BASE:
+        return "typical"
     return TRIAL_MODES[trial % len(TRIAL_MODES)]
 
 

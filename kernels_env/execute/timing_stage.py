@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
-from kernels_env.core.config import EnvConfig
+from kernels_env.core.config import TIMING_TRIAL_BASE, EnvConfig
 from kernels_env.core.result import Mismatch, Result, Timing
 from kernels_env.core.status import Status
 from kernels_env.execute.buffers import alloc_poisoned, fill_poison
@@ -33,11 +33,10 @@ from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_b
 from kernels_env.source.launch import ResolvedPlan
 from kernels_env.tasks.spec import Task
 
-# Timing run r draws the inputs of trial TIMING_TRIAL_BASE + r (never a correctness trial's); the
-# reference's cache key names TIMING_METHOD (numbers of another method are not comparable); a
-# time_runs call enqueues at most MAX_BATCH_RUNS runs; a slow kernel may use KERNEL_SHARE of the
-# stage time left while the reference is still to be measured.
-TIMING_TRIAL_BASE = 1000
+# Timing run r draws the inputs of trial TIMING_TRIAL_BASE + r (never a correctness trial's, always
+# the typical draw: execute/domain_draws.py); the reference's cache key names TIMING_METHOD (numbers
+# of another method are not comparable); a time_runs call enqueues at most MAX_BATCH_RUNS runs; a
+# slow kernel may use KERNEL_SHARE of the stage time left while the reference is still to be measured.
 TIMING_METHOD = "verified-adaptive-median/v2"
 MAX_BATCH_RUNS = 64
 KERNEL_SHARE = 0.5

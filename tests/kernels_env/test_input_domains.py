@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernels_env.core.config import EnvConfig
+from kernels_env.core.config import TIMING_TRIAL_BASE, EnvConfig
 from kernels_env.core.status import Status
 from kernels_env.execute import domain_draws
 from kernels_env.execute.harness import _reference_outputs
-from kernels_env.execute.inputs import make_inputs
+from kernels_env.execute.inputs import describe_distributions, make_inputs
 from kernels_env.judge.compare import compare_output
 from kernels_env.schedule.result_cache import cache_key
 from kernels_env.tasks.domains import Domain, default_domain
@@ -208,6 +208,30 @@ def test_structured_trial_is_structured():
     assert not np.array_equal(a, b) and np.corrcoef(a.ravel(), b.ravel())[0, 1] > 0.99  # correlated
     v = make_inputs(_one(Domain("real"), shape=(400,)), {}, 2, 0, np)["a"]
     assert np.all(np.diff(v) >= 0) and np.all(v[:100] == v[0])
+
+
+def test_timing_runs_draw_the_typical_mode():
+    """Timing runs (trials from TIMING_TRIAL_BASE on) measure the typical work: the legacy draw inside the
+    domain, never an edges or structured trial, whatever the trial's place in the mode cycle."""
+    trials = [TIMING_TRIAL_BASE + r for r in range(6)]
+    assert [domain_draws.trial_mode(t) for t in trials] == ["typical"] * 6
+    assert {domain_draws.trial_mode(t) for t in range(6)} == set(domain_draws.TRIAL_MODES)
+    real = _one(Domain("real"))
+    for t in trials:  # at the default reach the typical draw is the legacy draw, bit for bit
+        for name, x in make_inputs(real, {}, t, 0, np).items():
+            np.testing.assert_array_equal(x, make_inputs(real, {}, t, 0, np, domains=False)[name])
+        assert "+" not in describe_distributions(real, t, True)
+    narrow = _one(Domain("real", max_abs=8.0))
+    for t in trials:  # a narrower real domain: the legacy draw clipped to it, nothing else
+        x = make_inputs(narrow, {}, t, 0, np)["a"]
+        np.testing.assert_array_equal(x, np.clip(make_inputs(narrow, {}, t, 0, np, domains=False)["a"], -8, 8))
+
+
+def test_correctness_trials_stay_below_the_timing_runs():
+    assert EnvConfig(correctness_trials=TIMING_TRIAL_BASE).correctness_trials == TIMING_TRIAL_BASE
+    for bad in (0, TIMING_TRIAL_BASE + 1):
+        with pytest.raises(ValueError, match=f"correctness_trials={bad}; expected 1 .. {TIMING_TRIAL_BASE}"):
+            EnvConfig(correctness_trials=bad)
 
 
 def test_structured_trial_on_integer_domains_stays_valid():

@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from kernels_env.core.config import EnvConfig
-from kernels_env.execute.timing_stage import TIMING_TRIAL_BASE
+from kernels_env.core.config import TIMING_TRIAL_BASE, EnvConfig
 from kernels_env.core.program import Name, ScratchDecl, Num
 from kernels_env.core.status import Status
 from kernels_env.judge.timing_stats import SLOWDOWN_MARGIN, Plan, ci_rel_width, median_ci, next_batch
