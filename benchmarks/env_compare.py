@@ -150,12 +150,16 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
     statuses: dict[str, int] = {}
     unexpected = []
     speedups: dict[str, list[float]] = {}
+    clocks: dict[str, list[list[float]]] = {}  # task -> [kernel ms, reference ms] of each timed evaluation
     for (name, _, _), res, want in zip([j for b in rounds for j in b], results, expected, strict=True):
         statuses[res.status.value] = statuses.get(res.status.value, 0) + 1
         if want is not None and res.status.value != want:
             unexpected.append(f"{name}: {res.status.value} (expected {want}): {res.message[:160]}")
         if res.status.value == "correct" and res.speedup is not None:
             speedups.setdefault(name, []).append(res.speedup)
+            timing = getattr(res, "timing", None)
+            if timing is not None and getattr(timing, "ref_median_ms", None) is not None:
+                clocks.setdefault(name, []).append([timing.kernel_median_ms, timing.ref_median_ms])
     stage = {k: [r.stage_seconds[k] * 1e3 for r in results if k in r.stage_seconds] for k in STAGES}
     steady = sum(walls[1:])
     n = len(tasks)
@@ -166,7 +170,8 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
             "steady_evals_per_s": n * (len(walls) - 1) / steady if steady > 0 else float("nan"),
             "stage_ms_mean": {k: statistics.fmean(v) for k, v in stage.items() if v},
             "statuses": statuses, "unexpected": unexpected[:20], "n_unexpected": len(unexpected),
-            "speedup_median": {k: statistics.median(v) for k, v in speedups.items()}, "pool_stats": stats}
+            "speedup_median": {k: statistics.median(v) for k, v in speedups.items()}, "clocks_ms": clocks,
+            "pool_stats": stats}
 
 
 # ---- the independent timing check (runs in a subprocess, this tree) -------------------------------
@@ -356,8 +361,10 @@ def render(report: dict[str, Any]) -> str:
             out.extend(f"  {u}" for u in r["unexpected"])
     ind = report.get("independent")
     if ind:
-        env = {r["arm"]: r.get("speedup_median", {}) for r in report["arms"] if r.get("workload") == "suite"}
-        rows, flagged, compared = [], 0, 0
+        suite = {r["arm"]: r for r in report["arms"] if r.get("workload") == "suite"}
+        env = {arm: r.get("speedup_median", {}) for arm, r in suite.items()}
+        clocks = suite.get("after", {}).get("clocks_ms", {})
+        rows, flagged, compared, details = [], 0, 0, []
         for task, v in ind.items():
             after, before = env.get("after", {}).get(task), env.get("before", {}).get(task)
             own = v.get("speedup")
@@ -367,12 +374,20 @@ def render(report: dict[str, Any]) -> str:
                 flag = f"{rel:+.0%}" + ("  FLAG" if abs(rel) > FLAG_REL_DIFF else "")
                 flagged += abs(rel) > FLAG_REL_DIFF
                 compared += 1
+                if abs(rel) > FLAG_REL_DIFF and clocks.get(task):  # which clock moved: each evaluation's
+                    details.append(f"  {task}: env kernel / reference ms per evaluation "
+                                   + ", ".join(f"{k:.4g} / {r:.4g}" for k, r in clocks[task])
+                                   + f"; independent {_fmt(v.get('kernel_ms'), '.4g')} / {_fmt(v.get('ref_ms'), '.4g')}")
+            env_k, env_r = (statistics.median(c[i] for c in clocks[task]) if clocks.get(task) else None
+                            for i in (0, 1))
             rows.append((task, _fmt(after, ".3g"), _fmt(before, ".3g"), _fmt(own, ".3g"),
-                         _fmt(v.get("kernel_ms"), ".4g"), _fmt(v.get("ref_ms"), ".4g"), flag or v.get("error", "")))
+                         _fmt(env_k, ".4g"), _fmt(v.get("kernel_ms"), ".4g"), _fmt(env_r, ".4g"),
+                         _fmt(v.get("ref_ms"), ".4g"), flag or v.get("error", "")))
         out.append(f"\nindependent timing check (own CUDA-event loop): {flagged} of the {compared} tasks with both "
                    f"speedups (of {len(rows)}) differ by more than {FLAG_REL_DIFF:.0%} from the env's (after arm)")
-        out.append(_table(("task", "env after", "env before", "independent", "kernel ms", "ref ms", "after/own-1"),
-                          rows))
+        out.append(_table(("task", "env after", "env before", "independent", "env kernel ms", "own kernel ms",
+                           "env ref ms", "own ref ms", "after/own-1"), rows))
+        out.extend(details)
     return "\n".join(out)
 
 

@@ -151,3 +151,20 @@ def test_gen_workload_is_rl_shaped_correctness_only_on_generated_tasks():
     assert sizes == "eval" and [t.name for t in tasks] == generated_task_names(env_compare.GEN_TASKS)[:5]
     rounds = env_compare.workload_rounds("gen", tasks, 2)
     assert [want for r in rounds for _, _, want in r] == ["correct"] * 10
+
+
+def test_independent_table_shows_which_clock_moved() -> None:
+    """A flagged task lists each evaluation's kernel and reference ms beside the independent loop's, so
+    a run tells whether the kernel's clock or the reference's disagreed."""
+    arm = {"workload": "suite", "arm": "after", "steady_evals_per_s": 6.7, "first_sight_evals_per_s": 3.3,
+           "stage_ms_mean": {}, "statuses": {"correct": 4}, "startup_s": 11.0,
+           "speedup_median": {"slow": 0.155, "fine": 2.0},
+           "clocks_ms": {"slow": [[4.0, 0.34], [1.5, 0.34]], "fine": [[1.0, 2.0], [1.0, 2.0]]}}
+    report = {"arms": [arm], "independent": {"slow": {"speedup": 0.225, "kernel_ms": 1.52, "ref_ms": 0.343},
+                                             "fine": {"speedup": 2.02, "kernel_ms": 0.99, "ref_ms": 2.0}}}
+    text = env_compare.render(report)
+    assert "1 of the 2 tasks" in text
+    slow_row = next(line for line in text.splitlines() if line.startswith("slow "))
+    assert slow_row.split()[4:8] == ["2.75", "1.52", "0.34", "0.343"] and slow_row.endswith("FLAG")
+    assert "slow: env kernel / reference ms per evaluation 4 / 0.34, 1.5 / 0.34; independent 1.52 / 0.343" in text
+    assert "fine: env kernel" not in text
