@@ -11,6 +11,7 @@ Workloads:
   small  level-1 tasks at small sizes, known-good solutions only;
   mix    every task at eval sizes, an RL-like mix: 70% solutions, 30% failing submissions (wrong
          output, compile error, illegal memory access: a sticky CUDA error that kills the worker);
+         `--fail-kinds illegal` (say) keeps the 30% but of those kinds only, to cost one kind alone;
   gen    the configuration RL uses: GEN_TASKS generated training tasks at eval sizes, correctness
          only (no timing, `configs/generated`), known-good solutions (this tree's arm only: older
          packages may not have the generated family).
@@ -72,9 +73,23 @@ def failing_text(task: Any, kind: str, tag: str) -> str:
     return f"```cuda\n// {tag}\n{body}\n```\n```launch\n{launch}\n```\n"
 
 
-def workload_rounds(workload: str, tasks: list[Any], repeat: int, seed: int = 0) -> list[list[tuple]]:
+def fail_shares(kinds: list[str] | None = None) -> dict[str, float]:
+    """The mix's failing share per kind: FAIL_SHARE, or only `kinds`, rescaled to the same 30% in all
+    (`--fail-kinds illegal`: what a sticky fault costs, alone)."""
+    if not kinds:
+        return dict(FAIL_SHARE)
+    bad = [k for k in kinds if k not in FAIL_SHARE]
+    if bad or len(set(kinds)) != len(kinds):
+        raise ValueError(f"fail kinds {kinds}; expected distinct names from {sorted(FAIL_SHARE)}")
+    scale = sum(FAIL_SHARE.values()) / sum(FAIL_SHARE[k] for k in kinds)
+    return {k: FAIL_SHARE[k] * scale for k in kinds}
+
+
+def workload_rounds(workload: str, tasks: list[Any], repeat: int, seed: int = 0,
+                    fail_kinds: list[str] | None = None) -> list[list[tuple]]:
     """Rounds of (task name, text, expected status or None) jobs; each round has every task once."""
     rng = random.Random(seed)
+    shares = fail_shares(fail_kinds)
     rounds = []
     for r in range(repeat):
         batch = []
@@ -82,7 +97,7 @@ def workload_rounds(workload: str, tasks: list[Any], repeat: int, seed: int = 0)
             kind = None
             if workload == "mix":
                 x, acc = rng.random(), 0.0
-                for k, share in FAIL_SHARE.items():
+                for k, share in shares.items():
                     acc += share
                     if x < acc:
                         kind = k
@@ -131,7 +146,7 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
     params = inspect.signature(EvalPool).parameters
     if opts.get("exec_workers_per_gpu") and "exec_workers_per_gpu" in params:
         kw["exec_workers_per_gpu"] = opts["exec_workers_per_gpu"]
-    rounds = workload_rounds(workload, tasks, opts["repeat"])
+    rounds = workload_rounds(workload, tasks, opts["repeat"], fail_kinds=opts.get("fail_kinds"))
     t_start = time.perf_counter()
     pool = EvalPool(mode="process", backend=opts["backend"], cache=False, config=config, **kw)
     try:

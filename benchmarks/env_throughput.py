@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                          "keeping the host's launch time out of the window as the env does (clock_check.py)")
     ap.add_argument("--no-independent", action="store_true", help="before/after mode: skip the independent "
                     "timing check")
+    ap.add_argument("--fail-kinds", default=None, help="before/after mode: the mix's failing kinds, a comma "
+                    f"list of {','.join(env_compare.FAIL_SHARE)} (default all; the 30%% share is kept)")
     ap.add_argument("--arm-timeout", type=float, default=600.0, help="seconds per arm subprocess")
     ap.add_argument("--arm-run", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--independent-run", action="store_true", help=argparse.SUPPRESS)
@@ -358,7 +360,12 @@ def compare_main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         ap.error(f"--workloads: unknown {', '.join(bad)}; expected some of {', '.join(env_compare.WORKLOADS)}")
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit={args.limit}; expected >= 1")
-    opts = {"backend": backend, "limit": args.limit, "repeat": max(2, args.repeat or 2), "trials": args.trials,
+    fail_kinds = [k.strip() for k in args.fail_kinds.split(",") if k.strip()] if args.fail_kinds else None
+    try:
+        env_compare.fail_shares(fail_kinds)
+    except ValueError as e:
+        ap.error(f"--fail-kinds: {e}")
+    opts = {"fail_kinds": fail_kinds, "backend": backend, "limit": args.limit, "repeat": max(2, args.repeat or 2), "trials": args.trials,
             "timed_runs": args.timed_runs or (100 if gpu else 2),
             "warmup_runs": args.warmup_runs if args.warmup_runs is not None else (10 if gpu else 0),
             "gpu_workers": args.gpu_workers, "compile_workers": args.compile_workers,

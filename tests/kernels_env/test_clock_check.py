@@ -168,3 +168,17 @@ def test_independent_table_shows_which_clock_moved() -> None:
     assert slow_row.split()[4:8] == ["2.75", "1.52", "0.34", "0.343"] and slow_row.endswith("FLAG")
     assert "slow: env kernel / reference ms per evaluation 4 / 0.34, 1.5 / 0.34; independent 1.52 / 0.343" in text
     assert "fine: env kernel" not in text
+
+
+def test_mix_with_one_failing_kind_keeps_the_failing_share() -> None:
+    """`--fail-kinds illegal`: the mix's 30% failing jobs, all of that kind (a sticky fault's cost alone)."""
+    assert env_compare.fail_shares() == env_compare.FAIL_SHARE
+    assert env_compare.fail_shares(["illegal"]) == {"illegal": pytest.approx(0.30)}
+    tasks, _ = env_compare.workload_tasks("suite", None)
+    rounds = env_compare.workload_rounds("mix", tasks, 4, fail_kinds=["illegal"])
+    wants = [want for r in rounds for _, _, want in r]
+    assert set(wants) == {"correct", "runtime_error"}
+    assert 0.2 < wants.count("runtime_error") / len(wants) < 0.4
+    for bad in (["sticky"], ["illegal", "illegal"]):
+        with pytest.raises(ValueError, match="expected distinct names from"):
+            env_compare.fail_shares(bad)
