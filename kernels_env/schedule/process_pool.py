@@ -34,6 +34,7 @@ import multiprocessing as mp
 import os
 import queue
 import threading
+import time
 import traceback
 from typing import Any
 from collections.abc import Callable
@@ -92,6 +93,7 @@ class ProcessEvalPool(PoolBase):
         self._free_slots: dict[str, list[int]] = {}
         self._slot_freed = threading.Condition(self._lock)  # a GPU-lock slot went back to _free_slots
         self._reapers: list[threading.Thread] = []  # threads waiting for retired workers to exit
+        self._reap_s: list[float] = []  # how long each retired worker took to exit
         self._spares: SpareWorkers | None = None
         self.gpu_workers = self.exec_workers = self.compile_workers = 0
         if mode == "inline":
@@ -167,6 +169,12 @@ class ProcessEvalPool(PoolBase):
         out = super().stats()
         out["spares_ready"] = len(self._spares.ready()) if self._spares is not None else 0
         out["reference_timings"] = self._refs.count()
+        with self._lock:  # what a restart costs in the background: a spare's start, a killed worker's exit
+            spans = {"spare_start": list(self._spares.start_s) if self._spares is not None else [],
+                     "reap": list(self._reap_s)}
+        for name, values in spans.items():
+            out[f"{name}_ms_mean"] = round(1e3 * sum(values) / len(values)) if values else 0
+            out[f"{name}_ms_max"] = round(1e3 * max(values)) if values else 0
         return out
 
     def spare_pids(self) -> list[int]:
@@ -278,7 +286,13 @@ class ProcessEvalPool(PoolBase):
 
     def _reap(self, w: Worker) -> None:
         """Kill `w` and wait for its exit in a thread of its own (close() waits for these threads)."""
-        t = threading.Thread(target=w.kill, name="EvalPool-reap", daemon=True)
+        def reap() -> None:
+            t0 = time.monotonic()
+            w.kill()
+            with self._lock:
+                self._reap_s.append(time.monotonic() - t0)
+
+        t = threading.Thread(target=reap, name="EvalPool-reap", daemon=True)
         t.start()
         with self._lock:
             self._reapers = [x for x in self._reapers if x.is_alive()] + [t]

@@ -9,6 +9,7 @@ returns None and the caller starts a worker itself, as before.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ class SpareWorkers:
         self._threads: list[threading.Thread] = []
         self._closed = False
         self.failures = 0  # spares that could not start
+        self.start_s: list[float] = []  # how long each spare took to start and warm up
 
     def ensure(self, env: dict[str, str]) -> None:
         """Start a spare for `env` in the background unless one is ready or starting."""
@@ -44,12 +46,15 @@ class SpareWorkers:
 
     def _fill(self, env: dict[str, str], key: tuple) -> None:
         worker = None
+        t0 = time.monotonic()
         try:
             worker = self._factory(env)
         except Exception:
             with self._lock:
                 self.failures += 1
         with self._lock:
+            if worker is not None:
+                self.start_s.append(time.monotonic() - t0)
             self._starting.discard(key)
             if worker is not None and not self._closed:
                 self._ready[key] = worker

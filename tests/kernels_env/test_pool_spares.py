@@ -44,12 +44,16 @@ def test_spare_is_swapped_in_when_a_worker_dies_and_a_new_one_is_started(tmp_pat
         assert stats["spare_swaps"] == 1 and stats["crashes"] == 1
         assert _pid(pool.submit(Job("t", "ok again")).result(timeout=60)) == spare
         assert _wait_for_spare(pool, not_pid=spare) not in (first, spare)  # refilled in the background
+        stats = pool.stats()  # what the restart cost in the background: two spare starts, one exit
+        assert 0 < stats["spare_start_ms_mean"] <= stats["spare_start_ms_max"] < 60_000, stats
+        assert 0 <= stats["reap_ms_mean"] <= stats["reap_ms_max"] < 60_000, stats
 
 
 def test_no_spare_by_default_on_the_cpu_backend():
     with EvalPool(backend="cpu", config=CFG, evaluator=scripted_evaluator, cpu_workers=1) as pool:
         assert pool.submit(Job("t", "ok")).result(timeout=60).correct
         assert pool.spare_pids() == [] and pool.stats()["spares_ready"] == 0
+        assert pool.stats()["spare_start_ms_max"] == 0 and pool.stats()["reap_ms_max"] == 0
 
 
 def test_reference_timings_survive_worker_kills():
