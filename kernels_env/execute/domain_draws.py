@@ -40,7 +40,7 @@ NOISE = 0.05  # relative size of the per-buffer noise of a structured trial
 NEAR_ZERO = 1e-3
 EDGE_STREAM = 16  # counter_rng streams clear of the legacy draws (student_t uses 0..3)
 NOISE_STREAM = 17
-__all__ = ["DOMAIN_VERSION", "TIMING_TRIAL_BASE", "TRIAL_MODES", "domain_draw", "draws_version", "edge_values", "shared_name",
+__all__ = ["DOMAIN_VERSION", "TRIAL_MODES", "domain_draw", "draws_version", "edge_values", "shared_name",
            "trial_mode"]
 
 Typical = Callable[[int], Any]  # key -> the buffer's typical draw (float32 or int64) under that key
