@@ -365,11 +365,12 @@ def compare_main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         env_compare.fail_shares(fail_kinds)
     except ValueError as e:
         ap.error(f"--fail-kinds: {e}")
-    opts = {"fail_kinds": fail_kinds, "backend": backend, "limit": args.limit, "repeat": max(2, args.repeat or 2), "trials": args.trials,
+    opts = {"backend": backend, "limit": args.limit, "repeat": max(2, args.repeat or 2), "trials": args.trials,
             "timed_runs": args.timed_runs or (100 if gpu else 2),
             "warmup_runs": args.warmup_runs if args.warmup_runs is not None else (10 if gpu else 0),
             "gpu_workers": args.gpu_workers, "compile_workers": args.compile_workers,
-            "exec_workers_per_gpu": args.exec_workers_per_gpu, "independent_hold": args.independent_hold}
+            "exec_workers_per_gpu": args.exec_workers_per_gpu, "independent_hold": args.independent_hold,
+            "fail_kinds": fail_kinds}
     report = env_compare.compare(os.path.abspath(__file__), ROOT, args.before_src, workloads, opts,
                                  not args.no_independent, args.arm_timeout)
     print(json.dumps(report, default=str) if args.json else env_compare.render(report))

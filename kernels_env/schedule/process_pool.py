@@ -170,8 +170,8 @@ class ProcessEvalPool(PoolBase):
         out["spares_ready"] = len(self._spares.ready()) if self._spares is not None else 0
         out["reference_timings"] = self._refs.count()
         with self._lock:  # what a restart costs in the background: a spare's start, a killed worker's exit
-            spans = {"spare_start": list(self._spares.start_s) if self._spares is not None else [],
-                     "reap": list(self._reap_s)}
+            reaps = list(self._reap_s)
+        spans = {"spare_start": self._spares.start_times() if self._spares is not None else [], "reap": reaps}
         for name, values in spans.items():
             out[f"{name}_ms_mean"] = round(1e3 * sum(values) / len(values)) if values else 0
             out[f"{name}_ms_max"] = round(1e3 * max(values)) if values else 0

@@ -72,6 +72,11 @@ class SpareWorkers:
         self.ensure(env)
         return worker
 
+    def start_times(self) -> list[float]:
+        """Seconds each spare took to start and warm up, so far (for stats)."""
+        with self._lock:
+            return list(self.start_s)
+
     def ready(self) -> list[Any]:
         """The spares ready now (for stats and tests)."""
         with self._lock:

@@ -30,7 +30,7 @@ DEFAULT_TINY = 1e-3
 # The version of the domain draws (execute/domain_draws.py): part of every cache key holding expected
 # outputs or results when EnvConfig.input_domains is on; bump it whenever those draws change.
 # 2: real inputs of contraction tasks bounded by CONTRACTION_MAX_ABS (`contraction_domain`).
-# 3: timing runs (trials >= domain_draws.TIMING_TRIAL_BASE) draw the typical mode only.
+# 3: timing runs (trials >= core.config.TIMING_TRIAL_BASE) draw the typical mode only.
 DOMAIN_VERSION = 3
 # Tasks with any of these tags sum products of their inputs (matrix products, convolutions, attention);
 # their real inputs get `contraction_domain`. Tagged tasks that sum no products (matmul_diag,
