@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -88,12 +88,19 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
-    step-speed|step-speed-mt|step-speed-rest)  # issue 29: the generated-family configs' defaults against the
-      # headline's rollout and update settings, the real SFT policy (carried in artifacts/), each config in its
-      # own process, alone on the GPU. The stages sum to more than one 600 s device command: step-speed-mt
-      # (multiturn) and step-speed-rest (leap, grpo) split them over two
+    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec)  # issue 29: the generated-family configs'
+      # defaults against the headline's rollout and update settings, the real SFT policy (carried in artifacts/),
+      # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
+      # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
+      # multiturn config with the cuDNN decode attention, with and without skipping unwritten cache slots
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
       H='headline: rollout.pipeline_turns=false sampling.kv_reuse=false rollout.overlap_chunks=2 optimizer.attention=einsum'
+      if [ "$s" = step-speed-cudec ]; then
+        stage step-cudec ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+          --arms after --arm 'cudec: sampling.attention=cudnn' \
+          --arm 'cudec-full: sampling.attention=cudnn sampling.attention_lengths=false' --steps 2 --warmup 1
+        continue
+      fi
       [ "$s" = step-speed-rest ] || stage step-multiturn ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
         --arms after --arm "$H" --arm 'cudec: sampling.attention=cudnn' --steps 2 --warmup 1
       [ "$s" = step-speed-mt ] && continue

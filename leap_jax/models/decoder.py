@@ -188,7 +188,8 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
             cache_index: jax.Array | int | None = None, return_hidden: bool = False,
             unroll: int | bool = 1, attn_impl: str = "einsum",
             kv_window: int | None = None,
-            write_padding: bool = True) -> tuple[jax.Array, KVCache | None]:
+            write_padding: bool = True,
+            attention_lengths: bool = True) -> tuple[jax.Array, KVCache | None]:
     """Run the decoder on tokens [B, L] at RoPE positions [B, L].
 
     Returns (fp32 logits [B, L, V], or final-normed hidden [B, L, D] in the compute dtype when
@@ -203,6 +204,9 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
     A Python-int `cache_index` (e.g. 0 for a prefill) limits attention to the statically known
     slots < cache_index + L instead of the whole cache; with a traced index, a static `kv_window`
     does the same (the caller guarantees every query slot is < kv_window).
+    attention_lengths (with a cache): pass each row's written length (its last query slot + 1) to the
+    attention, so the fused kernels ("dpa", "cudnn") skip the unwritten tail of the cache; the same
+    result either way (`layers.attention`'s kv_lengths).
     write_padding=False (a cache and a scalar cache_index only): the cache slots of tokens with
     segment id 0 keep what they held (k, v and segment id), so a left-padded block can be written
     over slots whose earlier contents it must not erase (sampling/prefix.py).
@@ -228,6 +232,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
     x = jnp.take(params["embed"], tokens, axis=0).astype(dtype)
     cos, sin = rope_cos_sin(positions, hd, c.rope_theta, dtype)
 
+    kv_lengths = None  # with a cache: each row's keys past its last query slot are masked (see attention)
     if cache is None:
         slot = jnp.arange(t)
         causal = slot[None, :, None] >= slot[None, None, :]
@@ -259,6 +264,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         kseg = new_seg[:, :hi]
         mask = ((kslot[None, None, :] <= qslot[:, :, None])
                 & (kseg[:, None, :] == seg[:, :, None]) & (kseg[:, None, :] != 0))
+        kv_lengths = qslot[:, -1] + 1 if attention_lengths else None
 
     def block(x, lp, kc, vc, layer):
         """One decoder layer; kc/vc: stacked caches (layer = traced index), per-layer buffers
@@ -288,7 +294,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
                 v = jax.lax.dynamic_index_in_dim(vc, layer, 0, keepdims=False)
             if hi < k.shape[1]:
                 k, v = k[:, :hi], v[:, :hi]
-        a = attention(q, k, v, mask, attn_impl)
+        a = attention(q, k, v, mask, attn_impl, kv_lengths=kv_lengths)
         x = x + dense(a.reshape(b, t, h * hd), lp["wo"])
         hn = rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
         if "w_gate_up" in lp:

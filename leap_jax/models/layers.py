@@ -78,7 +78,8 @@ MAX_SCORE_BYTES = 1 << 30
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-              impl: str = "einsum", max_score_bytes: int | None = None) -> jax.Array:
+              impl: str = "einsum", max_score_bytes: int | None = None,
+              kv_lengths: jax.Array | None = None) -> jax.Array:
     """Grouped-query attention.
 
     q [B, T, H, hd]; k, v [B, S, KV, hd]; mask [B, T, S] bool (True = may attend).
@@ -92,6 +93,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     impl "dpa" / "cudnn": `jax.nn.dot_product_attention` with its XLA or cuDNN (fused, GPU only)
     implementation, the mask passed as is; a decode-step option for benchmarking one fused kernel
     against the two gemms. impl "auto": `resolve_attention`'s choice for q's dtype and head size.
+    kv_lengths [B] (optional): every key at slot >= kv_lengths[b] is already masked for row b (a decode
+    step's unwritten cache tail); "dpa" / "cudnn" pass it on as key_value_seq_lengths, so the fused
+    kernel can skip those slots instead of reading them. The result is the same; other impls ignore it.
     """
     b, t, h, hd = q.shape
     impl = resolve_attention(impl, jnp.dtype(q.dtype).name, hd)
@@ -107,7 +111,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
         out = jnp.sum(probs[..., None] * v.astype(jnp.float32)[:, None, :, :, None, :], axis=2)
         return out.astype(q.dtype).reshape(b, t, h, hd)
     if impl in ("dpa", "cudnn"):
+        lengths = None if kv_lengths is None else jnp.clip(kv_lengths.astype(jnp.int32), 1, k.shape[1])
         out = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask=mask[:, None],
+                                           key_value_seq_lengths=lengths,
                                            implementation="xla" if impl == "dpa" else "cudnn")
         return out.astype(q.dtype)
     k, v = k.astype(q.dtype), v.astype(q.dtype)

@@ -46,6 +46,9 @@ class DecodeImpl:
     # turn of the same conversation prefills only its new tokens (`Sampler.generate(...,
     # conversations=ids)`; without ids nothing changes)
     kv_reuse: bool = False
+    # the fused decode attentions ("dpa", "cudnn") get each row's written cache length and may skip
+    # the unwritten tail (models.decoder.forward's attention_lengths); the same tokens either way
+    attention_lengths: bool = True
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("padding", self.padding, PADDINGS),
@@ -61,8 +64,9 @@ class DecodeImpl:
                 raise ValueError(f"DecodeImpl {name}={count!r}; expected an int >= 1")
         if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 0:
             raise ValueError(f"DecodeImpl slots={self.slots!r}; expected an int >= 0 (0 = half the batch)")
-        if not isinstance(self.kv_reuse, bool):
-            raise ValueError(f"DecodeImpl kv_reuse={self.kv_reuse!r}; expected a bool")
+        for name in ("kv_reuse", "attention_lengths"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"DecodeImpl {name}={getattr(self, name)!r}; expected a bool")
         if self.kv_reuse and self.padding != "left":
             raise ValueError(f"DecodeImpl kv_reuse=True needs padding='left', got {self.padding!r}")
         if self.batching == "continuous" and (self.padding != "left" or self.decode_segments != 1):

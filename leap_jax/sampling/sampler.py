@@ -169,7 +169,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
            top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, max_new: jax.Array, *,
            max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
            unroll: int | bool = 1, rng_impl: str = "threefry",
-           attn_impl: str = "einsum", segments: int = 1, filtered: bool | None = None,
+           attn_impl: str = "einsum", attention_lengths: bool = True, segments: int = 1,
+           filtered: bool | None = None,
            steps_per_iter: int = 1, exit_live: jax.Array | int = 0) -> tuple[DecodeResult, KVCache]:
     """Sample up to `max_new` (traced, <= static `max_new_tokens`; a scalar or one budget per row)
     tokens per row after `prefill`.
@@ -234,7 +235,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
             slot = base + i - 1
             pos = (lens + i - 1)[:, None]
             lg, cache = forward(params, config, tok[:, None], pos, cache=cache, cache_index=slot,
-                                unroll=unroll, attn_impl=attn_impl, kv_window=window)
+                                unroll=unroll, attn_impl=attn_impl, kv_window=window,
+                                attention_lengths=attention_lengths)
             lg = lg[:, 0]
             new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k,
                                      filtered)
@@ -346,6 +348,7 @@ class Sampler:
                           top_p, top_k, stop_ids, max_new, max_new_tokens=self.max_new_tokens,
                           prompt_slots=prompt_slots, padding=impl.padding, pad_id=self.pad_id,
                           unroll=impl.unroll, rng_impl=impl.rng_impl, attn_impl=impl.attention,
+                          attention_lengths=impl.attention_lengths,
                           segments=impl.decode_segments, filtered=filtered,
                           steps_per_iter=impl.steps_per_iter, exit_live=exit_live)
 
@@ -357,7 +360,8 @@ class Sampler:
                                      temperature, top_p, top_k, stop_ids, max_new,
                                      max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
                                      rng_impl=impl.rng_impl, attn_impl=impl.attention,
-                                     filtered=filtered, steps_per_iter=impl.steps_per_iter, keep=keep)
+                                     attention_lengths=impl.attention_lengths, filtered=filtered,
+                                     steps_per_iter=impl.steps_per_iter, keep=keep)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,), static_argnames=("filtered",))

@@ -63,7 +63,7 @@ def stop_settings(out):
 
 
 @pytest.mark.parametrize("kw", [dict(slots=3), dict(slots=1, steps_per_iter=3), dict(slots=8),
-                                dict(slots=2, layer_loop="scan", fuse=False)])
+                                dict(slots=2, layer_loop="scan", fuse=False), dict(slots=3, attention="dpa")])
 def test_greedy_equals_static_loop(params, prompts, static, kw):
     cont = make(DecodeImpl(batching="continuous", **kw))
     base = static.generate(params, prompts, SamplingParams(temperature=0.0, stop_token_ids=()), 0)
@@ -253,6 +253,10 @@ def test_sampling_config_opt_in():
     assert load_config(None, ["sampling.attention=cudnn"]).sampling.decode_impl().attention == "cudnn"
     with pytest.raises(ConfigError, match="sampling.attention"):
         load_config(None, ["sampling.attention=flash"])
+    assert load_config(None, []).sampling.decode_impl().attention_lengths is True
+    assert load_config(None, ["sampling.attention_lengths=false"]).sampling.decode_impl().attention_lengths is False
+    with pytest.raises((ConfigError, ValueError), match="attention_lengths"):
+        load_config(None, ["sampling.attention_lengths=sometimes"])
     cfg = load_config(None, [])
     assert cfg.sampling.decode_impl() == DecodeImpl(steps_per_iter=cfg.sampling.steps_per_iter)
     cfg = load_config(None, ["sampling.batching=continuous", "sampling.slots=16"])

@@ -288,6 +288,25 @@ def test_attention_impls_agree():
         attention(q, k, v, mask, "flash")
 
 
+def test_fused_attention_skips_masked_cache_tails_with_the_same_result():
+    """kv_lengths (a decode step's written cache prefix per row) changes nothing the mask did not already
+    decide: "dpa" with lengths equals the einsum path on the same mask, lengths past the cache clip."""
+    from leap_jax.models.layers import attention
+    rng = np.random.default_rng(10)
+    q = jnp.asarray(rng.standard_normal((3, 1, 4, 8)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((3, 9, 2, 8)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((3, 9, 2, 8)), jnp.float32)
+    lengths = jnp.asarray([3, 9, 12])  # 12 > 9 slots: clipped
+    mask = (jnp.arange(9)[None, None, :] < lengths[:, None, None]) & jnp.asarray(rng.random((3, 1, 9)) < 0.8)
+    mask = mask.at[:, :, 0].set(True)
+    want = attention(q, k, v, mask, "einsum")
+    got = attention(q, k, v, mask, "dpa", kv_lengths=lengths)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+    garbage = k.at[0, 3:].set(1e4)  # slots past row 0's length never reach its output
+    np.testing.assert_allclose(np.asarray(attention(q, garbage, v, mask, "dpa", kv_lengths=lengths))[0],
+                               np.asarray(want)[0], atol=1e-5)
+
+
 def test_query_chunked_attention_matches_the_whole_block():
     """Past max_score_bytes the einsum path runs over query chunks: same outputs and gradients."""
     from leap_jax.models.layers import attention, query_chunk

@@ -275,9 +275,10 @@ def test_buckets_and_validation(params, sampler):
         sampler.generate(params, [[1]], SamplingParams(stop_token_ids=tuple(range(9))))
 
 
-@pytest.mark.parametrize("attention", ["dpa", "auto"])
-def test_dot_product_attention_decode_matches_the_model(params, prompts, attention):
-    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, impl=DecodeImpl(attention=attention))
+@pytest.mark.parametrize("attention,lengths", [("dpa", True), ("dpa", False), ("auto", True)])
+def test_dot_product_attention_decode_matches_the_model(params, prompts, attention, lengths):
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW,
+                impl=DecodeImpl(attention=attention, attention_lengths=lengths))
     out = s.generate(params, prompts, GREEDY, 0)
     for p, toks in zip(prompts, out.tokens, strict=False):
         assert toks == ref_greedy(params, p, NEW)
