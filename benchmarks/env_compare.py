@@ -165,7 +165,7 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
     statuses: dict[str, int] = {}
     unexpected = []
     speedups: dict[str, list[float]] = {}
-    clocks: dict[str, list[list[float]]] = {}  # task -> [kernel ms, reference ms] of each timed evaluation
+    clocks: dict[str, list[list[Any]]] = {}  # task -> clock_entry of each timed evaluation
     for (name, _, _), res, want in zip([j for b in rounds for j in b], results, expected, strict=True):
         statuses[res.status.value] = statuses.get(res.status.value, 0) + 1
         if want is not None and res.status.value != want:
@@ -174,7 +174,7 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
             speedups.setdefault(name, []).append(res.speedup)
             timing = getattr(res, "timing", None)
             if timing is not None and getattr(timing, "ref_median_ms", None) is not None:
-                clocks.setdefault(name, []).append([timing.kernel_median_ms, timing.ref_median_ms])
+                clocks.setdefault(name, []).append(clock_entry(timing))
     stage = {k: [r.stage_seconds[k] * 1e3 for r in results if k in r.stage_seconds] for k in STAGES}
     steady = sum(walls[1:])
     n = len(tasks)
@@ -187,6 +187,14 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
             "statuses": statuses, "unexpected": unexpected[:20], "n_unexpected": len(unexpected),
             "speedup_median": {k: statistics.median(v) for k, v in speedups.items()}, "clocks_ms": clocks,
             "pool_stats": stats}
+
+
+def clock_entry(timing: Any) -> list[Any]:
+    """One timed evaluation's `clocks_ms` entry: [kernel median ms, reference median ms, fastest and
+    slowest timed kernel run ms, timed runs]; None for what the arm's Timing lacks (an older kernels_env
+    has no kernel_min_ms / kernel_max_ms)."""
+    return [timing.kernel_median_ms, timing.ref_median_ms, getattr(timing, "kernel_min_ms", None),
+            getattr(timing, "kernel_max_ms", None), getattr(timing, "runs", None)]
 
 
 # ---- the independent timing check (runs in a subprocess, this tree) -------------------------------
@@ -356,6 +364,16 @@ def _fmt(x: Any, spec: str = ".2f") -> str:
     return format(x, spec) if isinstance(x, (int, float)) else "-"
 
 
+def _clock(c: list[Any]) -> str:
+    """One evaluation's "kernel / reference" ms, with the kernel's fastest-slowest timed run and the
+    number of runs where recorded ([kernel, ref] entries of older reports have none)."""
+    text = f"{c[0]:.4g} / {c[1]:.4g}"
+    lo, hi, n = (list(c[2:5]) + [None] * 3)[:3]
+    if lo is not None and hi is not None:
+        text += f" (runs {lo:.3g}-{hi:.3g} ms" + (f", n={n})" if n is not None else ")")
+    return text
+
+
 def render(report: dict[str, Any]) -> str:
     """The arms table, then the speedup check (env after / before vs independent)."""
     head = ("workload", "arm", "evals/s steady", "first-sight evals/s", "stage means ms "
@@ -391,7 +409,7 @@ def render(report: dict[str, Any]) -> str:
                 compared += 1
                 if abs(rel) > FLAG_REL_DIFF and clocks.get(task):  # which clock moved: each evaluation's
                     details.append(f"  {task}: env kernel / reference ms per evaluation "
-                                   + ", ".join(f"{k:.4g} / {r:.4g}" for k, r in clocks[task])
+                                   + ", ".join(_clock(c) for c in clocks[task])
                                    + f"; independent {_fmt(v.get('kernel_ms'), '.4g')} / {_fmt(v.get('ref_ms'), '.4g')}")
             env_k, env_r = (statistics.median(c[i] for c in clocks[task]) if clocks.get(task) else None
                             for i in (0, 1))

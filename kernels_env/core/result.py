@@ -59,6 +59,9 @@ class Timing:
     checked_runs: int = 0  # kernel runs whose outputs and guards were checked on the device
     verified_runs: int = 0  # of those, runs compared in full with the reference
     method: str = ""  # the timing method's version (timing_stage.TIMING_METHOD)
+    # The spread of the `runs` timed kernel runs (tells a uniformly slower window from a few slowed runs).
+    kernel_min_ms: float | None = None  # fastest timed kernel run
+    kernel_max_ms: float | None = None  # slowest timed kernel run
 
 
 @dataclass

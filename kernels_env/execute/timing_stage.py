@@ -365,7 +365,8 @@ def _make_timing(dev: Device, kernel: _Measured, ref_ms: list[float] | None) -> 
     timing = Timing(device=dev.timing_device, comparable=bool(dev.timing_comparable), runs=len(times),
                     kernel_median_ms=k_med, kernel_mean_ms=statistics.fmean(times), warmup_runs=kernel.warmup,
                     kernel_ci_ms=[lo, hi], ci_rel_width=ci_rel_width(times), checked_runs=kernel.checked,
-                    verified_runs=kernel.verified, method=TIMING_METHOD)
+                    verified_runs=kernel.verified, method=TIMING_METHOD, kernel_min_ms=min(times),
+                    kernel_max_ms=max(times))
     if ref_ms is not None:
         timing.ref_median_ms = statistics.median(ref_ms)
         timing.ref_mean_ms = statistics.fmean(ref_ms)

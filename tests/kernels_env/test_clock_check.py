@@ -170,6 +170,39 @@ def test_independent_table_shows_which_clock_moved() -> None:
     assert "fine: env kernel" not in text
 
 
+def test_independent_table_shows_each_evaluations_spread_of_timed_runs() -> None:
+    """5-element entries ([kernel, reference, fastest run, slowest run, runs]) show the kernel's spread:
+    a few slowed runs (another context time-slicing) leave the fastest near the independent loop's,
+    a slower window moves all of them; 2-element entries of older reports still render."""
+    arm = {"workload": "suite", "arm": "after", "steady_evals_per_s": 6.7, "first_sight_evals_per_s": 3.3,
+           "stage_ms_mean": {}, "statuses": {"correct": 3}, "startup_s": 11.0,
+           "speedup_median": {"matmul_rect": 0.1},
+           "clocks_ms": {"matmul_rect": [[4.07, 0.3884, 1.55, 4.3, 40], [1.566, 0.3884, None, None, 40],
+                                         [1.5, 0.34]]}}
+    report = {"arms": [arm], "independent": {"matmul_rect": {"speedup": 0.25, "kernel_ms": 1.553,
+                                                             "ref_ms": 0.3853}}}
+    text = env_compare.render(report)
+    assert ("  matmul_rect: env kernel / reference ms per evaluation 4.07 / 0.3884 (runs 1.55-4.3 ms, n=40), "
+            "1.566 / 0.3884, 1.5 / 0.34; independent 1.553 / 0.3853") in text
+    row = next(line for line in text.splitlines() if line.startswith("matmul_rect "))
+    assert row.split()[4:8] == ["1.566", "1.553", "0.3884", "0.3853"] and row.endswith("FLAG")
+    assert env_compare._clock([2.0, 1.0, 1.9, 2.2, None]) == "2 / 1 (runs 1.9-2.2 ms)"
+
+
+def test_clock_entry_records_the_spread_and_tolerates_an_older_timing() -> None:
+    """run_arm's per-evaluation entry: the spread from this tree's Timing, None from an older
+    kernels_env's (the "before" arm) whose Timing has no kernel_min_ms / kernel_max_ms."""
+    from types import SimpleNamespace
+
+    from kernels_env.core.result import Timing
+    t = Timing("cuda", True, 40, 1.6, 1.9, 0.39, 0.39, 0.24, kernel_min_ms=1.55, kernel_max_ms=4.3)
+    assert env_compare.clock_entry(t) == [1.6, 0.39, 1.55, 4.3, 40]
+    old = SimpleNamespace(kernel_median_ms=1.6, ref_median_ms=0.39, runs=40)
+    entry = env_compare.clock_entry(old)
+    assert entry == [1.6, 0.39, None, None, 40]
+    assert env_compare._clock(entry) == "1.6 / 0.39"
+
+
 def test_mix_with_one_failing_kind_keeps_the_failing_share() -> None:
     """`--fail-kinds illegal`: the mix's 30% failing jobs, all of that kind (a sticky fault's cost alone)."""
     assert env_compare.fail_shares() == env_compare.FAIL_SHARE

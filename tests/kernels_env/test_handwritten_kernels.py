@@ -296,3 +296,7 @@ def test_timing_baseline_round_trips_and_is_absent_off_the_gpu(cpu_device):
     r = score(task, task.solution, EnvConfig(backend="cpu", sizes="small", correctness_trials=1, warmup_runs=1,
                                              timed_runs=2), device=cpu_device)
     assert r.status is Status.CORRECT and r.timing is not None and r.timing.baseline is None
+    t = r.timing  # the spread of the timed runs, on the cpu backend too
+    assert t.kernel_min_ms is not None and t.kernel_max_ms is not None
+    assert t.kernel_min_ms <= t.kernel_median_ms <= t.kernel_max_ms
+    assert Result.from_dict(r.to_dict()).timing == t

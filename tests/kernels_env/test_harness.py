@@ -187,6 +187,7 @@ def test_correct_kernel_is_correct_with_timing_and_speedup():
     assert t.runs == FAST.min_timed_runs and t.warmup_runs == 2 and t.comparable and t.device == "cuda"
     assert t.kernel_median_ms == pytest.approx(0.25) and t.ref_median_ms == pytest.approx(1.0)
     assert t.speedup == pytest.approx(4.0) and not t.suspicious and t.kernel_ci_ms == [0.25, 0.25]
+    assert t.kernel_min_ms == t.kernel_max_ms == pytest.approx(0.25)  # every timed run took 0.25 ms
     assert t.checked_runs == 1 + 1 + 10 and t.verified_runs >= 2 and t.ref_runs == 10
     probes = [c for c in dev.time_calls if c["runs"] == 1 and c["warmup"] == 0]
     timed = [c for c in dev.time_calls if c["runs"] == 10]

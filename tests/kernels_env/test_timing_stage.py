@@ -3,7 +3,9 @@ FakeDevice: cheats that pass the correctness trials must not pass the timed runs
 The same cheats as real CUDA code run on the cpu and cupy backends in test_timing_cheats.py."""
 from __future__ import annotations
 
+import json
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -187,3 +189,51 @@ def test_int_outputs_are_checked_for_the_sentinel():
     assert run(device_with(add=add_kernel), task, sub).status is Status.CORRECT
     res = run(device_with(add=counting), task, sub)
     assert res.status is Status.WRONG_OUTPUT and res.mismatch.reason == "unwritten"
+
+
+# ---- the spread of the timed runs ------------------------------------------------------------------
+def test_timing_records_the_fastest_and_slowest_timed_kernel_run():
+    """kernel_min_ms / kernel_max_ms are the extremes of the same timed runs the median comes from
+    (not the probe's, the warm-up's or the reference's), so a uniformly slower window (all runs
+    slow) can be told from one where only some runs were slowed."""
+    from kernels_env.testing.fake_device import FakeDevice
+
+    class Jittery(FakeDevice):
+        """Every kernel run's fake time scaled by a factor cycling over 1, 1.5, ..., 4."""
+        def time_runs(self, prepare, fn, check, warmup, runs, flush_l2, timeout_s=None):
+            before = len(self.launches)
+            times = super().time_runs(prepare, fn, check, warmup, runs, flush_l2)
+            if len(self.launches) == before:  # the reference launches no kernel
+                return times
+            seen = sum(map(len, self.kernel_calls))
+            times = [t * (1 + 0.5 * ((seen + i) % 7)) for i, t in enumerate(times)]
+            self.kernel_calls.append(times)
+            return times
+
+    dev = Jittery(reference_ms=1.0)
+    dev.kernel_calls = []
+    dev.register("add", add_kernel, 0.25)
+    res = run(dev, add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT, res.message
+    t = res.timing
+    timed = [ms for call in dev.kernel_calls[1:] for ms in call]  # the first call is the probe
+    assert t.runs == len(timed) >= FAST.min_timed_runs
+    assert t.kernel_min_ms == min(timed) == pytest.approx(0.25)
+    assert t.kernel_max_ms == max(timed) == pytest.approx(1.0)
+    assert t.kernel_min_ms <= t.kernel_median_ms <= t.kernel_max_ms
+    assert t.kernel_median_ms == pytest.approx(statistics.median(timed))
+    assert isinstance(t.kernel_min_ms, float) and isinstance(t.kernel_max_ms, float)
+
+
+def test_timing_spread_round_trips_and_keeps_the_older_fields_positions():
+    from kernels_env.core.result import Result, Timing
+    t = Timing("cuda", True, 40, 1.6, 1.9, 0.39, 0.39, 0.24, kernel_ci_ms=[1.55, 1.7], ci_rel_width=0.09,
+               kernel_min_ms=1.55, kernel_max_ms=4.3)
+    assert (t.device, t.runs, t.kernel_median_ms, t.speedup) == ("cuda", 40, 1.6, 0.24)
+    back = Result.from_dict(json.loads(json.dumps(Result(Status.CORRECT, timing=t).to_dict()))).timing
+    assert back == t and (back.kernel_min_ms, back.kernel_max_ms) == (1.55, 4.3)
+    old = Result(Status.CORRECT, timing=Timing("cuda", True, 10, 0.5, 0.5)).to_dict()
+    for key in ("kernel_min_ms", "kernel_max_ms"):  # a Result serialised before the fields existed
+        del old["timing"][key]
+    back = Result.from_dict(old).timing
+    assert back.kernel_min_ms is None and back.kernel_max_ms is None and back.kernel_median_ms == 0.5
