@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-sticky envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,12 +27,15 @@ for s in "$@"; do
     tests-all) stage tests-all 540 python3 -m pytest -q --timeout=300 -p no:cacheprovider tests ;;
     suite) stage suite 300 python3 -m kernels_env check-suite --backend cupy ;;
     envbench) stage envbench ${ENVBENCH_S:-300} python3 benchmarks/env_throughput.py ${ENVBENCH_ARGS:-} ;;
-    env31)  # issue 31 in one window: before (.bench_before: `git archive 3886f9a kernels_env`, carried) / after
-      # on the suite and the mix with the independent clock, then a mix whose failures are all sticky faults
+    env31)  # issue 31: before (.bench_before, carried: `git archive <commit> kernels_env | tar -x -C .bench_before`)
+      # / after on the suite and the mix, with the independent clock (317 s on an H100:
+      # docs/results/env31_h100_2026-12-05/)
       stage env31-ab ${ENVBENCH_S:-420} python3 benchmarks/env_throughput.py --before-src .bench_before \
-        --workloads suite,mix --repeat 2 --arm-timeout 150 --independent-hold
-      stage env31-sticky 150 python3 benchmarks/env_throughput.py --workloads mix --fail-kinds illegal --repeat 2 \
-        --no-independent --arm-timeout 140 ;;
+        --workloads suite,mix --repeat 2 --arm-timeout 150 --independent-hold ;;
+    env31-sticky)  # a mix whose failures are all sticky faults, before (.bench_before) / after: what the spares
+      # save (one arm took 138 s on an H100)
+      stage env31-sticky 420 python3 benchmarks/env_throughput.py --before-src .bench_before --workloads mix \
+        --fail-kinds illegal --repeat 2 --no-independent --arm-timeout 200 --json ;;
     envprof) stage envprof ${ENVPROF_S:-120} python3 benchmarks/env_stage_profile.py ${ENVPROF_ARGS:-} ;;
     sampler) stage sampler 230 python3 benchmarks/sampler_throughput.py ;;
     sampler-attn)  # issue 4: the fused cuDNN decode attention against the two-gemm default, HF in the same run
