@@ -193,6 +193,7 @@ class ProcessEvalPool(PoolBase):
             reaps = list(self._reap_s)
         spans = {"spare_start": self._spares.start_times() if self._spares is not None else [], "reap": reaps}
         for name, values in spans.items():
+            out[f"{name}_count"] = len(values)
             out[f"{name}_ms_mean"] = round(1e3 * sum(values) / len(values)) if values else 0
             out[f"{name}_ms_max"] = round(1e3 * max(values)) if values else 0
         return out

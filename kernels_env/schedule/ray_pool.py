@@ -75,6 +75,21 @@ class _Batch:
     ceiling: float  # seconds it was given
 
 
+def combined_spans(local: list[dict[str, Any]]) -> dict[str, int]:
+    """The hosts' background restart costs as one pool's (ProcessEvalPool.stats: `<span>_count`,
+    `<span>_ms_mean`, `<span>_ms_max` for spare_start and reap): counts summed, means weighted by
+    them, the largest max."""
+    out: dict[str, int] = {}
+    for span in ("spare_start", "reap"):
+        counts = [int(s.get(f"{span}_count", 0)) for s in local]
+        n = sum(counts)
+        out[f"{span}_count"] = n
+        out[f"{span}_ms_mean"] = round(sum(c * s.get(f"{span}_ms_mean", 0) for c, s in zip(counts, local,
+                                                                                               strict=True)) / n) if n else 0
+        out[f"{span}_ms_max"] = max((int(s.get(f"{span}_ms_max", 0)) for s in local), default=0)
+    return out
+
+
 class RayEvalPool(PoolBase):
     """EvalPool(mode="ray"): see the module docstring. The process-pool arguments (backend, compile_workers,
     cpu_workers, exec_workers_per_gpu, spare_worker, worker_env, evaluator, gpu_workers) configure each
@@ -398,7 +413,8 @@ class RayEvalPool(PoolBase):
     def stats(self) -> dict[str, int]:
         """The driver's counters (jobs, cache hits, batches, host_deaths, host_hangs, resends), hosts by
         state, jobs queued, and the sum of the up hosts' local-pool counters (restarts, timeouts, crashes)
-        as of their latest reply. Never calls a host: it returns at once, whatever the hosts are doing."""
+        and their restart costs (`combined_spans`) as of their latest reply. Never calls a host: it returns
+        at once, whatever the hosts are doing."""
         out = super().stats()
         with self._lock:
             out["queued"] = len(self._queue)
@@ -409,6 +425,7 @@ class RayEvalPool(PoolBase):
         local = [h.local for h in hosts if h.state == "up"]
         for name in ("restarts", "timeouts", "crashes", "spare_swaps"):
             out[name] = sum(int(s.get(name, 0)) for s in local)
+        out.update(combined_spans(local))
         return out
 
     def host_info(self) -> list[dict[str, Any]]:

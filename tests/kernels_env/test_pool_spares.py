@@ -33,7 +33,7 @@ def _wait_for_spare(pool: ProcessEvalPool, not_pid: int | None = None, timeout: 
 
 def test_spare_is_swapped_in_when_a_worker_dies_and_a_new_one_is_started(tmp_path):
     with EvalPool(backend="cpu", config=CFG, evaluator=scripted_evaluator, cpu_workers=1, cache=False,
-                  spare_worker=True) as pool:
+                  spare_worker=1) as pool:
         first = _pid(pool.submit(Job("t", "ok")).result(timeout=60))
         spare = _wait_for_spare(pool)
         assert spare != first
@@ -47,6 +47,7 @@ def test_spare_is_swapped_in_when_a_worker_dies_and_a_new_one_is_started(tmp_pat
         stats = pool.stats()  # what the restart cost in the background: two spare starts, one exit
         assert 0 < stats["spare_start_ms_mean"] <= stats["spare_start_ms_max"] < 60_000, stats
         assert 0 <= stats["reap_ms_mean"] <= stats["reap_ms_max"] < 60_000, stats
+        assert stats["spare_start_count"] == 2 and stats["reap_count"] == 1, stats
 
 
 def test_no_spare_by_default_on_the_cpu_backend():
@@ -60,7 +61,7 @@ def test_reference_timings_survive_worker_kills():
     """A reference timed by one worker is known to its replacements: the spare (started before the
     timing existed) and a freshly spawned worker after the spare was used up."""
     with EvalPool(backend="cpu", config=CFG, evaluator=scripted_evaluator, cpu_workers=1, cache=False,
-                  spare_worker=True) as pool:
+                  spare_worker=1) as pool:
         r = pool.submit(Job("t", "ref:a")).result(timeout=60)
         assert r.message == "ref a measured"
         w1 = _pid(r)
@@ -264,3 +265,17 @@ def _drop_device_caches_and_end_job(dev: Any) -> None:
     dev.__dict__.pop("_harness_expected", None)
     dev.end_job()
 
+
+
+def test_ray_pool_combines_the_hosts_restart_costs():
+    """RayEvalPool.stats over hosts' local stats: counts summed, means weighted by count, the largest max."""
+    from kernels_env.schedule.ray_pool import combined_spans
+    hosts = [{"spare_start_count": 1, "spare_start_ms_mean": 4000, "spare_start_ms_max": 4000,
+              "reap_count": 0, "reap_ms_mean": 0, "reap_ms_max": 0},
+             {"spare_start_count": 3, "spare_start_ms_mean": 2000, "spare_start_ms_max": 9000,
+              "reap_count": 2, "reap_ms_mean": 150, "reap_ms_max": 400},
+             {}]  # a host of an older version reports no spans
+    assert combined_spans(hosts) == {"spare_start_count": 4, "spare_start_ms_mean": 2500, "spare_start_ms_max": 9000,
+                                     "reap_count": 2, "reap_ms_mean": 150, "reap_ms_max": 400}
+    assert combined_spans([]) == {"spare_start_count": 0, "spare_start_ms_mean": 0, "spare_start_ms_max": 0,
+                                  "reap_count": 0, "reap_ms_mean": 0, "reap_ms_max": 0}
