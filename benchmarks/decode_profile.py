@@ -2,14 +2,17 @@
 
     python benchmarks/decode_profile.py                       # the experiment's 26M shape, batch 64
     python benchmarks/decode_profile.py --shape qwen0.5b --batch 64
+    python benchmarks/decode_profile.py --shape generated --batch 128 --prompt 1024 --new 768 \
+        --variants 'einsum:steps_per_iter=4' 'cudec:steps_per_iter=4,attention=cudnn'
     python benchmarks/decode_profile.py --small               # CPU smoke run (tiny model)
 
 Builds a random model of the shape, compiles with one untimed call, then traces one call with
 `jax.profiler.trace(create_perfetto_trace=True)` and reads the Perfetto JSON it writes: for each
-trace process (host threads, GPU streams) the busy time, and for the device the kernels that took
-the most time, per decode step (host events nest, so their sum exceeds the wall time; kernels on a
-device stream do not). Wall time per step against device busy time per step says whether
-the loop is bound by its kernels (busy ~ wall) or by launches and host round trips (busy << wall).
+trace process (host threads, GPU streams) the busy time, and for the device the kernels' families
+(gemm, attention, reduce, ...) summed and the kernels that took the most time, per decode step (host
+events nest, so their sum exceeds the wall time; kernels on a device stream do not). Wall time per
+step against device busy time per step says whether the loop is bound by its kernels (busy ~ wall)
+or by launches and host round trips (busy << wall).
 Rows never stop early (no stop ids) unless `--stop-ids N`: then ids 3..N+2 stop a row, so with
 random weights lengths are about geometric (mean ~vocab/N, cut at --new), the case where continuous
 batching (`batching=continuous,slots=32`) refills slots. Variants of the Sampler options are
@@ -35,6 +38,9 @@ SHAPES = {
                        num_kv_heads=4, rope_theta=10000.0, tie_word_embeddings=True, qkv_bias=False),
     "qwen0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14,
                      num_kv_heads=2, rope_theta=1000000.0, tie_word_embeddings=True, qkv_bias=True),
+    # the generated family's SFT policy (artifacts/policies/gen-2026-12-04: Llama, 6 layers, vocab 1949)
+    "generated": dict(vocab_size=1949, hidden_size=512, intermediate_size=1536, num_layers=6, num_heads=8,
+                      num_kv_heads=4, rope_theta=10000.0, tie_word_embeddings=True, qkv_bias=False),
     "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                  num_kv_heads=2, rope_theta=10000.0, tie_word_embeddings=True, qkv_bias=False),
 }
@@ -78,6 +84,38 @@ def read_perfetto(trace_dir: str) -> dict:
         by_kernel[(proc, e.get("name", "?"))] += dur
         kernel_count[(proc, e.get("name", "?"))] += 1
     return {"busy": dict(busy), "count": dict(count), "by_kernel": by_kernel, "kernel_count": kernel_count}
+
+
+# Kernel families by name (XLA:GPU's fusion names, cuDNN / cuBLAS kernels, the RNG): where a step's
+# kernels go, summed, so a fused kernel can be aimed at the family that costs most.
+FAMILIES = (("gemm", ("gemm", "cublas", "cutlass", "sm90_xmma", "nvjet", "dot")),
+            ("attention (cuDNN)", ("cudnn", "flash", "fmha", "sdpa")),
+            ("reduce", ("reduce",)),
+            ("convert / copy / slice", ("convert", "copy", "slice", "transpose", "concatenate", "bitcast")),
+            ("dynamic-update-slice", ("dynamic_update_slice", "dynamic-update-slice")),
+            ("rng / sort", ("threefry", "rng", "sort", "random")),
+            ("elementwise / loop fusion", ("loop_", "fusion", "multiply", "add", "select")))
+
+
+def family(kernel: str) -> str:
+    """The FAMILIES name of a device kernel (first match by substring), else "other"."""
+    k = kernel.lower()
+    for name, keys in FAMILIES:
+        if any(key in k for key in keys):
+            return name
+    return "other"
+
+
+def families(by_kernel: dict[tuple[str, str], float], kernel_count: dict[tuple[str, str], int],
+             steps: int) -> list[tuple[str, float, float]]:
+    """(family, us per step, kernels per step) over the device kernels, costliest first."""
+    us: dict[str, float] = collections.defaultdict(float)
+    n: dict[str, float] = collections.defaultdict(float)
+    for (proc, kname), dur in by_kernel.items():
+        if is_device(proc):
+            us[family(kname)] += dur / steps
+            n[family(kname)] += kernel_count[(proc, kname)] / steps
+    return sorted(((f, us[f], n[f]) for f in us), key=lambda t: -t[1])
 
 
 def is_device(proc: str) -> bool:
@@ -145,6 +183,8 @@ def main() -> None:
         for proc, us in sorted(r["busy"].items(), key=lambda kv: -kv[1]):
             print(f"  {'device' if is_device(proc) else 'host  '} {proc[:60]:60s} events {us / 1e3:9.1f} ms "
                   f"({us / steps:8.1f} us/step) in {r['count'][proc]} events ({r['count'][proc] / steps:.1f}/step)")
+        for fam, us, n in families(r["by_kernel"], r["kernel_count"], steps):
+            print(f"  family {fam:28s} {us:8.1f} us/step in {n:6.1f} kernels/step")
         dev = [(k, v) for k, v in r["by_kernel"].items() if is_device(k[0])]
         for (proc, kname), us in sorted(dev, key=lambda kv: -kv[1])[:args.top]:
             n = r["kernel_count"][(proc, kname)]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-sticky envprof sampler sampler-attn sampler-xla kenv kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-sticky envprof sampler sampler-attn sampler-xla decode-prof kenv kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +50,13 @@ print('nvrtc', nvrtc.getVersion(), 'log:', repr(nvrtc.getProgramLog(p)))
 print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
     kenv-fix) stage kenv-fix 240 python3 -m pytest -q -rfE -m gpu --timeout=150 -p no:cacheprovider tests/kernels_env/test_counter_rng.py tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py ;;
     kenv) stage kenv 300 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_counter_rng.py tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py tests/kernels_env/test_pipeline.py ;;
+    decode-prof)  # issue 29: where a decode step of the generated family's shape goes (batch 128, a multi-turn
+      # cache), kernel families per step: einsum against the cuDNN decode attention, and under XLA command buffers
+      P='--shape generated --batch 128 --prompt 1024 --new 768 --top 20'
+      stage decode-prof 240 python3 benchmarks/decode_profile.py $P \
+        --variants 'einsum:steps_per_iter=4' 'cudec:steps_per_iter=4,attention=cudnn'
+      XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL --xla_gpu_graph_min_graph_size=1" \
+        stage decode-prof-graphs 150 python3 benchmarks/decode_profile.py $P --variants 'cudec-graphs:steps_per_iter=4,attention=cudnn' ;;
     sampler-xla)  # the decode loop under XLA command buffers (CUDA graphs incl. WHILE) vs default
       V=unrolled-threefry-einsum,unrolled-threefry-einsum-k4,unrolled-threefry-einsum-cond
       stage sampler-xla-default 150 python3 benchmarks/sampler_throughput.py --no-torch --batches 64 --variants $V
