@@ -21,6 +21,10 @@ from kernels_env.schedule.result_cache import ResultCache, cache_key
 from kernels_env.source.submission import Answer
 
 Evaluator = Callable[[str, Answer, EnvConfig], Result]  # (task, answer, config), in an exec worker
+# What a worker restart costs in the background, in every pool's stats as `<span>_count`, `<span>_ms_mean`
+# and `<span>_ms_max` (ProcessEvalPool measures them; RayEvalPool combines its hosts'): a warm spare's
+# start and a retired worker's exit.
+RESTART_SPANS = ("spare_start", "reap")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from kernels_env.core.result import Result
 from kernels_env.core.status import Status
 from kernels_env.execute.gpu_lock import GpuLock, GpuLockHandle
 from kernels_env.judge import reference_cache
-from kernels_env.schedule.pool_base import Evaluator, Job, Pending, PoolBase
+from kernels_env.schedule.pool_base import RESTART_SPANS, Evaluator, Job, Pending, PoolBase
 from kernels_env.schedule.result_cache import ResultCache
 from kernels_env.schedule.spares import SpareWorkers
 from kernels_env.schedule.workers import STARTUP_TIMEOUT_S, Worker, WorkerDied, WorkerOverran, exit_desc
@@ -172,7 +172,8 @@ class ProcessEvalPool(PoolBase):
         with self._lock:  # what a restart costs in the background: a spare's start, a killed worker's exit
             reaps = list(self._reap_s)
         spans = {"spare_start": self._spares.start_times() if self._spares is not None else [], "reap": reaps}
-        for name, values in spans.items():
+        for name in RESTART_SPANS:
+            values = spans[name]
             out[f"{name}_count"] = len(values)
             out[f"{name}_ms_mean"] = round(1e3 * sum(values) / len(values)) if values else 0
             out[f"{name}_ms_max"] = round(1e3 * max(values)) if values else 0

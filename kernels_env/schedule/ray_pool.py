@@ -37,7 +37,7 @@ from typing import Any
 
 from kernels_env.schedule.result_cache import ResultCache
 from kernels_env.core.config import BACKENDS, RAY_MIN_HEARTBEAT_S, EnvConfig
-from kernels_env.schedule.pool_base import Evaluator, Job, Pending, PoolBase
+from kernels_env.schedule.pool_base import RESTART_SPANS, Evaluator, Job, Pending, PoolBase
 from kernels_env.core.result import Result
 from kernels_env.schedule.ray_host import HEALTH_GROUP, host_actor_class
 from kernels_env.schedule.ray_nodes import HostSpot, actor_options, eval_spots
@@ -76,16 +76,15 @@ class _Batch:
 
 
 def combined_spans(local: list[dict[str, Any]]) -> dict[str, int]:
-    """The hosts' background restart costs as one pool's (ProcessEvalPool.stats: `<span>_count`,
-    `<span>_ms_mean`, `<span>_ms_max` for spare_start and reap): counts summed, means weighted by
-    them, the largest max."""
+    """The hosts' background restart costs (RESTART_SPANS) as one pool's: counts summed, means
+    weighted by them, the largest max."""
     out: dict[str, int] = {}
-    for span in ("spare_start", "reap"):
+    for span in RESTART_SPANS:
         counts = [int(s.get(f"{span}_count", 0)) for s in local]
+        weighted = sum(c * s.get(f"{span}_ms_mean", 0) for c, s in zip(counts, local, strict=True))
         n = sum(counts)
         out[f"{span}_count"] = n
-        out[f"{span}_ms_mean"] = round(sum(c * s.get(f"{span}_ms_mean", 0) for c, s in zip(counts, local,
-                                                                                               strict=True)) / n) if n else 0
+        out[f"{span}_ms_mean"] = round(weighted / n) if n else 0
         out[f"{span}_ms_max"] = max((int(s.get(f"{span}_ms_max", 0)) for s in local), default=0)
     return out
 
