@@ -91,8 +91,8 @@ def read_perfetto(trace_dir: str) -> dict:
 FAMILIES = (("gemm", ("gemm", "cublas", "cutlass", "sm90_xmma", "nvjet", "dot")),
             ("attention (cuDNN)", ("cudnn", "flash", "fmha", "sdpa")),
             ("reduce", ("reduce",)),
+            ("dynamic-update-slice", ("dynamic_update_slice", "dynamic-update-slice")),  # before "slice"
             ("convert / copy / slice", ("convert", "copy", "slice", "transpose", "concatenate", "bitcast")),
-            ("dynamic-update-slice", ("dynamic_update_slice", "dynamic-update-slice")),
             ("rng / sort", ("threefry", "rng", "sort", "random")),
             ("elementwise / loop fusion", ("loop_", "fusion", "multiply", "add", "select")))
 

@@ -19,6 +19,7 @@ def test_kernel_families_by_name():
     assert f("cudnn_generated_fort_native_sdpa_sm90") == "attention (cuDNN)"
     assert f("input_reduce_fusion_1") == "reduce"
     assert f("wrapped_convert_22") == f("wrapped_slice_129") == "convert / copy / slice"
+    assert f("loop_dynamic_update_slice_fusion") == "dynamic-update-slice"  # not taken by "slice"
     assert f("loop_multiply_fusion") == "elementwise / loop fusion"
     assert f("threefry2x32") == "rng / sort"
     assert f("memset32") == "other"
