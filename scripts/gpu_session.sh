@@ -103,13 +103,14 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
       # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
       # multiturn config's decode attention (default auto = cuDNN on a GPU, reading each row's written cache
-      # only) against einsum and against cuDNN over the whole cache
+      # only and skipping stopped rows) against no skipping, einsum, and cuDNN over the whole cache
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
       H='headline: rollout.pipeline_turns=false sampling.kv_reuse=false rollout.overlap_chunks=2 optimizer.attention=einsum sampling.attention=einsum'
       if [ "$s" = step-speed-cudec ]; then
         stage step-cudec ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
-          --arms after --arm 'einsum: sampling.attention=einsum' \
-          --arm 'cudec-full: sampling.attention=cudnn sampling.attention_lengths=false' --steps 2 --warmup 1
+          --arms after --arm 'noskip: sampling.skip_done_rows=false' --arm 'einsum: sampling.attention=einsum' \
+          --arm 'cudec-full: sampling.attention=cudnn sampling.attention_lengths=false sampling.skip_done_rows=false' \
+          --steps 2 --warmup 1
         continue
       fi
       [ "$s" = step-speed-rest ] || stage step-multiturn ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \

@@ -189,7 +189,8 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
             unroll: int | bool = 1, attn_impl: str = "einsum",
             kv_window: int | None = None,
             write_padding: bool = True,
-            attention_lengths: bool = True) -> tuple[jax.Array, KVCache | None]:
+            attention_lengths: bool = True,
+            live_rows: jax.Array | None = None) -> tuple[jax.Array, KVCache | None]:
     """Run the decoder on tokens [B, L] at RoPE positions [B, L].
 
     Returns (fp32 logits [B, L, V], or final-normed hidden [B, L, D] in the compute dtype when
@@ -207,6 +208,10 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
     attention_lengths (with a cache): pass each row's written length (its last query slot + 1) to the
     attention, so the fused kernels ("dpa", "cudnn") skip the unwritten tail of the cache; the same
     result either way (`layers.attention`'s kv_lengths).
+    live_rows [B] bool (with a cache; the fused attentions "dpa" / "cudnn" only): rows whose output the
+    caller discards (a decode row that has stopped). Their attention output is zero and the fused
+    kernel may skip their keys; live rows' results do not change. Their cache slots are written as
+    before (with values nothing reads: a stopped row's later slots are never attended).
     write_padding=False (a cache and a scalar cache_index only): the cache slots of tokens with
     segment id 0 keep what they held (k, v and segment id), so a left-padded block can be written
     over slots whose earlier contents it must not erase (sampling/prefix.py).
@@ -233,6 +238,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
     cos, sin = rope_cos_sin(positions, hd, c.rope_theta, dtype)
 
     kv_lengths = None  # with a cache: each row's keys past its last query slot are masked (see attention)
+    q_lengths = None  # with live_rows: a stopped row's queries are padding (see attention)
     if cache is None:
         slot = jnp.arange(t)
         causal = slot[None, :, None] >= slot[None, None, :]
@@ -265,6 +271,12 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         mask = ((kslot[None, None, :] <= qslot[:, :, None])
                 & (kseg[:, None, :] == seg[:, :, None]) & (kseg[:, None, :] != 0))
         kv_lengths = qslot[:, -1] + 1 if attention_lengths else None
+        if live_rows is not None:
+            live = jnp.asarray(live_rows, bool)
+            if live.shape != (b,):
+                raise ValueError(f"forward: live_rows shape {live.shape}; expected ({b},)")
+            q_lengths = jnp.where(live, t, 0).astype(jnp.int32)
+            kv_lengths = None if kv_lengths is None else jnp.where(live, kv_lengths, 1)
 
     def block(x, lp, kc, vc, layer):
         """One decoder layer; kc/vc: stacked caches (layer = traced index), per-layer buffers
@@ -294,7 +306,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
                 v = jax.lax.dynamic_index_in_dim(vc, layer, 0, keepdims=False)
             if hi < k.shape[1]:
                 k, v = k[:, :hi], v[:, :hi]
-        a = attention(q, k, v, mask, attn_impl, kv_lengths=kv_lengths)
+        a = attention(q, k, v, mask, attn_impl, kv_lengths=kv_lengths, q_lengths=q_lengths)
         x = x + dense(a.reshape(b, t, h * hd), lp["wo"])
         hn = rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
         if "w_gate_up" in lp:

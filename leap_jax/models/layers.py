@@ -79,7 +79,7 @@ MAX_SCORE_BYTES = 1 << 30
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
               impl: str = "einsum", max_score_bytes: int | None = None,
-              kv_lengths: jax.Array | None = None) -> jax.Array:
+              kv_lengths: jax.Array | None = None, q_lengths: jax.Array | None = None) -> jax.Array:
     """Grouped-query attention.
 
     q [B, T, H, hd]; k, v [B, S, KV, hd]; mask [B, T, S] bool (True = may attend).
@@ -96,6 +96,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     kv_lengths [B] (optional): every key at slot >= kv_lengths[b] is already masked for row b (a decode
     step's unwritten cache tail); "dpa" / "cudnn" pass it on as key_value_seq_lengths, so the fused
     kernel can skip those slots instead of reading them. The result is the same; other impls ignore it.
+    q_lengths [B] (optional, "dpa" / "cudnn" only; others ignore it): row b's queries past
+    q_lengths[b] are padding; a row with 0 (a decode row that has stopped) gets a zero output and the
+    fused kernel may skip its keys altogether.
     """
     b, t, h, hd = q.shape
     impl = resolve_attention(impl, jnp.dtype(q.dtype).name, hd)
@@ -112,8 +115,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
         return out.astype(q.dtype).reshape(b, t, h, hd)
     if impl in ("dpa", "cudnn"):
         lengths = None if kv_lengths is None else jnp.clip(kv_lengths.astype(jnp.int32), 1, k.shape[1])
+        queries = None if q_lengths is None else jnp.clip(q_lengths.astype(jnp.int32), 0, t)
         out = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask=mask[:, None],
-                                           key_value_seq_lengths=lengths,
+                                           query_seq_lengths=queries, key_value_seq_lengths=lengths,
                                            implementation="xla" if impl == "dpa" else "cudnn")
         return out.astype(q.dtype)
     k, v = k.astype(q.dtype), v.astype(q.dtype)

@@ -49,6 +49,9 @@ class DecodeImpl:
     # the fused decode attentions ("dpa", "cudnn") get each row's written cache length and may skip
     # the unwritten tail (models.decoder.forward's attention_lengths); the same tokens either way
     attention_lengths: bool = True
+    # the fused decode attentions skip rows that have stopped (models.decoder.forward's live_rows: a
+    # static batch's long tail is mostly stopped rows); the same tokens either way
+    skip_done_rows: bool = True
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("padding", self.padding, PADDINGS),
@@ -64,7 +67,7 @@ class DecodeImpl:
                 raise ValueError(f"DecodeImpl {name}={count!r}; expected an int >= 1")
         if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 0:
             raise ValueError(f"DecodeImpl slots={self.slots!r}; expected an int >= 0 (0 = half the batch)")
-        for name in ("kv_reuse", "attention_lengths"):
+        for name in ("kv_reuse", "attention_lengths", "skip_done_rows"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"DecodeImpl {name}={getattr(self, name)!r}; expected a bool")
         if self.kv_reuse and self.padding != "left":

@@ -169,7 +169,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
            top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, max_new: jax.Array, *,
            max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
            unroll: int | bool = 1, rng_impl: str = "threefry",
-           attn_impl: str = "einsum", attention_lengths: bool = True, segments: int = 1,
+           attn_impl: str = "einsum", attention_lengths: bool = True, skip_done_rows: bool = True,
+           segments: int = 1,
            filtered: bool | None = None,
            steps_per_iter: int = 1, exit_live: jax.Array | int = 0) -> tuple[DecodeResult, KVCache]:
     """Sample up to `max_new` (traced, <= static `max_new_tokens`; a scalar or one budget per row)
@@ -181,6 +182,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     with `rng` as given (portable bit-exact streams); "rbg" derives an `unsafe_rbg` key from it
     (XLA's RngBitGenerator: much cheaper per [B, V] draw, deterministic on a given backend/version).
     attn_impl: the decode step's attention (one of layers.ATTN_IMPLS, see `layers.attention`).
+    attention_lengths / skip_done_rows: the fused attentions ("dpa", "cudnn") read only each row's
+    written cache / skip rows that have stopped (forward's `live_rows`); the same tokens either way.
     segments: split the decode steps into this many consecutive `while_loop`s, each attending
     only over the cache slots its steps can have written (a static window), so early steps do
     not read the whole cache; the loop body is compiled once per segment.
@@ -236,7 +239,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
             pos = (lens + i - 1)[:, None]
             lg, cache = forward(params, config, tok[:, None], pos, cache=cache, cache_index=slot,
                                 unroll=unroll, attn_impl=attn_impl, kv_window=window,
-                                attention_lengths=attention_lengths)
+                                attention_lengths=attention_lengths,
+                                live_rows=~done if skip_done_rows else None)
             lg = lg[:, 0]
             new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k,
                                      filtered)
@@ -348,7 +352,7 @@ class Sampler:
                           top_p, top_k, stop_ids, max_new, max_new_tokens=self.max_new_tokens,
                           prompt_slots=prompt_slots, padding=impl.padding, pad_id=self.pad_id,
                           unroll=impl.unroll, rng_impl=impl.rng_impl, attn_impl=impl.attention,
-                          attention_lengths=impl.attention_lengths,
+                          attention_lengths=impl.attention_lengths, skip_done_rows=impl.skip_done_rows,
                           segments=impl.decode_segments, filtered=filtered,
                           steps_per_iter=impl.steps_per_iter, exit_live=exit_live)
 

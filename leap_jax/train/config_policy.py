@@ -104,8 +104,10 @@ class SamplingCfg:
     # the decode step's attention (models.layers.attention): einsum, reduce, dpa, cudnn (the fused
     # GPU kernel) or auto (cudnn where it runs, einsum elsewhere); the tokens are the same up to rounding
     attention: str = "einsum"
-    # with attention dpa / cudnn: skip each row's unwritten cache tail (the same tokens; off to compare)
+    # with attention dpa / cudnn: skip each row's unwritten cache tail, and rows that have stopped
+    # (the same tokens; off to compare)
     attention_lengths: bool = True
+    skip_done_rows: bool = True
 
     def check(self) -> None:
         positive(self.temperature, "sampling.temperature", allow_zero=True)
@@ -126,7 +128,8 @@ class SamplingCfg:
         from leap_jax.sampling.decode_impl import DecodeImpl
         return DecodeImpl(decode_segments=self.decode_segments, steps_per_iter=self.steps_per_iter,
                           batching=self.batching, slots=self.slots, kv_reuse=self.kv_reuse,
-                          attention=self.attention, attention_lengths=self.attention_lengths)
+                          attention=self.attention, attention_lengths=self.attention_lengths,
+                          skip_done_rows=self.skip_done_rows)
 
     def params(self, stop_token_ids: Sequence[int], temperature: float | None = None) -> SamplingParams:
         """The Sampler's per-call SamplingParams of this section (`temperature` overrides its own)."""

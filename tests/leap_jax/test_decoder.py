@@ -307,6 +307,47 @@ def test_fused_attention_skips_masked_cache_tails_with_the_same_result():
                                np.asarray(want)[0], atol=1e-5)
 
 
+def test_fused_attention_gives_stopped_rows_zero_and_leaves_live_rows_alone():
+    """q_lengths 0 (a stopped decode row): that row's output is zero, even with NaN keys, and the
+    other rows' outputs are those of the einsum path."""
+    from leap_jax.models.layers import attention
+    rng = np.random.default_rng(11)
+    q = jnp.asarray(rng.standard_normal((3, 1, 4, 8)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((3, 9, 2, 8)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((3, 9, 2, 8)), jnp.float32)
+    mask = jnp.asarray(rng.random((3, 1, 9)) < 0.8).at[:, :, 0].set(True)
+    want = np.asarray(attention(q, k, v, mask, "einsum"))
+    stopped = k.at[1].set(jnp.nan)  # nothing of a skipped row is read into a live row
+    got = np.asarray(attention(q, stopped, v, mask, "dpa", kv_lengths=jnp.asarray([9, 1, 9]),
+                               q_lengths=jnp.asarray([1, 0, 1])))
+    np.testing.assert_allclose(got[[0, 2]], want[[0, 2]], atol=1e-5)
+    assert np.all(got[1] == 0.0)
+
+
+def test_forward_live_rows_change_only_the_stopped_rows():
+    """decoder.forward(live_rows=...) with a cache: live rows' logits and cache writes are those of a
+    forward without it; stopped rows' logits stay finite."""
+    cfg = CFG
+    p = random_params(cfg, 3)
+    rng = np.random.default_rng(4)
+    b, slots = 3, 12
+    cache = decoder.init_cache(cfg, b, slots, jnp.float32)
+    tok = jnp.asarray(rng.integers(1, 97, (b, 6)), jnp.int32)
+    pos = jnp.tile(jnp.arange(6), (b, 1))
+    _, cache = decoder.forward(p, cfg, tok, pos, cache=cache, cache_index=0)
+    step = jnp.asarray(rng.integers(1, 97, (b, 1)), jnp.int32)
+    live = jnp.asarray([True, False, True])
+    kw = dict(cache_index=jnp.int32(6), attn_impl="dpa")
+    want, want_cache = decoder.forward(p, cfg, step, pos[:, :1] + 6, cache=cache, **kw)
+    got, got_cache = decoder.forward(p, cfg, step, pos[:, :1] + 6, cache=cache, live_rows=live, **kw)
+    np.testing.assert_allclose(np.asarray(got)[[0, 2]], np.asarray(want)[[0, 2]], atol=1e-5)
+    assert np.isfinite(np.asarray(got)).all()
+    for a, c in ((got_cache.k, want_cache.k), (got_cache.v, want_cache.v)):
+        np.testing.assert_allclose(np.asarray(a)[:, [0, 2]], np.asarray(c)[:, [0, 2]], atol=1e-5)
+    with pytest.raises(ValueError, match=r"live_rows shape \(2,\); expected \(3,\)"):
+        decoder.forward(p, cfg, step, pos[:, :1] + 6, cache=cache, live_rows=live[:2], **kw)
+
+
 def test_query_chunked_attention_matches_the_whole_block():
     """Past max_score_bytes the einsum path runs over query chunks: same outputs and gradients."""
     from leap_jax.models.layers import attention, query_chunk

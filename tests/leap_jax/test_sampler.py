@@ -290,6 +290,25 @@ def test_dot_product_attention_decode_matches_the_model(params, prompts, attenti
         Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, impl={"attention": "dpa"})
 
 
+@pytest.mark.parametrize("skip", [True, False])
+def test_fused_decode_skipping_stopped_rows_keeps_every_rows_tokens(params, prompts, skip):
+    """With stop ids, rows stop at different steps; the fused attention then skips the stopped rows
+    (DecodeImpl.skip_done_rows) and the rows still generating get the reference's greedy tokens."""
+    greedy = [ref_greedy(params, p, NEW) for p in prompts]
+    stop = greedy[0][1]  # row 0 stops after its 2nd token, the others later or never
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW,
+                impl=DecodeImpl(attention="dpa", skip_done_rows=skip))
+    out = s.generate(params, prompts, SamplingParams(temperature=0.0, stop_token_ids=(stop,)), 0)
+    lengths = []
+    for g, toks, lps in zip(greedy, out.tokens, out.logprobs, strict=True):
+        want = g[: g.index(stop) + 1] if stop in g else g
+        assert toks == want and len(lps) == len(want)
+        lengths.append(len(toks))
+    assert min(lengths) == 2 and max(lengths) == NEW  # some rows went on after row 0 stopped
+    with pytest.raises(ValueError, match="skip_done_rows='yes'; expected a bool"):
+        DecodeImpl(skip_done_rows="yes")
+
+
 @pytest.mark.gpu
 def test_bf16_sampler_on_gpu_variants_agree():
     """bf16 model + bf16 donated cache on the GPU: the decode paths (unrolled / scan / cuDNN attention) produce
@@ -317,6 +336,20 @@ def test_bf16_sampler_on_gpu_variants_agree():
                 np.testing.assert_allclose(lps, np.asarray(want)[0, len(pr) - 1:], atol=0.05)
     for other in ("scan", "cudnn", "auto"):
         assert [t[0] for t in outs["unrolled"].tokens] == [t[0] for t in outs[other].tokens]
+    # stop ids end rows at different steps: the cuDNN attention skips the stopped rows (query length 0)
+    # while the others go on; their log-probs must still track the recomputed ones
+    stops = tuple(range(1, 97, 6))
+    for skip in (True, False):
+        s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16,
+                    impl=DecodeImpl(attention="cudnn", skip_done_rows=skip))
+        out = s.generate(p, prompts, SamplingParams(temperature=0.0, stop_token_ids=stops), 0)
+        assert len({len(t) for t in out.tokens}) > 1, out.tokens  # rows stopped at different steps
+        for pr, toks, lps in zip(prompts, out.tokens, out.logprobs, strict=True):
+            seq = pr + toks
+            tok = np.asarray(seq[:-1], np.int32)[None]
+            pos = np.arange(tok.shape[1], dtype=np.int32)[None]
+            want = token_logprobs(p, cfg, tok, pos, np.asarray(seq[1:], np.int32)[None])
+            np.testing.assert_allclose(lps, np.asarray(want)[0, len(pr) - 1:], atol=0.05)
 
 
 def test_casting_weights_once_is_bit_identical():
