@@ -191,10 +191,11 @@ def run_arm(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
 
 def clock_entry(timing: Any) -> list[Any]:
     """One timed evaluation's `clocks_ms` entry: [kernel median ms, reference median ms, fastest and
-    slowest timed kernel run ms, timed runs]; None for what the arm's Timing lacks (an older kernels_env
-    has no kernel_min_ms / kernel_max_ms)."""
+    slowest timed kernel run ms, timed runs, the L2 flush's median ms, the host's median lateness past
+    the hold ms]; None for what the arm's Timing lacks (an older kernels_env has none of the last four)."""
     return [timing.kernel_median_ms, timing.ref_median_ms, getattr(timing, "kernel_min_ms", None),
-            getattr(timing, "kernel_max_ms", None), getattr(timing, "runs", None)]
+            getattr(timing, "kernel_max_ms", None), getattr(timing, "runs", None),
+            getattr(timing, "flush_median_ms", None), getattr(timing, "launch_late_ms", None)]
 
 
 # ---- the independent timing check (runs in a subprocess, this tree) -------------------------------
@@ -368,9 +369,11 @@ def _clock(c: list[Any]) -> str:
     """One evaluation's "kernel / reference" ms, with the kernel's fastest-slowest timed run and the
     number of runs where recorded ([kernel, ref] entries of older reports have none)."""
     text = f"{c[0]:.4g} / {c[1]:.4g}"
-    lo, hi, n = (list(c[2:5]) + [None] * 3)[:3]
+    lo, hi, n, flush, late = (list(c[2:7]) + [None] * 5)[:5]
     if lo is not None and hi is not None:
-        text += f" (runs {lo:.3g}-{hi:.3g} ms" + (f", n={n})" if n is not None else ")")
+        text += f" (runs {lo:.3g}-{hi:.3g} ms" + (f", n={n}" if n is not None else "")
+        text += f", flush {flush:.3g} ms" if flush is not None else ""
+        text += (f", launch late {late:.3g} ms)" if late is not None else ")")
     return text
 
 

@@ -354,30 +354,45 @@ class CupyDevice:
         total = warmup + runs
         starts = [cp.cuda.Event() for _ in range(total)]
         ends = [cp.cuda.Event() for _ in range(total)]
+        # the flush's own duration per run: a fixed amount of memory traffic, so a probe of whether
+        # something else on the GPU (another context, the driver) slowed this window down
+        flush_marks = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(total)] if flush_l2 else []
         enqueue_s = HOLD_FIRST_S
+        # per run, how much longer the host took from the hold's launch to fn's last launch than the
+        # hold lasts: an upper bound of the time the GPU may have idled inside the window (it is 0
+        # whenever the host runs ahead of the GPU, as it should)
+        late_ms: list[float] = []
         try:
             for i in range(total):
                 state = prepare(i)
                 if flush is not None:
+                    flush_marks[i][0].record(stream)
                     cp.cuda.runtime.memsetAsync(flush.data.ptr, i & 0xFF, self.flush_bytes, stream.ptr)
+                    flush_marks[i][1].record(stream)
                     self.flushes += 1
-                self._hold(hold_seconds(enqueue_s))
+                hold_s = hold_seconds(enqueue_s)
+                self._hold(hold_s)
+                t_hold = time.perf_counter()
                 starts[i].record(stream)
                 t0 = time.perf_counter()
                 fn(state)
-                enqueue_s = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                enqueue_s = t1 - t0
+                late_ms.append(max(0.0, t1 - t_hold - hold_s) * 1e3)
                 ends[i].record(stream)
                 check(i, state)
                 if i >= IN_FLIGHT:
                     self._wait_event(ends[i - IN_FLIGHT], deadline, spin_s=math.inf)
             self._wait(stream, deadline, spin_s=math.inf)  # the timing loop owns this core
             times = [cp.cuda.get_elapsed_time(starts[i], ends[i]) for i in range(warmup, total)]
+            flush_ms = [cp.cuda.get_elapsed_time(a, b) for a, b in flush_marks[warmup:]]
         except self._errors() as e:
             raise self._map(e, "kernel failed while being timed") from e
         finally:
             del flush
         self.last_timing = {"warmup": warmup, "runs": runs, "flush_l2": flush_l2,
-                            "flush_bytes": self.flush_bytes if flush_l2 else 0, "l2_bytes": self.l2_bytes}
+                            "flush_bytes": self.flush_bytes if flush_l2 else 0, "l2_bytes": self.l2_bytes,
+                            "flush_ms": flush_ms, "late_ms": late_ms[warmup:]}
         return times
 
     def _hold(self, seconds: float) -> None:

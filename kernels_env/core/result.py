@@ -62,6 +62,12 @@ class Timing:
     # The spread of the `runs` timed kernel runs (tells a uniformly slower window from a few slowed runs).
     kernel_min_ms: float | None = None  # fastest timed kernel run
     kernel_max_ms: float | None = None  # slowest timed kernel run
+    # The L2 flush before each kernel run moves a fixed number of bytes: its median time is a probe of
+    # whether something else on the GPU slowed the timing window down (cupy; None where not recorded).
+    flush_median_ms: float | None = None
+    # The host's median lateness past the device-side hold before a run's launches (cupy): above 0, the
+    # GPU may have idled inside the timing window waiting for the launch (a CPU-starved host).
+    launch_late_ms: float | None = None
 
 
 @dataclass

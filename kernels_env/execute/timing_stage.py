@@ -135,6 +135,9 @@ class _Stage:
             self._verify_counts(buffers, first, dev.to_host(counts))
             for index, snap in snaps.items():
                 self._verify_run(snap, index)
+            last = getattr(dev, "last_timing", {})
+            measured.flush_ms += last.get("flush_ms", [])
+            measured.late_ms += last.get("late_ms", [])
             measured.checked += n
             measured.verified += len(snaps)
             measured.last = first + n - 1 if first + n - 1 not in snaps else -1
@@ -287,6 +290,8 @@ class _Measured:
     checked: int = 0  # runs checked on the device (poison, guards)
     verified: int = 0  # runs compared in full with the reference
     last: int = -1  # the last run, when not already compared in full
+    flush_ms: list[float] = field(default_factory=list)  # the L2 flush's duration per run (where recorded)
+    late_ms: list[float] = field(default_factory=list)  # the host's lateness past the hold per run (cupy)
 
 
 class _TimedBuffers:
@@ -366,7 +371,9 @@ def _make_timing(dev: Device, kernel: _Measured, ref_ms: list[float] | None) -> 
                     kernel_median_ms=k_med, kernel_mean_ms=statistics.fmean(times), warmup_runs=kernel.warmup,
                     kernel_ci_ms=[lo, hi], ci_rel_width=ci_rel_width(times), checked_runs=kernel.checked,
                     verified_runs=kernel.verified, method=TIMING_METHOD, kernel_min_ms=min(times),
-                    kernel_max_ms=max(times))
+                    kernel_max_ms=max(times),
+                    flush_median_ms=statistics.median(kernel.flush_ms) if kernel.flush_ms else None,
+                    launch_late_ms=statistics.median(kernel.late_ms) if kernel.late_ms else None)
     if ref_ms is not None:
         timing.ref_median_ms = statistics.median(ref_ms)
         timing.ref_mean_ms = statistics.fmean(ref_ms)

@@ -195,11 +195,14 @@ def test_clock_entry_records_the_spread_and_tolerates_an_older_timing() -> None:
     from types import SimpleNamespace
 
     from kernels_env.core.result import Timing
-    t = Timing("cuda", True, 40, 1.6, 1.9, 0.39, 0.39, 0.24, kernel_min_ms=1.55, kernel_max_ms=4.3)
-    assert env_compare.clock_entry(t) == [1.6, 0.39, 1.55, 4.3, 40]
+    t = Timing("cuda", True, 40, 1.6, 1.9, 0.39, 0.39, 0.24, kernel_min_ms=1.55, kernel_max_ms=4.3,
+               flush_median_ms=0.05, launch_late_ms=0.0)
+    assert env_compare.clock_entry(t) == [1.6, 0.39, 1.55, 4.3, 40, 0.05, 0.0]
+    assert (env_compare._clock(env_compare.clock_entry(t))
+            == "1.6 / 0.39 (runs 1.55-4.3 ms, n=40, flush 0.05 ms, launch late 0 ms)")
     old = SimpleNamespace(kernel_median_ms=1.6, ref_median_ms=0.39, runs=40)
     entry = env_compare.clock_entry(old)
-    assert entry == [1.6, 0.39, None, None, 40]
+    assert entry == [1.6, 0.39, None, None, 40, None, None]
     assert env_compare._clock(entry) == "1.6 / 0.39"
 
 

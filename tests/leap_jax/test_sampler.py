@@ -340,7 +340,7 @@ def test_bf16_sampler_on_gpu_variants_agree():
     # while the others go on; their log-probs must still track the recomputed ones
     stops = tuple(range(1, 97, 6))
     for skip in (True, False):
-        s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16,
+        s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16, max_stop_ids=len(stops),
                     impl=DecodeImpl(attention="cudnn", skip_done_rows=skip))
         out = s.generate(p, prompts, SamplingParams(temperature=0.0, stop_token_ids=stops), 0)
         assert len({len(t) for t in out.tokens}) > 1, out.tokens  # rows stopped at different steps
