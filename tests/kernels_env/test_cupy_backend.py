@@ -315,6 +315,9 @@ def test_correct_vector_add_is_correct_with_timing(device):
     # warm-up (the probe included) + timed runs for kernel and reference, each after an L2 flush
     assert device.flushes - flushes == t.checked_runs + CONFIG.warmup_runs + t.ref_runs
     assert device.last_timing["flush_bytes"] >= 2 * device.l2_bytes > 0
+    # the probes of a slowed window: the flush's own time, the host's lateness past the hold
+    assert t.flush_median_ms is not None and 0 < t.flush_median_ms < t.kernel_median_ms + 1.0
+    assert t.launch_late_ms is not None and t.launch_late_ms >= 0
     print(f"\nvector add N={N}: {res.message}")
 
 
