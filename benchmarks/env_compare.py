@@ -377,6 +377,24 @@ def _clock(c: list[Any]) -> str:
     return text
 
 
+def evaluations_off(clocks: dict[str, list[list[Any]]], independent: dict[str, Any],
+                    rel: float = FLAG_REL_DIFF) -> tuple[list[str], int]:
+    """(the evaluations whose own speedup, reference ms / kernel ms, differs from the independent
+    loop's by more than `rel`, as "task #i" (i from 1), the number compared): one arm's count per
+    evaluation, where the task table compares the median over a task's evaluations."""
+    off, compared = [], 0
+    for task, entries in clocks.items():
+        own = (independent.get(task) or {}).get("speedup")
+        if not own:
+            continue
+        for i, c in enumerate(entries, 1):
+            if c[0] and c[1] is not None:
+                compared += 1
+                if abs(c[1] / c[0] / own - 1) > rel:
+                    off.append(f"{task} #{i}")
+    return off, compared
+
+
 def render(report: dict[str, Any]) -> str:
     """The arms table, then the speedup check (env after / before vs independent)."""
     head = ("workload", "arm", "evals/s steady", "first-sight evals/s", "stage means ms "
@@ -424,6 +442,11 @@ def render(report: dict[str, Any]) -> str:
         out.append(_table(("task", "env after", "env before", "independent", "env kernel ms", "own kernel ms",
                            "env ref ms", "own ref ms", "after/own-1"), rows))
         out.extend(details)
+        for arm, r in suite.items():  # per evaluation, every arm (the before arm's too)
+            off, n = evaluations_off(r.get("clocks_ms", {}), ind)
+            if n:
+                out.append(f"{arm}: {len(off)} of {n} evaluations more than {FLAG_REL_DIFF:.0%} off the independent "
+                           "clock" + (f" ({', '.join(off)})" if off else ""))
     return "\n".join(out)
 
 

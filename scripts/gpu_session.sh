@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-sticky envprof sampler sampler-attn sampler-xla decode-prof kenv kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof kenv kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +32,13 @@ for s in "$@"; do
       # docs/results/env31_h100_2026-12-05/)
       stage env31-ab ${ENVBENCH_S:-420} python3 benchmarks/env_throughput.py --before-src .bench_before \
         --workloads suite,mix --repeat 2 --arm-timeout 150 --independent-hold ;;
+    env31-torch)  # issue 31: do the ~2.5 ms-high first-sight windows go with the torch baseline off? The
+      # suite with this tree as both arms, per setting; every evaluation against the independent clock
+      # (docs/results/env31_probes_h100_2026-12-05/)
+      for t in 0 1; do
+        stage env31-torch$t ${ENVBENCH_S:-220} env LEAP_TORCH_BASELINE=$t python3 benchmarks/env_throughput.py \
+          --before-src . --workloads suite --repeat 2 --arm-timeout 90 --independent-hold
+      done ;;
     env31-sticky)  # a mix whose failures are all sticky faults, before (.bench_before) / after: what the spares
       # save (one arm took 138 s on an H100)
       stage env31-sticky 420 python3 benchmarks/env_throughput.py --before-src .bench_before --workloads mix \

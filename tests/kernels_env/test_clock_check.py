@@ -168,6 +168,20 @@ def test_independent_table_shows_which_clock_moved() -> None:
     assert slow_row.split()[4:8] == ["2.75", "1.52", "0.34", "0.343"] and slow_row.endswith("FLAG")
     assert "slow: env kernel / reference ms per evaluation 4 / 0.34, 1.5 / 0.34; independent 1.52 / 0.343" in text
     assert "fine: env kernel" not in text
+    assert "after: 1 of 4 evaluations more than 10% off the independent clock (slow #1)" in text
+
+
+def test_every_arm_counts_its_evaluations_off_the_independent_clock() -> None:
+    """The before arm's evaluations are counted too, one by one (a task's median hides one bad of two)."""
+    ind = {"a": {"speedup": 0.25, "kernel_ms": 1.5, "ref_ms": 0.375}, "b": {"speedup": 2.0}, "c": {"error": "x"}}
+    clocks = {"a": [[4.0, 0.375], [1.5, 0.375], [1.52, 0.375]], "b": [[1.0, 2.0]], "c": [[1.0, 1.0]]}
+    assert env_compare.evaluations_off(clocks, ind) == (["a #1"], 4)
+    arms = [{"workload": "suite", "arm": arm, "steady_evals_per_s": 1.0, "first_sight_evals_per_s": 1.0,
+             "stage_ms_mean": {}, "statuses": {}, "startup_s": 1.0, "speedup_median": {}, "clocks_ms": c}
+            for arm, c in (("before", clocks), ("after", {"a": [[1.5, 0.375]]}))]
+    text = env_compare.render({"arms": arms, "independent": ind})
+    assert "before: 1 of 4 evaluations more than 10% off the independent clock (a #1)" in text
+    assert "after: 0 of 1 evaluations more than 10% off the independent clock" in text
 
 
 def test_independent_table_shows_each_evaluations_spread_of_timed_runs() -> None:
