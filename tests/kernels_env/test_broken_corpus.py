@@ -44,8 +44,9 @@ def test_corpus_case(pool, case):
     cfg = corpus_config(backend)
     result = p.map([Job(case.task, case.text, cfg)])[0]
     want = case.expected_for(backend)
-    assert result.status.value == want, (
-        f"{case.id} on {backend}: got {result.status.value} ({result.message}), expected {want}")
+    assert result.status.value == want, (  # the stage times tell e.g. a fault after a long spin from an early one
+        f"{case.id} on {backend}: got {result.status.value} ({result.message}), expected {want}; "
+        f"stage seconds {result.stage_seconds}")
     if case.id == "inline_ptx_asm" and backend == "cpu":
         assert "inline PTX" in result.message and "cupy" in (result.message + result.details)
     # the pool keeps serving after every case (crashed / hung workers are replaced)
