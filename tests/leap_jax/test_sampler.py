@@ -62,6 +62,16 @@ def ref_greedy(params, prompt, n):
     return seq[len(prompt):]
 
 
+def recomputed_logprobs(params, cfg, prompt, toks, **kw):
+    """token_logprobs of the generated `toks` after `prompt`, recomputed in one full forward (the
+    reference the sampler's own log-probs are checked against); kw goes to token_logprobs."""
+    seq = list(prompt) + list(toks)
+    tok = np.asarray(seq[:-1], np.int32)[None]
+    pos = np.arange(tok.shape[1], dtype=np.int32)[None]
+    want = token_logprobs(params, cfg, tok, pos, np.asarray(seq[1:], np.int32)[None], **kw)
+    return np.asarray(want)[0, len(prompt) - 1:]
+
+
 def test_greedy_equals_repeated_full_forward_argmax(params, sampler, prompts):
     out = sampler.generate(params, prompts, GREEDY, rng=0)
     for p, toks, lps, fin in zip(prompts, out.tokens, out.logprobs, out.finished, strict=False):
@@ -80,11 +90,7 @@ def test_logprobs_equal_forward_logprobs(params, sampler, prompts):
     out = sampler.generate(params, prompts, SamplingParams(temperature=1.3, stop_token_ids=()), 5)
     for p, toks, lps in zip(prompts, out.tokens, out.logprobs, strict=False):
         seq = p + toks
-        tok = np.asarray(seq[:-1], np.int32)[None]
-        tgt = np.asarray(seq[1:], np.int32)[None]
-        pos = np.arange(tok.shape[1], dtype=np.int32)[None]
-        want = np.asarray(token_logprobs(params, CFG, tok, pos, tgt, chunk=None))[0, len(p) - 1:]
-        np.testing.assert_allclose(lps, want, atol=1e-5)
+        np.testing.assert_allclose(lps, recomputed_logprobs(params, CFG, p, toks, chunk=None), atol=1e-5)
         # ...and equal log_softmax of the reference logits (unmodified distribution).
         lg = ref_logits(params, seq)[len(p) - 1:-1].astype(np.float64)
         lsm = lg - np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
@@ -208,12 +214,7 @@ def test_split_batches_and_right_padding(params, prompts):
     a, b = s.generate(params, many, sp, 3), s.generate(params, many, sp, 3)
     assert a.tokens == b.tokens and s.trace_counts["decode"] == 2
     for p, toks, lps in zip(many, a.tokens, a.logprobs, strict=False):
-        seq = p + toks
-        tok = np.asarray(seq[:-1], np.int32)[None]
-        pos = np.arange(tok.shape[1], dtype=np.int32)[None]
-        want = token_logprobs(params, CFG, tok, pos, np.asarray(seq[1:], np.int32)[None],
-                              chunk=None)
-        np.testing.assert_allclose(lps, np.asarray(want)[0, len(p) - 1:], atol=1e-5)
+        np.testing.assert_allclose(lps, recomputed_logprobs(params, CFG, p, toks, chunk=None), atol=1e-5)
 
 
 def test_filter_matches_numpy_nucleus():
@@ -329,11 +330,7 @@ def test_bf16_sampler_on_gpu_variants_agree():
         assert s.trace_counts["decode"] == 2  # one (batch 8, prompt 64) bucket: unfiltered + filtered
         for out in (outs[loop], sampled):
             for pr, toks, lps in zip(prompts, out.tokens, out.logprobs, strict=False):
-                seq = pr + toks
-                tok = np.asarray(seq[:-1], np.int32)[None]
-                pos = np.arange(tok.shape[1], dtype=np.int32)[None]
-                want = token_logprobs(p, cfg, tok, pos, np.asarray(seq[1:], np.int32)[None])
-                np.testing.assert_allclose(lps, np.asarray(want)[0, len(pr) - 1:], atol=0.05)
+                np.testing.assert_allclose(lps, recomputed_logprobs(p, cfg, pr, toks), atol=0.05)
     for other in ("scan", "cudnn", "auto"):
         assert [t[0] for t in outs["unrolled"].tokens] == [t[0] for t in outs[other].tokens]
     # stop ids end rows at different steps: the cuDNN attention skips the stopped rows (query length 0)
@@ -345,11 +342,7 @@ def test_bf16_sampler_on_gpu_variants_agree():
         out = s.generate(p, prompts, SamplingParams(temperature=0.0, stop_token_ids=stops), 0)
         assert len({len(t) for t in out.tokens}) > 1, out.tokens  # rows stopped at different steps
         for pr, toks, lps in zip(prompts, out.tokens, out.logprobs, strict=True):
-            seq = pr + toks
-            tok = np.asarray(seq[:-1], np.int32)[None]
-            pos = np.arange(tok.shape[1], dtype=np.int32)[None]
-            want = token_logprobs(p, cfg, tok, pos, np.asarray(seq[1:], np.int32)[None])
-            np.testing.assert_allclose(lps, np.asarray(want)[0, len(pr) - 1:], atol=0.05)
+            np.testing.assert_allclose(lps, recomputed_logprobs(p, cfg, pr, toks), atol=0.05)
 
 
 def test_casting_weights_once_is_bit_identical():
