@@ -73,8 +73,8 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
                       temperature: jax.Array, top_p: jax.Array, top_k: jax.Array,
                       stop_ids: jax.Array, max_new: jax.Array, *, max_new_tokens: int,
                       pad_id: int = 0, rng_impl: str = "threefry", attn_impl: str = "einsum",
-                      attention_lengths: bool = True, filtered: bool | None = None, steps_per_iter: int = 1,
-                      keep: KVCache | None = None
+                      attention_lengths: bool = True, skip_done_rows: bool = True,
+                      filtered: bool | None = None, steps_per_iter: int = 1, keep: KVCache | None = None
                       ) -> tuple[DecodeResult, KVCache, jax.Array, KVCache | None]:
     """Decode B prefilled rows through the S slots of `cache` (see the module docstring).
 
@@ -155,7 +155,8 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
         pos = (jnp.take(lens, r) + i - 1)[:, None]
         idx = jnp.clip(p + i - 1, 0, max_len - 1)  # a dead slot writes its own, unread slots
         lg, cache = forward(params, config, tok[:, None], jnp.maximum(pos, 0), cache=cache,
-                            cache_index=idx, attn_impl=attn_impl, attention_lengths=attention_lengths)
+                            cache_index=idx, attn_impl=attn_impl, attention_lengths=attention_lengths,
+                            live_rows=live if skip_done_rows else None)  # idle slots' logits are dropped
         lg = lg[:, 0]
         new = sample_from_logits(lg, jax.random.fold_in(rng, 2 * g + 1), temperature, top_p,
                                  top_k, filtered)

@@ -170,9 +170,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
            max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
            unroll: int | bool = 1, rng_impl: str = "threefry",
            attn_impl: str = "einsum", attention_lengths: bool = True, skip_done_rows: bool = True,
-           segments: int = 1,
-           filtered: bool | None = None,
-           steps_per_iter: int = 1, exit_live: jax.Array | int = 0) -> tuple[DecodeResult, KVCache]:
+           segments: int = 1, filtered: bool | None = None, steps_per_iter: int = 1,
+           exit_live: jax.Array | int = 0) -> tuple[DecodeResult, KVCache]:
     """Sample up to `max_new` (traced, <= static `max_new_tokens`; a scalar or one budget per row)
     tokens per row after `prefill`.
 
@@ -364,7 +363,8 @@ class Sampler:
                                      temperature, top_p, top_k, stop_ids, max_new,
                                      max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
                                      rng_impl=impl.rng_impl, attn_impl=impl.attention,
-                                     attention_lengths=impl.attention_lengths, filtered=filtered,
+                                     attention_lengths=impl.attention_lengths,
+                                     skip_done_rows=impl.skip_done_rows, filtered=filtered,
                                      steps_per_iter=impl.steps_per_iter, keep=keep)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
