@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof kenv kenv-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof kenv kenv-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -112,7 +112,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
-    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec)  # issue 29: the generated-family configs'
+    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt)  # issue 29: the generated-family configs'
       # defaults against the headline's rollout and update settings, the real SFT policy (carried in artifacts/),
       # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
       # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
@@ -120,6 +120,14 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # only and skipping stopped rows) against no skipping, einsum, and cuDNN over the whole cache
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
       H='headline: rollout.pipeline_turns=false sampling.kv_reuse=false rollout.overlap_chunks=2 optimizer.attention=einsum sampling.attention=einsum'
+      if [ "$s" = step-speed-preempt ]; then  # preemption (off by default: fewer iterations on the CPU, not measured
+        # on a GPU) at two thresholds, the multiturn config; then LEAP's with and without
+        stage step-preempt-mt ${STEP_MT_S:-300} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+          --arms after --arm 'pre25: rollout.preempt=0.25' --arm 'pre10: rollout.preempt=0.1' --steps 3 --warmup 1
+        stage step-preempt-leap ${STEP_LEAP_S:-160} python3 benchmarks/step_time.py --config configs/generated/leap.yaml \
+          --arms after --arm 'pre25: rollout.preempt=0.25' --steps 3 --warmup 1
+        continue
+      fi
       if [ "$s" = step-speed-cudec ]; then
         stage step-cudec ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
           --arms after --arm 'noskip: sampling.skip_done_rows=false' --arm 'einsum: sampling.attention=einsum' \
