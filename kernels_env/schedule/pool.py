@@ -24,7 +24,7 @@ def EvalPool(mode: str = "process", backend: str = "auto", gpu_workers: int | No
              compile_workers: int | None = None, cache: bool | ResultCache = True,
              config: EnvConfig | None = None, evaluator: Evaluator | None = None,
              cpu_workers: int | None = None, worker_env: dict[str, str] | None = None,
-             exec_workers_per_gpu: int | None = None, spare_worker: bool | None = None,
+             exec_workers_per_gpu: int | None = None, spare_worker: bool | int | None = None,
              **ray_options: Any) -> PoolBase:
     """The pool of `mode` (see the module docstring). The process-pool arguments configure the local
     pool (process, inline) or each Ray host's (ray); `ray_options` are RayEvalPool's own (address,

@@ -6,11 +6,13 @@ parent thread that owns it:
   compile workers (CPU): parse + static checks + NVRTC, many in parallel;
   execution workers: `exec_workers_per_gpu` (default 3) per GPU for cupy (CUDA_VISIBLE_DEVICES set
   per worker), a few for cpu. Workers of one GPU share a readers-writer lock (execute/gpu_lock.py):
-  timing runs alone on the GPU, correctness trials of several workers overlap, host work (module
-  loading) takes no lock, so the GPU is busy while a worker does host work. Time a job waits for the
+  timing runs alone on the GPU, correctness trials of several workers overlap, host work takes no
+  lock, so the GPU is busy while a worker does host work. What maps device memory (a new worker's CUDA
+  context, a module load, freeing the memory pool between jobs) takes the shared lock: no timing runs
+  next to it. Time a job waits for the
   lock extends its wall-clock limit.
-A warm spare exec worker per GPU (spares.py; default on for cupy, `spare_worker=`) replaces a worker
-that dies at once, and the next spare starts in the background. Reference timings measured by a worker
+Warm spare exec workers per GPU (spares.py; two by default for cupy, `spare_worker=` True, False or a
+count) replace a worker that dies at once, and a new spare starts in the background. Reference timings measured by a worker
 come back with its replies and seed every other worker of that GPU, spares and replacements included
 (judge/reference_cache.py), so a restart never re-times a reference.
 The parent enforces per-stage wall-clock limits: a worker that overruns or dies (segfault, os._exit)
@@ -50,6 +52,9 @@ from kernels_env.schedule.spares import SpareWorkers
 from kernels_env.schedule.workers import STARTUP_TIMEOUT_S, Worker, WorkerDied, WorkerOverran, exit_desc
 
 DEFAULT_EXEC_WORKERS_PER_GPU = 3  # cupy: one times (exclusive lock) while the others do host work
+# cupy: warm spare exec workers per GPU (spares.py). One spare restarts in ~4 s on an H100; with 44 sticky
+# faults in 172 jobs one spare was ready for 21 of 44 restarts (docs/results/env_h100_2026-12-05/)
+DEFAULT_SPARES_PER_GPU = 2
 CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory access)"
 PROCESS_MODES = ("process", "inline")  # the modes this pool runs ("ray" is RayEvalPool's)
 SLOT_WAIT_S = 30.0  # a new worker waits this long for a GPU-lock slot held by an exiting one
@@ -65,6 +70,19 @@ def _compile_memory_text(env: dict[str, str]) -> str:
         return str(e)
 
 
+def spare_count(spare_worker: bool | int | None, backend: str) -> int:
+    """Warm spares per GPU for EvalPool's `spare_worker`: None = DEFAULT_SPARES_PER_GPU on cupy and none
+    on cpu, True = DEFAULT_SPARES_PER_GPU, False = none, an integer n >= 0 = n."""
+    if spare_worker is None:
+        return DEFAULT_SPARES_PER_GPU if backend == "cupy" else 0
+    if isinstance(spare_worker, bool):
+        return DEFAULT_SPARES_PER_GPU if spare_worker else 0
+    if not isinstance(spare_worker, int) or spare_worker < 0:
+        raise ValueError(f"EvalPool spare_worker={spare_worker!r}; expected True, False, None or an integer >= 0 "
+                         "(warm spare exec workers per GPU)")
+    return spare_worker
+
+
 class ProcessEvalPool(PoolBase):
     """Score jobs in worker processes (or inline), with a result cache; see the module docstring."""
     _gpu_count: int  # set by _probe_gpus once probed
@@ -73,7 +91,7 @@ class ProcessEvalPool(PoolBase):
                  compile_workers: int | None = None, cache: bool | ResultCache = True,
                  config: EnvConfig | None = None, evaluator: Evaluator | None = None,
                  cpu_workers: int | None = None, worker_env: dict[str, str] | None = None,
-                 exec_workers_per_gpu: int | None = None, spare_worker: bool | None = None) -> None:
+                 exec_workers_per_gpu: int | None = None, spare_worker: bool | int | None = None) -> None:
         if mode not in PROCESS_MODES:  # "ray" is RayEvalPool's (pool.EvalPool picks the class)
             raise ValueError(f"EvalPool mode={mode!r}; expected one of {POOL_MODES}")
         if backend not in BACKENDS:
@@ -82,6 +100,7 @@ class ProcessEvalPool(PoolBase):
                       ("exec_workers_per_gpu", exec_workers_per_gpu)):
             if v is not None and v < 1:
                 raise ValueError(f"EvalPool {nm}={v}; expected >= 1 or None")
+        spare_count(spare_worker, backend)  # a bad value fails before any worker starts
         super().__init__(mode, config or EnvConfig(backend=backend), cache, evaluator,
                          ("restarts", "timeouts", "crashes", "spare_swaps"))
         self._threads: list[threading.Thread] = []
@@ -103,6 +122,7 @@ class ProcessEvalPool(PoolBase):
         self._compile_q: queue.Queue = queue.Queue()
         self._exec_q: queue.Queue = queue.Queue()
         self.backend = self._resolve_backend(backend, gpu_workers)
+        spares = spare_count(spare_worker, self.backend)
         n_cpu = os.cpu_count() or 2
         extra = {str(k): str(v) for k, v in (worker_env or {}).items()}
         if self.backend == "cupy":
@@ -111,8 +131,8 @@ class ProcessEvalPool(PoolBase):
             ids = self._gpu_ids()
             gpus = [ids[g % len(ids)] for g in range(n_gpu)]  # more than the GPUs: they share
             envs = [{**extra, "CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus for _ in range(per_gpu)]
-            for gpu in set(gpus):  # lanes + as many exiting (reaped in the background) + spare + one starting + slack
-                self._gpu_locks[gpu] = GpuLock(self._ctx, 2 * gpus.count(gpu) * per_gpu + 4)
+            for gpu in set(gpus):  # lanes + as many exiting (reaped in the background) + spares + as many starting + slack
+                self._gpu_locks[gpu] = GpuLock(self._ctx, 2 * gpus.count(gpu) * per_gpu + 2 * spares + 2)
                 self._free_slots[gpu] = list(range(self._gpu_locks[gpu].slots))
             self.gpu_workers = n_gpu
         else:
@@ -124,8 +144,8 @@ class ProcessEvalPool(PoolBase):
             self._spawn_thread(self._exec_loop, "exec", env, i)
         for i in range(n_compile):
             self._spawn_thread(self._compile_loop, "compile", {**extra, "CUDA_VISIBLE_DEVICES": ""}, i)
-        if spare_worker if spare_worker is not None else self.backend == "cupy":
-            self._spares = SpareWorkers(lambda env: self._new_worker("exec", env))
+        if spares:
+            self._spares = SpareWorkers(lambda env: self._new_worker("exec", env), spares)
             for env in {tuple(sorted(e.items())): e for e in envs}.values():
                 self._spares.ensure(env)
         self.exec_workers = len(envs)

@@ -98,7 +98,7 @@ class RayEvalPool(PoolBase):
                  compile_workers: int | None = None, cache: bool | ResultCache = True,
                  config: EnvConfig | None = None, evaluator: Evaluator | None = None,
                  cpu_workers: int | None = None, worker_env: dict[str, str] | None = None,
-                 exec_workers_per_gpu: int | None = None, spare_worker: bool | None = None, *,
+                 exec_workers_per_gpu: int | None = None, spare_worker: bool | int | None = None, *,
                  address: str | None = None, hosts: int | None = None, batch_jobs: int = 8,
                  inflight_per_gpu: int = 2, host_retries: int = 2, job_slack_s: float = 60.0,
                  batch_timeout_s: float | None = None, unavailable_timeout_s: float = 120.0,

@@ -79,6 +79,97 @@ def test_reference_timings_survive_worker_kills():
         assert pool.stats()["restarts"] >= 4
 
 
+class _FakeWorker:
+    def __init__(self, n: int) -> None:
+        self.n, self.alive, self.killed, self.stopped = n, True, False, False
+
+    def kill(self) -> None:
+        self.killed, self.alive = True, False
+
+    def stop(self) -> None:
+        self.stopped, self.alive = True, False
+
+
+def _wait(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_spare_workers_keep_depth_spares_started_in_parallel_and_hand_out_the_oldest():
+    import threading
+
+    from kernels_env.schedule.spares import SpareWorkers
+    gate, made, running, peak = threading.Event(), [], [0], [0]
+    lock = threading.Lock()
+
+    def factory(env):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        gate.wait(10)
+        with lock:
+            running[0] -= 1
+            w = _FakeWorker(len(made))
+            made.append(w)
+        return w
+
+    spares = SpareWorkers(factory, depth=2)
+    env = {"CUDA_VISIBLE_DEVICES": "0"}
+    spares.ensure(env)
+    spares.ensure(env)  # already two starting: no third
+    _wait(lambda: running[0] == 2)
+    gate.set()
+    _wait(lambda: len(spares.ready()) == 2)
+    assert peak[0] == 2 and len(made) == 2  # both started at once, never more than depth
+    first = spares.take(env)
+    assert first is made[0]  # the longest ready
+    _wait(lambda: len(spares.ready()) == 2)  # refilled to depth in the background
+    assert len(made) == 3
+    made[1].alive = False  # a spare that died while waiting is skipped (and killed)
+    assert spares.take(env) is made[2] and made[1].killed
+    _wait(lambda: len(spares.ready()) == 2)
+    spares.close()
+    assert all(w.stopped for w in made[3:])
+    assert spares.start_times() and len(spares.start_times()) == len(made)
+
+
+@pytest.mark.parametrize("depth", [0, -1, True, 1.5])
+def test_spare_workers_depth_is_checked(depth):
+    from kernels_env.schedule.spares import SpareWorkers
+    with pytest.raises(ValueError, match="depth="):
+        SpareWorkers(lambda env: None, depth=depth)
+
+
+def test_spare_worker_count_per_gpu():
+    from kernels_env.schedule.process_pool import DEFAULT_SPARES_PER_GPU, spare_count
+    assert DEFAULT_SPARES_PER_GPU == 2
+    assert spare_count(None, "cupy") == spare_count(True, "cupy") == spare_count(True, "cpu") == 2
+    assert spare_count(None, "cpu") == spare_count(False, "cupy") == spare_count(0, "cupy") == 0
+    assert spare_count(3, "cupy") == 3
+    for bad in (-1, 1.5, "2"):
+        with pytest.raises(ValueError, match=f"spare_worker={bad!r}.*integer >= 0"):
+            EvalPool(backend="cpu", spare_worker=bad, evaluator=scripted_evaluator)
+
+
+def test_two_spares_swap_in_one_after_the_other():
+    """Two deaths in a row find a warm spare each (one spare could serve only the first)."""
+    with EvalPool(backend="cpu", config=CFG, evaluator=scripted_evaluator, cpu_workers=1, cache=False,
+                  spare_worker=2) as pool:
+        first = _pid(pool.submit(Job("t", "ok")).result(timeout=60))
+        _wait(lambda: len(pool.spare_pids()) == 2, timeout=60)
+        ready = pool.spare_pids()
+        assert first not in ready
+        dead = [_pid(pool.submit(Job("t", f"sticky {i}")).result(timeout=60)) for i in range(2)]
+        assert dead == [first, ready[0]]  # the second sticky fault ran on the first spare
+        stats = pool.stats()
+        assert stats["restarts"] == 2 and stats["spare_swaps"] == 2, stats
+        assert _pid(pool.submit(Job("t", "ok 2")).result(timeout=60)) == ready[1]
+        _wait(lambda: len(pool.spare_pids()) == 2, timeout=60)  # refilled to two
+        assert not set(pool.spare_pids()) & {first, *ready}
+
+
 def test_exec_workers_per_gpu_is_checked():
     with pytest.raises(ValueError, match="exec_workers_per_gpu=0"):
         EvalPool(backend="cpu", exec_workers_per_gpu=0, evaluator=scripted_evaluator)
