@@ -329,12 +329,21 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
         return Result.env_error(f"{run.stage}: the {device.name} backend raised {type(e).__name__}: {e}",
                                 task=task.name, details=traceback.format_exc(limit=5))
     finally:
-        end_job = getattr(device, "end_job", None)
-        if end_job is not None:
-            try:
-                end_job()
-            except Exception:
-                pass
+        _end_job(device)
+
+
+def _end_job(device: Device) -> None:
+    """The device's between-jobs step (a sync, maybe freeing cached memory), under the shared GPU lock:
+    no other worker's timing may run while this one unmaps memory. Skipped for an unusable device
+    (a hung one keeps its hold; a faulted one has nothing left to free)."""
+    end_job = getattr(device, "end_job", None)
+    if end_job is None or getattr(device, "hung", False) or getattr(device, "healthy", True) is False:
+        return
+    try:
+        with gpu_access(device, exclusive=False):
+            end_job()
+    except Exception:
+        pass
 
 
 def _evaluate(run: _Run, submission: Submission) -> Result:

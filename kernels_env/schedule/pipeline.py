@@ -22,6 +22,7 @@ from kernels_env.core.program import CompiledModule, Submission
 from kernels_env.core.result import Result
 from kernels_env.source.signatures import find_hidden_kernels
 from kernels_env.core.status import Status
+from kernels_env.execute.gpu_lock import gpu_access
 from kernels_env.source.submission import Answer, in_launch_block, parse_submission
 
 Evaluate = Callable[..., Result]  # harness.evaluate(device, program, task, submission, sizes, config)
@@ -136,7 +137,8 @@ def _execute(prepared: Prepared, device: Any, config: EnvConfig | None = None,
         task = resolve_task(prepared.task if task is None else task)
         t0 = time.perf_counter()
         try:
-            program = device.load(prepared.compiled, config)
+            with gpu_access(device, exclusive=False):  # a module load maps device memory: never during a timing
+                program = device.load(prepared.compiled, config)
         except CompileError as e:
             stages["load"] = time.perf_counter() - t0
             log = e.log if hasattr(e, "log") else str(e)

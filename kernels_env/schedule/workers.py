@@ -8,6 +8,7 @@ warming NVRTC up, and no compile or cpu-backend worker ever holds a CUDA context
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -109,7 +110,8 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
             _confine_compile_worker()
         if role == "exec" and evaluator is None:
             from kernels_env.backends import get_device
-            device = refs = get_device(backend, config)
+            with lock.access(exclusive=False) if lock is not None else contextlib.nullcontext():
+                device = refs = get_device(backend, config)  # a new CUDA context: never during a timing
             sys.unraisablehook = quiet_dead_context_destructors(device)
             attach(device, lock)  # before the warm-up: it uses the GPU too
             from kernels_env.schedule.warmup import warm_up

@@ -143,3 +143,37 @@ def test_a_retired_worker_is_reaped_without_holding_up_its_lane():
         assert time.monotonic() - t0 < 0.5 and holder[0] is None and not exited.is_set()
         assert pool.submit(Job("t", "ok")).result(timeout=60).status is Status.CORRECT
     assert exited.is_set()  # close() waited for the reaper
+
+
+# ---- what maps device memory holds the shared GPU lock: no timing runs next to it --------------------
+class _LockWatchingDevice(FakeDevice):
+    """A FakeDevice that records its GPU-lock slot's mode when a module is loaded and a job ends."""
+
+    def load(self, compiled, config):
+        self.seen = getattr(self, "seen", []) + [("load", self._lock.mode[0])]
+        return super().load(compiled, config)
+
+    def end_job(self) -> None:
+        self.seen = getattr(self, "seen", []) + [("end_job", self._lock.mode[0])]
+        super().end_job()
+
+
+def test_module_load_and_end_of_job_hold_the_shared_gpu_lock():
+    import multiprocessing as mp
+
+    from kernels_env.execute.gpu_lock import FREE, SHARED, GpuLock, attach
+    lock = GpuLock(mp.get_context("spawn"), 2)
+    prep = prepare(TASK, ADD, FAKE_CFG)
+    assert isinstance(prep, Prepared)
+    dev = _LockWatchingDevice()
+    dev.register("add", lambda grid, block, shared, a, b, c, n: c.__setitem__(slice(None), a + b), ms=0.5)
+    dev._lock = lock
+    attach(dev, lock.handle(0))
+    r, fatal = execute(prep, dev, FAKE_CFG, task=TASK)
+    assert r.status is Status.CORRECT and not fatal, r.message
+    assert dev.seen == [("load", SHARED), ("end_job", SHARED)]
+    assert lock.mode[0] == FREE
+    dev.seen, dev.healthy = [], False  # an unusable device: nothing to free, and no wait for the lock
+    from kernels_env.execute.harness import _end_job
+    _end_job(dev)
+    assert dev.seen == [] and lock.mode[0] == FREE
