@@ -36,7 +36,7 @@ from kernels_env.tasks.spec import Task
 # Timing run r draws the inputs of trial TIMING_TRIAL_BASE + r (never a correctness trial's, always
 # the typical draw: execute/domain_draws.py); the reference's cache key names TIMING_METHOD (numbers
 # of another method are not comparable); a time_runs call enqueues at most MAX_BATCH_RUNS runs; a
-# slow kernel may use KERNEL_SHARE of the stage time left while the reference is still to be measured.
+# slow reference may use 1 - KERNEL_SHARE of the stage time when it is measured (before the kernel).
 TIMING_METHOD = "verified-adaptive-median/v2"
 MAX_BATCH_RUNS = 64
 KERNEL_SHARE = 0.5
@@ -84,11 +84,12 @@ class _Stage:
         deadline = start + cfg.limits.timing
         try:
             buffers = _TimedBuffers(self)
-            # a slow kernel leaves room for the reference unless the reference is already measured
-            share = 1.0 if not dev.timing_comparable or self._reference_key() in self._reference_cache() \
-                else KERNEL_SHARE
-            kernel = self._time_kernel(buffers, deadline, share)
-            ref_ms = self._reference_times(deadline) if dev.timing_comparable else None
+            # The reference first (once per worker and task: cached), before any timed run of the
+            # candidate, so what the candidate leaves behind (a GPU it heated or power-throttled)
+            # cannot slow the reference's one measurement and inflate every later speedup of the task;
+            # a slow reference leaves the kernel its share of the stage
+            ref_ms = self._reference_times(deadline, 1.0 - KERNEL_SHARE) if dev.timing_comparable else None
+            kernel = self._time_kernel(buffers, deadline, 1.0)
         except Failed as f:
             return f.result
         except FatalDeviceError:
@@ -258,9 +259,10 @@ class _Stage:
         """The per-device cache of reference run times (judge/reference_cache.py)."""
         return reference_cache.cache_of(self.device)
 
-    def _reference_times(self, deadline: float) -> list[float]:
+    def _reference_times(self, deadline: float, share: float = 1.0) -> list[float]:
         """The reference's run times, measured once per device, task, sizes and timing settings with
-        the kernel's method. The reference is trusted: it runs on one input set, unchecked.
+        the kernel's method, within `share` of the stage time left. The reference is trusted: it runs
+        on one input set, unchecked.
 
         The reference does not depend on the submission, so a long-lived worker times it once and
         reuses the numbers (the cache lives on the device object; a new device measures anew)."""
@@ -273,7 +275,7 @@ class _Stage:
                 self.task.reference(self.xp, **inputs, **scalars)
 
             try:
-                cache[key] = self._adaptive(_trusted_batch(self, ref, deadline), deadline, 1.0)[0]
+                cache[key] = self._adaptive(_trusted_batch(self, ref, deadline), deadline, share)[0]
             except (KernelRuntimeError, KernelTimeout):
                 raise
             except Exception as e:

@@ -237,3 +237,30 @@ def test_timing_spread_round_trips_and_keeps_the_older_fields_positions():
         del old["timing"][key]
     back = Result.from_dict(old).timing
     assert back.kernel_min_ms is None and back.kernel_max_ms is None and back.kernel_median_ms == 0.5
+
+
+def test_the_reference_is_timed_once_and_before_any_timed_run_of_the_candidate():
+    """What a candidate leaves behind (a GPU it heated or power-throttled) must not slow the
+    reference's one measurement, which every later speedup of the task divides by: the stage times
+    the reference first, and only when the worker has no number for it yet."""
+    from kernels_env.testing.fake_device import FakeDevice
+
+    class Recording(FakeDevice):
+        def time_runs(self, prepare, fn, check, warmup, runs, flush_l2, timeout_s=None):
+            before = len(self.launches)
+            times = super().time_runs(prepare, fn, check, warmup, runs, flush_l2)
+            self.order.append("kernel" if len(self.launches) > before else "reference")
+            return times
+
+    dev = Recording(reference_ms=1.0)
+    dev.order = []
+    dev.register("add", add_kernel, 0.25)
+    first = run(dev, add_task(), ADD_SUB)
+    assert first.status is Status.CORRECT and first.timing.speedup == pytest.approx(4.0), first.message
+    kinds = dev.order
+    assert kinds[0] == "reference" and "kernel" in kinds, kinds
+    assert kinds.index("kernel") > max(i for i, k in enumerate(kinds) if k == "reference"), kinds
+    dev.order = []
+    again = run(dev, add_task(), ADD_SUB)
+    assert again.status is Status.CORRECT and again.timing.speedup == pytest.approx(4.0)
+    assert dev.order and set(dev.order) == {"kernel"}  # the cached number: no second measurement
