@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof kenv kenv-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof kenv kenv-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -112,7 +112,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
-    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt)  # issue 29: the generated-family configs'
+    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact)  # issue 29: the generated-family configs'
       # defaults against the headline's rollout and update settings, the real SFT policy (carried in artifacts/),
       # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
       # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
@@ -126,6 +126,13 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
           --arms after --arm 'pre25: rollout.preempt=0.25' --arm 'pre10: rollout.preempt=0.1' --steps 3 --warmup 1
         stage step-preempt-leap ${STEP_LEAP_S:-160} python3 benchmarks/step_time.py --config configs/generated/leap.yaml \
           --arms after --arm 'pre25: rollout.preempt=0.25' --steps 3 --warmup 1
+        continue
+      fi
+      if [ "$s" = step-speed-compact ]; then  # the decode loop continuing with its live rows alone once at most
+        # 1/4 (1/2) of them still generate, against the full batch throughout; the multiturn config
+        stage step-compact ${STEP_MT_S:-300} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+          --arms after --arm 'compact4: sampling.compact_factor=4' --arm 'compact2: sampling.compact_factor=2' \
+          --steps 2 --warmup 1
         continue
       fi
       if [ "$s" = step-speed-cudec ]; then

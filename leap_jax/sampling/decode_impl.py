@@ -52,6 +52,9 @@ class DecodeImpl:
     # the fused decode attentions skip rows that have stopped (models.decoder.forward's live_rows: a
     # static batch's long tail is mostly stopped rows); the same tokens either way
     skip_done_rows: bool = True
+    # static batching, one segment: once at most ceil(B / compact_factor) rows still generate, the
+    # loop continues with those rows alone in that smaller batch (sampling/compact.py); 1 = off
+    compact_factor: int = 1
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("padding", self.padding, PADDINGS),
@@ -62,7 +65,8 @@ class DecodeImpl:
             if value not in allowed:
                 raise ValueError(f"DecodeImpl {name}={value!r}; expected one of {allowed}")
         for name, count in (("decode_segments", self.decode_segments),
-                            ("steps_per_iter", self.steps_per_iter)):
+                            ("steps_per_iter", self.steps_per_iter),
+                            ("compact_factor", self.compact_factor)):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise ValueError(f"DecodeImpl {name}={count!r}; expected an int >= 1")
         if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 0:
@@ -75,6 +79,11 @@ class DecodeImpl:
         if self.batching == "continuous" and (self.padding != "left" or self.decode_segments != 1):
             raise ValueError(f"DecodeImpl batching='continuous' needs padding='left' and "
                              f"decode_segments=1, got padding={self.padding!r}, "
+                             f"decode_segments={self.decode_segments}")
+
+        if self.compact_factor > 1 and (self.batching != "static" or self.decode_segments != 1):
+            raise ValueError(f"DecodeImpl compact_factor={self.compact_factor} needs batching='static' and "
+                             f"decode_segments=1, got batching={self.batching!r}, "
                              f"decode_segments={self.decode_segments}")
 
     def replace(self, **changes: object) -> DecodeImpl:

@@ -51,6 +51,7 @@ from leap_jax.models.decoder import (KVCache, Params, cast_for_compute, forward,
                                      logits_from_hidden, unstack_cache, unstack_layers)
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
+from leap_jax.sampling.compact import compact_size, put_rows, take_rows
 from leap_jax.sampling.decode_impl import PADDINGS, RNG_IMPLS, DecodeImpl
 from leap_jax.sampling.params import SamplingParams, check_preempt
 from leap_jax.sampling.prefix import (DEFAULT_DELTA_BUCKETS, Kept, KeptCaches, place_rows, prefill_delta,
@@ -171,7 +172,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
            unroll: int | bool = 1, rng_impl: str = "threefry",
            attn_impl: str = "einsum", attention_lengths: bool = True, skip_done_rows: bool = True,
            segments: int = 1, filtered: bool | None = None, steps_per_iter: int = 1,
-           exit_live: jax.Array | int = 0) -> tuple[DecodeResult, KVCache]:
+           exit_live: jax.Array | int = 0, compact_factor: int = 1) -> tuple[DecodeResult, KVCache]:
     """Sample up to `max_new` (traced, <= static `max_new_tokens`; a scalar or one budget per row)
     tokens per row after `prefill`.
 
@@ -193,6 +194,10 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     exit_live (traced): the loop also ends once at most this many rows are still generating (0:
     only when every row stopped or used its budget). The rows it leaves are neither finished nor at
     their budget: a caller continues them from prompt + tokens so far (`Sampler.generate(preempt=)`).
+    compact_factor (static, one segment only): 1 = off; k >= 2: once at most ceil(B / k) rows still
+    generate, the loop continues with those rows alone in a batch of ceil(B / k) rows (its cache rows
+    copied out and back, sampling/compact.py): cheaper steps for a long tail, one more compiled loop
+    body; the same greedy tokens, the same sampling distribution from another random stream.
     """
     b = logits.shape[0]
     n = max_new_tokens
@@ -207,12 +212,17 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     def is_stop(tok):
         return jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
 
-    def record(i, tok, lg, state_done, out_tok, out_lp):
+    def record(i, tok, lg, state_done, out_tok, out_lp, rows=None):
+        """Write column i of the [B, n] outputs: for every row, or (compacted) for rows `rows`."""
         live = ~state_done
         tok = jnp.where(live, tok, pad_id).astype(jnp.int32)
         lp = jnp.where(live, _gather_logprob(lg, tok), 0.0)
-        out_tok = jax.lax.dynamic_update_slice(out_tok, tok[:, None], (0, i))
-        out_lp = jax.lax.dynamic_update_slice(out_lp, lp[:, None], (0, i))
+        if rows is None:
+            out_tok = jax.lax.dynamic_update_slice(out_tok, tok[:, None], (0, i))
+            out_lp = jax.lax.dynamic_update_slice(out_lp, lp[:, None], (0, i))
+        else:
+            out_tok = out_tok.at[rows, i].set(tok)
+            out_lp = out_lp.at[rows, i].set(lp)
         stop = live & is_stop(tok)
         return tok, live, stop, out_tok, out_lp
 
@@ -231,11 +241,16 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
         i, _, _, _, _, done, _, _ = s
         return (i < n) & (jnp.sum((~done).astype(jnp.int32)) > exit_live)
 
-    def make_body(window, hi_step):
+    def make_body(window, hi_step, rows=None):
+        """The loop body; `rows` (compacted loop): the full batch's row of each of the state's rows."""
+        def pick(x):  # a per-row value of the full batch, for the state's rows
+            return x if rows is None or jnp.ndim(x) == 0 else jnp.take(x, rows, axis=0)
+        lens_r, base_r, max_new_r = pick(lens), pick(base), pick(max_new)
+
         def step(s):
             i, cache, tok, out_tok, out_lp, done, lengths, finished = s
-            slot = base + i - 1
-            pos = (lens + i - 1)[:, None]
+            slot = base_r + i - 1
+            pos = (lens_r + i - 1)[:, None]
             lg, cache = forward(params, config, tok[:, None], pos, cache=cache, cache_index=slot,
                                 unroll=unroll, attn_impl=attn_impl, kv_window=window,
                                 attention_lengths=attention_lengths,
@@ -243,9 +258,14 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
             lg = lg[:, 0]
             new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k,
                                      filtered)
-            new, live, stop, out_tok, out_lp = record(i, new, lg, done, out_tok, out_lp)
-            return (i + 1, cache, new, out_tok, out_lp, done | stop | (max_new <= i + 1),
-                    lengths + live.astype(jnp.int32), finished | stop)
+            new, live, stop, out_tok, out_lp = record(i, new, lg, done, out_tok, out_lp, rows)
+            if rows is None:
+                lengths, finished = lengths + live.astype(jnp.int32), finished | stop
+            else:
+                lengths = lengths.at[rows].add(live.astype(jnp.int32))
+                finished = finished.at[rows].set(jnp.take(finished, rows) | stop)
+            return (i + 1, cache, new, out_tok, out_lp, done | stop | (max_new_r <= i + 1),
+                    lengths, finished)
 
         def body(s):
             s = step(s)
@@ -262,6 +282,22 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
 
     max_len = cache.seg.shape[1]
     segments = max(1, min(int(segments), n))
+    small = compact_size(b, compact_factor)
+    if small < b:  # the full batch while more than `small` rows generate, then the live rows alone
+        if segments != 1:
+            raise ValueError(f"decode compact_factor={compact_factor} needs segments=1, got {segments}")
+
+        def wide_cond(s):
+            return cond(s) & (jnp.sum((~s[5]).astype(jnp.int32)) > small)
+
+        state = jax.lax.while_loop(wide_cond, make_body(None, n), state)
+        i, full, tok, out_tok, out_lp, done, lengths, finished = state
+        rows = jnp.argsort(done, stable=True)[:small].astype(jnp.int32)  # live rows first
+        state = (i, take_rows(full, rows), jnp.take(tok, rows), out_tok, out_lp, jnp.take(done, rows),
+                 lengths, finished)
+        state = jax.lax.while_loop(cond, make_body(None, n, rows), state)
+        _, part, _, out_tok, out_lp, _, lengths, finished = state
+        return DecodeResult(out_tok, out_lp, lengths, finished), put_rows(full, rows, part)
     bounds = [-(-n * j // segments) for j in range(segments + 1)]  # step ranges [lo, hi)
     for hi_step in bounds[1:]:
         # Steps i < hi_step write/read slots <= prompt_slots + hi_step - 2 (base <= prompt_slots).
@@ -353,7 +389,8 @@ class Sampler:
                           unroll=impl.unroll, rng_impl=impl.rng_impl, attn_impl=impl.attention,
                           attention_lengths=impl.attention_lengths, skip_done_rows=impl.skip_done_rows,
                           segments=impl.decode_segments, filtered=filtered,
-                          steps_per_iter=impl.steps_per_iter, exit_live=exit_live)
+                          steps_per_iter=impl.steps_per_iter, exit_live=exit_live,
+                          compact_factor=impl.compact_factor)
 
         def decode_continuous_fn(params, cache, store, keep, logits, lengths, active, rng, temperature,
                                  top_p, top_k, stop_ids, max_new, filtered=None):

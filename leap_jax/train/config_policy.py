@@ -108,6 +108,10 @@ class SamplingCfg:
     # (the same tokens; off to compare)
     attention_lengths: bool = True
     skip_done_rows: bool = True
+    # static batching: once at most 1/compact_factor of a decode call's rows still generate, the loop
+    # continues with those rows alone in a batch that much smaller (leap_jax/sampling/compact.py;
+    # one more compiled loop body per batch bucket); 1 = off
+    compact_factor: int = 1
 
     def check(self) -> None:
         positive(self.temperature, "sampling.temperature", allow_zero=True)
@@ -122,6 +126,10 @@ class SamplingCfg:
         if self.batching == "continuous" and self.decode_segments != 1:
             raise ConfigError(f"sampling.batching=continuous needs sampling.decode_segments=1, got "
                               f"{self.decode_segments}")
+        positive(self.compact_factor, "sampling.compact_factor")
+        if self.compact_factor > 1 and (self.batching != "static" or self.decode_segments != 1):
+            raise ConfigError(f"sampling.compact_factor={self.compact_factor} needs sampling.batching=static "
+                              f"and sampling.decode_segments=1, got {self.batching}, {self.decode_segments}")
 
     def decode_impl(self) -> DecodeImpl:
         """The Sampler's DecodeImpl of this section."""
@@ -129,7 +137,7 @@ class SamplingCfg:
         return DecodeImpl(decode_segments=self.decode_segments, steps_per_iter=self.steps_per_iter,
                           batching=self.batching, slots=self.slots, kv_reuse=self.kv_reuse,
                           attention=self.attention, attention_lengths=self.attention_lengths,
-                          skip_done_rows=self.skip_done_rows)
+                          skip_done_rows=self.skip_done_rows, compact_factor=self.compact_factor)
 
     def params(self, stop_token_ids: Sequence[int], temperature: float | None = None) -> SamplingParams:
         """The Sampler's per-call SamplingParams of this section (`temperature` overrides its own)."""

@@ -127,16 +127,19 @@ def test_impl_validation():
 TOP_K, TEMP = 4, 0.8
 
 
+def top_k_dist(params, seq):
+    """The next token's support and probabilities after `seq` under temperature TEMP and top-k TOP_K."""
+    lg = ref_logits(params, seq)[-1].astype(np.float64) / TEMP
+    keep = np.argsort(-lg)[:TOP_K]
+    pr = np.exp(lg[keep] - lg[keep].max())
+    return keep, pr / pr.sum()
+
+
 def exact_pair_probs(params, prompt):
     """P(t1, t2) of the first two sampled tokens under temperature TEMP and top-k TOP_K."""
-    def dist(seq):
-        lg = ref_logits(params, seq)[-1].astype(np.float64) / TEMP
-        keep = np.argsort(-lg)[:TOP_K]
-        pr = np.exp(lg[keep] - lg[keep].max())
-        return keep, pr / pr.sum()
     out = {}
-    for t1, p1 in zip(*dist(prompt), strict=True):
-        for t2, p2 in zip(*dist(prompt + [int(t1)]), strict=True):
+    for t1, p1 in zip(*top_k_dist(params, prompt), strict=True):
+        for t2, p2 in zip(*top_k_dist(params, prompt + [int(t1)]), strict=True):
             out[(int(t1), int(t2))] = p1 * p2
     return out
 
