@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof kenv kenv-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -71,6 +71,11 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         --variants 'einsum:steps_per_iter=4' 'cudec:steps_per_iter=4,attention=cudnn'
       XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL --xla_gpu_graph_min_graph_size=1" \
         stage decode-prof-graphs 150 python3 benchmarks/decode_profile.py $P --variants 'cudec-graphs:steps_per_iter=4,attention=cudnn' ;;
+    decode-prof-compact)  # issue 29: live-row compaction at the decode level: 128 rows whose lengths are about
+      # geometric (8 stop ids of a 1949-token vocabulary: mean ~240 tokens, ~4% run to 768), cuDNN attention
+      stage decode-prof-compact 200 python3 benchmarks/decode_profile.py --shape generated --batch 128 --prompt 1024 \
+        --new 768 --top 8 --stop-ids 8 --variants 'full:steps_per_iter=4,attention=cudnn' \
+        'compact4:steps_per_iter=4,attention=cudnn,compact_factor=4' 'compact2:steps_per_iter=4,attention=cudnn,compact_factor=2' ;;
     sampler-xla)  # the decode loop under XLA command buffers (CUDA graphs incl. WHILE) vs default
       V=unrolled-threefry-einsum,unrolled-threefry-einsum-k4,unrolled-threefry-einsum-cond
       stage sampler-xla-default 150 python3 benchmarks/sampler_throughput.py --no-torch --batches 64 --variants $V
