@@ -26,28 +26,24 @@ def compact_size(batch: int, factor: int) -> int:
     return -(-int(batch) // factor)
 
 
-def _map(buffers: LayerBuffers, fn) -> LayerBuffers:
-    """fn(buffer, batch axis) per layer: axis 0 of per-layer buffers, 1 of the stacked [L, B, ...]."""
-    if isinstance(buffers, (list, tuple)):
-        return tuple(fn(b, 0) for b in buffers)
-    return fn(buffers, 1)
+def _per_layer(fn, *buffers: LayerBuffers) -> LayerBuffers:
+    """fn(*one layer's buffers, batch axis) per layer: axis 0 of per-layer tuples, 1 of the stacked
+    [L, B, ...] layout (every argument in the first one's layout)."""
+    if isinstance(buffers[0], (list, tuple)):
+        return tuple(fn(*layer, 0) for layer in zip(*buffers, strict=True))
+    return fn(*buffers, 1)
 
 
 def take_rows(cache: KVCache, rows: jax.Array) -> KVCache:
     """The cache of rows `rows` (int [R]), in that order: a cache of R rows."""
     def take(x, axis):
         return jax.numpy.take(x, rows, axis=axis)
-    return KVCache(_map(cache.k, take), _map(cache.v, take), take(cache.seg, 0))
+    return KVCache(_per_layer(take, cache.k), _per_layer(take, cache.v), take(cache.seg, 0))
 
 
 def put_rows(cache: KVCache, rows: jax.Array, part: KVCache) -> KVCache:
     """`cache` with its rows `rows` (int [R], distinct) replaced by the R rows of `part`."""
     def put(dst, src, axis):
-        index = (slice(None),) * axis + (rows,)
-        return dst.at[index].set(src)
-
-    def layers(dst: LayerBuffers, src: LayerBuffers) -> LayerBuffers:
-        if isinstance(dst, (list, tuple)):
-            return tuple(put(d, s, 0) for d, s in zip(dst, src, strict=True))
-        return put(dst, src, 1)
-    return KVCache(layers(cache.k, part.k), layers(cache.v, part.v), put(cache.seg, part.seg, 0))
+        return dst.at[(slice(None),) * axis + (rows,)].set(src)
+    return KVCache(_per_layer(put, cache.k, part.k), _per_layer(put, cache.v, part.v),
+                   put(cache.seg, part.seg, 0))
