@@ -219,13 +219,16 @@ class _Stage:
 
     def _torch_baseline(self, deadline: float, kernel_ms: float) -> dict[str, float] | None:
         """torch eager's median time for the task's KernelBench-style model (`tasks/torch_models.py`)
-        on the reference's timing inputs, cached like the reference's; None without torch, off the
-        cupy backend, with LEAP_TORCH_BASELINE=0, or on any failure (it never changes the status)."""
+        on the reference's timing inputs, cached like the reference's. Opt-in (LEAP_TORCH_BASELINE=1):
+        None by default, without torch, off the cupy backend, or on any failure (it never changes the
+        status). Off by default because timing torch eager at a task's first sight in a worker cost a
+        fifth of the first-sight rate and went with the speedups the independent clock flagged
+        (docs/results/env31_torch_h200_2026-12-06/)."""
         import importlib.util
         import os
         from kernels_env.tasks.torch_models import TORCH_MODELS
         model = TORCH_MODELS.get(self.task.name)
-        if (model is None or self.device.name != "cupy" or os.environ.get("LEAP_TORCH_BASELINE", "1") == "0"
+        if (model is None or self.device.name != "cupy" or os.environ.get("LEAP_TORCH_BASELINE", "0") != "1"
                 or importlib.util.find_spec("torch") is None):
             return None
         try:
