@@ -124,7 +124,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # multiturn config's decode attention (default auto = cuDNN on a GPU, reading each row's written cache
       # only and skipping stopped rows) against no skipping, einsum, and cuDNN over the whole cache
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
-      H='headline: rollout.pipeline_turns=false sampling.kv_reuse=false rollout.overlap_chunks=2 optimizer.attention=einsum sampling.attention=einsum'
+      H='headline: rollout.pipeline_turns=false sampling.kv_reuse=false rollout.overlap_chunks=2 optimizer.attention=einsum sampling.attention=einsum sampling.compact_factor=1'
       if [ "$s" = step-speed-preempt ]; then  # preemption (off by default: fewer iterations on the CPU, not measured
         # on a GPU) at two thresholds, the multiturn config; then LEAP's with and without
         stage step-preempt-mt ${STEP_MT_S:-300} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
@@ -134,9 +134,9 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         continue
       fi
       if [ "$s" = step-speed-compact ]; then  # the decode loop continuing with its live rows alone once at most
-        # 1/4 (1/2) of them still generate, against the full batch throughout; the multiturn config
-        stage step-compact ${STEP_MT_S:-300} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
-          --arms after --arm 'compact4: sampling.compact_factor=4' --arm 'compact2: sampling.compact_factor=2' \
+        # 1/4 (the default, `after`) or 1/2 of them still generate, against the full batch throughout; multiturn
+        stage step-compact ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+          --arms after --arm 'full: sampling.compact_factor=1' --arm 'compact2: sampling.compact_factor=2' \
           --steps 2 --warmup 1
         continue
       fi
@@ -152,8 +152,8 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       [ "$s" = step-speed-mt ] && continue
       stage step-leap ${STEP_LEAP_S:-160} python3 benchmarks/step_time.py --config configs/generated/leap.yaml \
         --arms after --arm "$H" --steps 2 --warmup 1
-      stage step-grpo ${STEP_GRPO_S:-140} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
-        --arms after --arm "$H" --arm 'mesh1: mesh.force=true' --steps 2 --warmup 1 ;;
+      stage step-grpo ${STEP_GRPO_S:-200} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
+        --arms after --arm "$H" --arm 'mesh1: mesh.force=true' --arm 'chunks2: rollout.overlap_chunks=2' --steps 2 --warmup 1 ;;
     ray)  # issue 22: a local Ray cluster with one GPU host (this machine) scores the suite with the statuses
       # of process mode, then the env benchmark's ray-vs-process arm. Carry Ray as a wheel in .whl/
       # (docs/DISTRIBUTED_EVAL.md); RAY_ARGS e.g. "--level 1"
