@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,10 @@ stage() {  # stage NAME LIMIT_S CMD...
   echo "=== $name (limit ${limit}s): $*"
   timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   echo "=== $name rc=$rc in $(( $(date +%s) - t0 ))s"; tail -n "${TAIL:-25}" "$OUT/$name.log"
+}
+patched_tree() {  # /tmp/patched: a copy of this tree with patches/0*.patch applied in order
+  rm -rf /tmp/patched && mkdir -p /tmp/patched && cp -r . /tmp/patched/ \
+    && (cd /tmp/patched && for p in patches/0*.patch; do patch -p1 -s < "$p" || echo "PATCH FAILED: $p"; done)
 }
 for s in "$@"; do
   case $s in
@@ -58,11 +62,16 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
     kenv-fix) stage kenv-fix 240 python3 -m pytest -q -rfE -m gpu --timeout=150 -p no:cacheprovider tests/kernels_env/test_counter_rng.py tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py ;;
     kenv-patched)  # the kenv tests plus the patches' own tests on a copy of this tree with patches/0*.patch applied
       # in order (GPU-untested changes wait there until this passes)
-      rm -rf /tmp/patched && mkdir -p /tmp/patched && cp -r . /tmp/patched/ \
-        && (cd /tmp/patched && for p in patches/0*.patch; do patch -p1 -s < "$p" || echo "PATCH FAILED: $p"; done)
-      files=$(cd /tmp/patched && ls tests/kernels_env/test_{counter_rng,broken_corpus,cupy_backend,pool,pipeline}.py; \
+      # (GPU-untested changes wait there until this passes); the timing cheats as real CUDA code too
+      patched_tree
+      files=$(cd /tmp/patched && ls tests/kernels_env/test_{counter_rng,broken_corpus,cupy_backend,pool,pipeline,timing_cheats}.py; \
               grep -ho '^+++ b/tests/.*\.py' patches/0*.patch | cut -c7- | sort -u)
-      stage kenv-patched 300 bash -c "cd /tmp/patched && python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider $(echo $files)" ;;
+      stage kenv-patched 360 bash -c "cd /tmp/patched && PYTHONPATH=/tmp/patched python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider $(echo $files)" ;;
+    env31-patched)  # issue 31: the patched tree (after) against this tree (before), suite and mix, with the
+      # independent clock: what the waiting patches do to throughput
+      patched_tree
+      stage env31-patched ${ENVBENCH_S:-420} bash -c "cd /tmp/patched && PYTHONPATH=/tmp/patched python3 benchmarks/env_throughput.py \
+        --before-src $PWD --workloads suite,mix --repeat 2 --arm-timeout 150 --independent-hold" ;;
     kenv) stage kenv 300 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_counter_rng.py tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py tests/kernels_env/test_pipeline.py ;;
     decode-prof)  # issue 29: where a decode step of the generated family's shape goes (batch 128, a multi-turn
       # cache), kernel families per step: einsum against the cuDNN decode attention, and under XLA command buffers
