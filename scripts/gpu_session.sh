@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -126,7 +126,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
-    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact)  # issue 29: the generated-family configs'
+    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo)  # issue 29: the generated-family configs'
       # defaults against the headline's rollout and update settings, the real SFT policy (carried in artifacts/),
       # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
       # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
@@ -149,6 +149,13 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
           --steps 2 --warmup 1
         continue
       fi
+      if [ "$s" = step-speed-grpo ]; then  # GRPO's evaluation (0.6 s on an H200) waits for the whole batch's
+        # generation: two chunks (the first chunk's evaluations next to the second's generation), or
+        # preemption (the rows done when a quarter still generate are evaluated next to that tail)
+        stage step-grpo-overlap ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
+          --arms after --arm 'chunks2: rollout.overlap_chunks=2' --arm 'pre25: rollout.preempt=0.25' --steps 3 --warmup 1
+        continue
+      fi
       if [ "$s" = step-speed-cudec ]; then
         stage step-cudec ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
           --arms after --arm 'noskip: sampling.skip_done_rows=false' --arm 'einsum: sampling.attention=einsum' \
@@ -161,8 +168,8 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       [ "$s" = step-speed-mt ] && continue
       stage step-leap ${STEP_LEAP_S:-160} python3 benchmarks/step_time.py --config configs/generated/leap.yaml \
         --arms after --arm "$H" --steps 2 --warmup 1
-      stage step-grpo ${STEP_GRPO_S:-200} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
-        --arms after --arm "$H" --arm 'mesh1: mesh.force=true' --arm 'chunks2: rollout.overlap_chunks=2' --steps 2 --warmup 1 ;;
+      stage step-grpo ${STEP_GRPO_S:-140} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
+        --arms after --arm "$H" --arm 'mesh1: mesh.force=true' --steps 2 --warmup 1 ;;
     ray)  # issue 22: a local Ray cluster with one GPU host (this machine) scores the suite with the statuses
       # of process mode, then the env benchmark's ray-vs-process arm. Carry Ray as a wheel in .whl/
       # (docs/DISTRIBUTED_EVAL.md); RAY_ARGS e.g. "--level 1"
