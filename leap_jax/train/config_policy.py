@@ -123,13 +123,11 @@ class SamplingCfg:
         choice(self.batching, BATCHINGS, "sampling.batching")
         choice(self.attention, ATTENTIONS, "sampling.attention")
         positive(self.slots, "sampling.slots", allow_zero=True)
-        if self.batching == "continuous" and self.decode_segments != 1:
-            raise ConfigError(f"sampling.batching=continuous needs sampling.decode_segments=1, got "
-                              f"{self.decode_segments}")
         positive(self.compact_factor, "sampling.compact_factor")
-        if self.compact_factor > 1 and (self.batching != "static" or self.decode_segments != 1):
-            raise ConfigError(f"sampling.compact_factor={self.compact_factor} needs sampling.batching=static "
-                              f"and sampling.decode_segments=1, got {self.batching}, {self.decode_segments}")
+        try:  # how the decode options combine is DecodeImpl's rule; named here as config keys
+            self.decode_impl()
+        except ValueError as e:
+            raise ConfigError("sampling." + str(e).removeprefix("DecodeImpl ")) from e
 
     def decode_impl(self) -> DecodeImpl:
         """The Sampler's DecodeImpl of this section."""

@@ -152,7 +152,8 @@ def test_validation_and_config():
     with pytest.raises(ValueError, match="compact_factor=2 needs batching='static'"):
         DecodeImpl(compact_factor=2, batching="continuous")
     assert load_config(None, ["sampling.compact_factor=4"]).sampling.decode_impl().compact_factor == 4
-    with pytest.raises(ConfigError, match="sampling.compact_factor=2 needs sampling.batching=static"):
+    with pytest.raises(ConfigError, match="sampling.compact_factor=2 needs batching='static' and decode_segments=1, "
+                                          "got batching='continuous'"):
         load_config(None, ["sampling.compact_factor=2", "sampling.batching=continuous"])
     with pytest.raises(ConfigError, match="sampling.compact_factor"):
         load_config(None, ["sampling.compact_factor=0"])
