@@ -14,8 +14,12 @@ CuPy's kernel cache and the reference-timing cache), then measures, each step sy
     check_hit  the same with the masked expected cache warm (checksum + fused check, no reference)
     flush      one L2 flush (memsetAsync of >= 2x L2, as the timing loop does)
     sync       one empty device synchronisation (host round trip)
-and the timing stage's wall time against (warm-up + timed runs) x the kernel's median, the part that
-is the kernel's own time. Sums over the suite show which stage to attack for evaluations/s.
+and the timing stage's wall time against (every run it made) x the kernel's median, the part that
+is the kernel's own time. The timing stage is also taken apart by wrapping its steps (host wall ms,
+no extra synchronisation): the device's time_runs loop, and inside it the runs' input loads, the
+plan's launches and the device-side counts; the full comparisons of picked runs; the rest. A
+time_runs loop much longer than its host parts plus the kernel's own time waited on the GPU.
+Sums over the suite show which stage to attack for evaluations/s.
 
     python benchmarks/env_stage_profile.py                   # H200, cupy, eval sizes, level 1
     python benchmarks/env_stage_profile.py --backend cpu --sizes small --limit 4
@@ -23,18 +27,20 @@ is the kernel's own time. Sums over the suite show which stage to attack for eva
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import time
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 PARTS = ("inputs", "inputs_rng", "copy", "kernel", "reference", "compare", "check_off", "check_hit", "flush", "sync")
+TIMING_PARTS = ("t_time_runs", "t_load", "t_launch", "t_counts", "t_verify", "t_rest")
 
 
 def _timed_ms(device: Any, fn: Callable[[], Any], reps: int = 3) -> float:
@@ -47,6 +53,49 @@ def _timed_ms(device: Any, fn: Callable[[], Any], reps: int = 3) -> float:
         device.synchronize()
         out.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(out)
+
+
+@contextlib.contextmanager
+def _timed_calls(spent: dict[str, float], targets: list[tuple[Any, str, str]]) -> Iterator[None]:
+    """Wrap each (owner, attribute, part) so its calls add their host wall ms to spent[part]."""
+    saved = [(owner, attr, owner.__dict__.get(attr)) for owner, attr, _ in targets]  # None: inherited
+
+    def wrap(fn: Callable[..., Any], part: str) -> Callable[..., Any]:
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[part] = spent.get(part, 0.0) + (time.perf_counter() - t0) * 1e3
+        return timed
+
+    try:
+        for owner, attr, part in targets:
+            setattr(owner, attr, wrap(getattr(owner, attr), part))
+        yield
+    finally:
+        for owner, attr, fn in saved:
+            if fn is None:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, fn)
+
+
+def timing_breakdown(prep: Any, device: Any, config: Any, task: Any) -> dict[str, float]:
+    """One more (warm) evaluation with the timing stage's steps wrapped: host wall ms per part."""
+    from kernels_env.execute import timing_stage
+    from kernels_env.schedule.pipeline import execute
+    spent: dict[str, float] = {}
+    targets = [(type(device), "time_runs", "t_time_runs"), (timing_stage._TimedBuffers, "load", "t_load"),
+               (timing_stage._TimedBuffers, "count_into", "t_counts"),
+               (timing_stage._Stage, "_verify_run", "t_verify")]
+    with _timed_calls(spent, targets), _timed_calls(spent, [(timing_stage, "launch_all", "t_launch")]):
+        result, _ = execute(prep, device, config, task=task)
+    stage = result.stage_seconds.get("timing", 0.0) * 1e3
+    row = {k: spent.get(k, 0.0) for k in TIMING_PARTS}
+    row["t_rest"] = stage - row["t_time_runs"] - row["t_verify"]
+    row["t_runs"] = float(result.timing.checked_runs if result.timing else 0)
+    return row
 
 
 def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
@@ -131,9 +180,9 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     row["stage_correctness"] = stages.get("correctness", 0.0) * 1e3
     row["stage_timing"] = stages.get("timing", 0.0) * 1e3
     row["stage_load"] = stages.get("load", 0.0) * 1e3
-    runs = config.warmup_runs + config.timed_runs
-    row["timing_kernel_own"] = runs * result.timing.kernel_median_ms
+    row["timing_kernel_own"] = result.timing.checked_runs * result.timing.kernel_median_ms
     row["kernel_median"] = result.timing.kernel_median_ms
+    row.update(timing_breakdown(prep, device, config, task))
     return row
 
 
@@ -158,15 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print("no task profiled:", errors)
         return 1
-    cols = ("total", "stage_correctness", "stage_timing", "timing_kernel_own") + PARTS
+    cols = ("total", "stage_correctness", "stage_timing", "timing_kernel_own") + PARTS + TIMING_PARTS + ("t_runs",)
     print(f"{len(rows)} tasks ({args.backend}, {args.sizes} sizes); ms per evaluation or per step")
     print(f"{'task':34s}" + "".join(f"{c[:12]:>13s}" for c in cols))
     for r in sorted(rows, key=lambda r: -r["total"])[: args.top]:
         print(f"{r['task'][:34]:34s}" + "".join(f"{r[c]:13.2f}" for c in cols))
     print(f"{'MEAN':34s}" + "".join(f"{statistics.fmean(r[c] for r in rows):13.2f}" for c in cols))
     trials = config.correctness_trials
-    runs = config.warmup_runs + config.timed_runs
     mean = {c: statistics.fmean(r[c] for r in rows) for c in cols}
+    runs = max(mean["t_runs"], 1.0)
     print(f"\nper evaluation (means): {trials} trials x (inputs {mean['inputs']:.2f} "
           f"[stateful rng {mean['inputs_rng']:.2f}] + copy {mean['copy']:.2f} "
           f"+ kernel {mean['kernel']:.2f} + reference {mean['reference']:.2f} + compare {mean['compare']:.2f}) ms; "
@@ -174,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
           f"warm {mean['check_hit']:.2f} ms; "
           f"timing stage {mean['stage_timing']:.1f} ms of which the kernel's own "
           f"{mean['timing_kernel_own']:.1f} ms; per timed run flush {mean['flush']:.3f} + sync {mean['sync']:.3f} ms, "
-          f"all else {(mean['stage_timing'] - mean['timing_kernel_own']) / runs:.3f} ms")
+          f"all else {(mean['stage_timing'] - mean['timing_kernel_own']) / runs:.3f} ms ({runs:.1f} runs)")
+    print(f"timing stage, host wall (one more warm evaluation): time_runs loop {mean['t_time_runs']:.1f} ms "
+          f"[of it input loads {mean['t_load']:.1f}, launches {mean['t_launch']:.1f}, counts {mean['t_counts']:.1f}; "
+          f"the kernel's own {mean['timing_kernel_own']:.1f}], full comparisons {mean['t_verify']:.1f}, "
+          f"the rest {mean['t_rest']:.1f} ms")
     print(f"=> one GPU serial: {1e3 / mean['total']:.1f} evaluations/s at these sizes")
     for e in errors:
         print("skipped:", e)
