@@ -74,6 +74,7 @@ def read_perfetto(trace_dir: str) -> dict:
     count: dict[str, int] = collections.defaultdict(int)
     by_kernel: dict[tuple[str, str], float] = collections.defaultdict(float)
     kernel_count: dict[tuple[str, str], int] = collections.defaultdict(int)
+    device_spans: list[tuple[float, float]] = []
     for e in events:
         if e.get("ph") != "X":
             continue
@@ -83,7 +84,22 @@ def read_perfetto(trace_dir: str) -> dict:
         count[proc] += 1
         by_kernel[(proc, e.get("name", "?"))] += dur
         kernel_count[(proc, e.get("name", "?"))] += 1
-    return {"busy": dict(busy), "count": dict(count), "by_kernel": by_kernel, "kernel_count": kernel_count}
+        if is_device(proc):
+            device_spans.append((float(e.get("ts", 0.0)), dur))
+    return {"busy": dict(busy), "count": dict(count), "by_kernel": by_kernel, "kernel_count": kernel_count,
+            "device_busy_us": union_us(device_spans)}
+
+
+def union_us(spans: list[tuple[float, float]]) -> float:
+    """Microseconds covered by at least one of the (start, duration) spans: the time the device
+    was busy, kernels overlapping on several streams counted once."""
+    covered, end = 0.0, -float("inf")
+    for start, dur in sorted(spans):
+        stop = start + dur
+        if stop > end:
+            covered += stop - max(start, end)
+            end = stop
+    return covered
 
 
 # Kernel families by name (XLA:GPU's fusion names, cuDNN / cuBLAS kernels, the RNG): where a step's

@@ -23,6 +23,9 @@ Dotted overrides apply to every arm, e.g. `rollout.prompts_per_step=4`. `--arms 
 subset; `--arm 'NAME: k=v ...'` adds an arm of the defaults plus overrides (it reuses after's compile
 cache, so its compile seconds count only its new programs), e.g. the options not on by default:
     --arm 'cudnn: optimizer.attention=cudnn' --arm 'seg4: sampling.decode_segments=4 sampling.steps_per_iter=4'
+`--trace ARMS` traces one more rollout of those arms after their steps (left out of the means) and
+prints the GPU's busy share of its wall time (kernels' union over streams) and the kernel families per
+decode iteration: a kernel-bound rollout keeps the GPU busy, a host-bound one leaves gaps.
 `--json` prints the records instead of the table. `--rollout-only` times generation and evaluation
 alone (no update; its columns read 0), e.g. rollout schedules on the CPU, where the update is slow.
 Continuous batching (opt-in `sampling.batching=continuous`, `sampling.slots`) next to the default,
@@ -152,8 +155,30 @@ def rollout_record(tr) -> dict:
     return rec
 
 
+def traced_rollout(tr) -> dict:
+    """One more rollout (generate + evaluate, no update) under `jax.profiler.trace`: its wall
+    seconds, the GPU's busy seconds (kernels' union) and kernel families per decode iteration, to tell
+    a kernel-bound rollout (busy ~ wall) from one that waits on the host between kernels."""
+    import jax
+    from benchmarks import decode_profile
+    before = dict(tr._sampler.counters) if tr._sampler is not None else {}
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d, create_perfetto_trace=True):
+            t0 = time.perf_counter()
+            _, out = tr.rollout_step()
+            wall = time.perf_counter() - t0  # the trace's writing left out
+        prof = decode_profile.read_perfetto(d)
+    tr.step += 1
+    after = dict(tr._sampler.counters) if tr._sampler is not None else {}
+    iters = max(after.get("decode_iterations", 0) - before.get("decode_iterations", 0), 1)
+    busy = prof["device_busy_us"] / 1e6
+    return {"wall_s": wall, "gpu_busy_s": busy, "gpu_busy_frac": busy / wall if wall > 0 else 0.0,
+            "generate_s": float(out.stats["time/generate"]), "decode_iterations": float(iters),
+            "families": decode_profile.families(prof["by_kernel"], prof["kernel_count"], iters)}
+
+
 def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, steps: int, warmup: int,
-            work: Path, cache_dir: Path, rollout_only: bool = False) -> dict:
+            work: Path, cache_dir: Path, rollout_only: bool = False, trace: bool = False) -> dict:
     from leap_jax.train.config import load_config
     from leap_jax.train.trainer import Trainer
     ov = overrides + ARMS[name] + [f"train.run_dir={work / name}", "checkpoint.enabled=false",
@@ -165,12 +190,25 @@ def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, st
     tr = Trainer(cfg, evaluator=evaluator, resume=False)
     build_s = time.perf_counter() - t0
     recs = []
+    traced = None
     try:
         for _ in range(warmup + steps):
             recs.append(rollout_record(tr) if rollout_only else tr.train_step())
+        if trace:
+            traced = traced_rollout(tr)
     finally:
         tr.close()
-    return summarise(name, recs, warmup, build_s)
+    res = summarise(name, recs, warmup, build_s)
+    if traced is not None:
+        print(f"[step_time] {name} traced rollout: wall {traced['wall_s']:.2f} s (generate "
+              f"{traced['generate_s']:.2f} s), GPU busy {traced['gpu_busy_s']:.2f} s "
+              f"({traced['gpu_busy_frac']:.0%}), {traced['decode_iterations']:.0f} decode iterations; "
+              "kernel families per decode iteration:", file=sys.stderr)
+        for fam, us, n in traced["families"]:
+            print(f"    {fam:28s} {us:8.1f} us in {n:6.1f} kernels", file=sys.stderr)
+        res.update({"trace_wall_s": traced["wall_s"], "trace_gpu_busy_s": traced["gpu_busy_s"],
+                    "trace_gpu_busy_frac": traced["gpu_busy_frac"]})
+    return res
 
 
 def summarise(name: str, recs: list[dict], warmup: int, build_s: float) -> dict:
@@ -252,6 +290,9 @@ def main(argv=None) -> None:
     ap.add_argument("--rollout-only", action="store_true",
                     help="generate and evaluate only (no update): rollout schedules compared where the "
                     "update is slow, e.g. on the CPU; update columns read 0")
+    ap.add_argument("--trace", default="", metavar="ARMS",
+                    help="comma-separated arms that trace one more rollout after their steps (not in "
+                    "the means): the GPU's busy share of its wall time and kernel families")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides for every arm")
     args = ap.parse_args(argv)
     arms = [a for a in args.arms.split(",") if a]
@@ -294,7 +335,7 @@ def main(argv=None) -> None:
         for a in arms:
             t0 = time.perf_counter()
             res = run_arm(a, cfg_path, overrides, evaluator, args.steps, args.warmup, work, cache_dir,
-                          rollout_only=args.rollout_only)
+                          rollout_only=args.rollout_only, trace=a in args.trace.split(","))
             res["wall_s"] = time.perf_counter() - t0
             results.append(res)
             # one line per finished arm, so a run cut short by a timeout still leaves its numbers

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -126,7 +126,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
-    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo)  # issue 29: the generated-family configs'
+    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo|step-speed-trace)  # issue 29: the generated-family configs'
       # defaults against the headline's rollout and update settings, the real SFT policy (carried in artifacts/),
       # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
       # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
@@ -147,6 +147,12 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         stage step-compact ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
           --arms after --arm 'full: sampling.compact_factor=1' --arm 'compact2: sampling.compact_factor=2' \
           --steps 2 --warmup 1
+        continue
+      fi
+      if [ "$s" = step-speed-trace ]; then  # is the multiturn rollout kernel-bound (GPU busy ~ wall) or does
+        # the GPU wait on the host between kernels? One more rollout traced after the timed steps
+        stage step-trace ${STEP_MT_S:-300} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+          --arms after --trace after --steps 2 --warmup 1
         continue
       fi
       if [ "$s" = step-speed-grpo ]; then  # GRPO's evaluation (0.6 s on an H200) waits for the whole batch's

@@ -35,6 +35,27 @@ def test_families_sum_device_kernels_per_step_costliest_first():
     assert rows == [("gemm", 200.0, 4.0), ("elementwise / loop fusion", 25.0, 2.0)]
 
 
+def test_device_busy_counts_overlapping_kernels_once(tmp_path):
+    """The GPU's busy time is the union of its kernels' spans over every stream; host events and
+    gaps do not count (a Perfetto trace written as jax.profiler writes it)."""
+    import gzip
+    assert decode_profile.union_us([]) == 0.0
+    assert decode_profile.union_us([(0.0, 10.0), (5.0, 10.0), (30.0, 5.0), (31.0, 1.0)]) == 20.0
+    meta = [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": n}}
+            for p, n in ((1, "/device:GPU:0 stream 7"), (2, "/device:GPU:0 stream 9"), (3, "/host:CPU"))]
+    spans = [{"ph": "X", "pid": 1, "name": "gemm_fusion_dot_1", "ts": 100.0, "dur": 40.0},
+             {"ph": "X", "pid": 2, "name": "loop_add_fusion", "ts": 120.0, "dur": 40.0},  # overlaps 20
+             {"ph": "X", "pid": 1, "name": "loop_add_fusion", "ts": 300.0, "dur": 10.0},
+             {"ph": "X", "pid": 3, "name": "PjitFunction", "ts": 0.0, "dur": 1000.0}]  # host
+    d = tmp_path / "plugins" / "profile" / "run"
+    d.mkdir(parents=True)
+    with gzip.open(d / "perfetto_trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": meta + spans}, f)
+    prof = decode_profile.read_perfetto(str(tmp_path))
+    assert prof["device_busy_us"] == 70.0
+    assert prof["busy"]["/device:GPU:0 stream 7"] == 50.0 and prof["busy"]["/host:CPU"] == 1000.0
+
+
 def test_the_generated_shape_is_the_sft_policys():
     """SHAPES["generated"] against the config.json inside the committed policy tarball."""
     import tarfile
