@@ -143,9 +143,10 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         continue
       fi
       if [ "$s" = step-speed-compact ]; then  # the decode loop continuing with its live rows alone once at most
-        # 1/4 (the default, `after`) or 1/2 of them still generate, against the full batch throughout; multiturn
+        # 1/4 of them still generate (the default, `after`) against the full batch throughout; and 8 decode
+        # steps per loop iteration (one loop test, a device->host read, per 8 tokens) instead of 4; multiturn
         stage step-compact ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
-          --arms after --arm 'full: sampling.compact_factor=1' --arm 'compact2: sampling.compact_factor=2' \
+          --arms after --arm 'full: sampling.compact_factor=1' --arm 'spi8: sampling.steps_per_iter=8' \
           --steps 2 --warmup 1
         continue
       fi
