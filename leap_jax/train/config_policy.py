@@ -122,9 +122,7 @@ class SamplingCfg:
         choice(self.buckets, ("coarse", "fine"), "sampling.buckets")
         choice(self.batching, BATCHINGS, "sampling.batching")
         choice(self.attention, ATTENTIONS, "sampling.attention")
-        positive(self.slots, "sampling.slots", allow_zero=True)
-        positive(self.compact_factor, "sampling.compact_factor")
-        try:  # how the decode options combine is DecodeImpl's rule; named here as config keys
+        try:  # the decode options' values and how they combine are DecodeImpl's rules; named as config keys
             self.decode_impl()
         except ValueError as e:
             raise ConfigError("sampling." + str(e).removeprefix("DecodeImpl ")) from e
