@@ -64,7 +64,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # in order (GPU-untested changes wait there until this passes)
       # (GPU-untested changes wait there until this passes); the timing cheats as real CUDA code too
       patched_tree
-      files=$(cd /tmp/patched && ls tests/kernels_env/test_{counter_rng,broken_corpus,cupy_backend,pool,pipeline,timing_cheats}.py; \
+      files=$(cd /tmp/patched && ls tests/kernels_env/test_{counter_rng,broken_corpus,cupy_backend,pool,pool_spares,pipeline,timing_cheats}.py; \
               grep -ho '^+++ b/tests/.*\.py' patches/0*.patch | cut -c7- | sort -u)
       stage kenv-patched 360 bash -c "cd /tmp/patched && PYTHONPATH=/tmp/patched python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider $(echo $files)" ;;
     env31-patched)  # issue 31: the patched tree (after) against this tree (before), suite and mix, with the
