@@ -161,19 +161,14 @@ def traced_rollout(tr) -> dict:
     a kernel-bound rollout (busy ~ wall) from one that waits on the host between kernels."""
     import jax
     from benchmarks import decode_profile
-    before = dict(tr._sampler.counters) if tr._sampler is not None else {}
     with tempfile.TemporaryDirectory() as d:
         with jax.profiler.trace(d, create_perfetto_trace=True):
-            t0 = time.perf_counter()
-            _, out = tr.rollout_step()
-            wall = time.perf_counter() - t0  # the trace's writing left out
+            rec = rollout_record(tr)  # its clock leaves the trace's writing out
         prof = decode_profile.read_perfetto(d)
-    tr.step += 1
-    after = dict(tr._sampler.counters) if tr._sampler is not None else {}
-    iters = max(after.get("decode_iterations", 0) - before.get("decode_iterations", 0), 1)
+    wall, iters = rec["time/step"], max(rec.get("sampler/decode_iterations", 0.0), 1.0)
     busy = prof["device_busy_us"] / 1e6
     return {"wall_s": wall, "gpu_busy_s": busy, "gpu_busy_frac": busy / wall if wall > 0 else 0.0,
-            "generate_s": float(out.stats["time/generate"]), "decode_iterations": float(iters),
+            "generate_s": float(rec["time/generate"]), "decode_iterations": float(iters),
             "families": decode_profile.families(prof["by_kernel"], prof["kernel_count"], iters)}
 
 
