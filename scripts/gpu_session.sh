@@ -134,12 +134,12 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # only and skipping stopped rows) against no skipping, einsum, and cuDNN over the whole cache
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
       H='headline: rollout.pipeline_turns=false sampling.kv_reuse=false rollout.overlap_chunks=2 optimizer.attention=einsum sampling.attention=einsum sampling.compact_factor=1'
-      if [ "$s" = step-speed-preempt ]; then  # preemption (off by default: fewer iterations on the CPU, not measured
-        # on a GPU) at two thresholds, the multiturn config; then LEAP's with and without
+      if [ "$s" = step-speed-preempt ]; then  # preemption (0.25 by default in configs/generated since
+        # 2026-12-06) against none and 0.1, the multiturn config; then LEAP's against none
         stage step-preempt-mt ${STEP_MT_S:-300} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
-          --arms after --arm 'pre25: rollout.preempt=0.25' --arm 'pre10: rollout.preempt=0.1' --steps 3 --warmup 1
+          --arms after --arm 'nopre: rollout.preempt=0' --arm 'pre10: rollout.preempt=0.1' --steps 3 --warmup 1
         stage step-preempt-leap ${STEP_LEAP_S:-160} python3 benchmarks/step_time.py --config configs/generated/leap.yaml \
-          --arms after --arm 'pre25: rollout.preempt=0.25' --steps 3 --warmup 1
+          --arms after --arm 'nopre: rollout.preempt=0' --steps 3 --warmup 1
         continue
       fi
       if [ "$s" = step-speed-compact ]; then  # the decode loop continuing with its live rows alone once at most
@@ -151,16 +151,18 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         continue
       fi
       if [ "$s" = step-speed-trace ]; then  # is the multiturn rollout kernel-bound (GPU busy ~ wall) or does
-        # the GPU wait on the host between kernels? One more rollout traced after the timed steps
+        # the GPU wait on the host between kernels? One more rollout traced after the timed steps (one arm:
+        # each arm compiles for ~2 min; docs/results/session17_h100_2026-12-06/)
         stage step-trace ${STEP_MT_S:-300} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
           --arms after --trace after --steps 2 --warmup 1
         continue
       fi
-      if [ "$s" = step-speed-grpo ]; then  # GRPO's evaluation (0.6 s on an H200) waits for the whole batch's
-        # generation: two chunks (the first chunk's evaluations next to the second's generation), or
-        # preemption (the rows done when a quarter still generate are evaluated next to that tail)
+      if [ "$s" = step-speed-grpo ]; then  # GRPO's evaluation (0.4-0.7 s) waits for the whole batch's
+        # generation: the default (preemption at 0.25: rows done when a quarter still generate are
+        # evaluated next to that tail) against none, two chunks on top, and 6 exec workers per GPU
         stage step-grpo-overlap ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
-          --arms after --arm 'chunks2: rollout.overlap_chunks=2' --arm 'pre25: rollout.preempt=0.25' --steps 3 --warmup 1
+          --arms after --arm 'nopre: rollout.preempt=0' --arm 'chunks2: rollout.overlap_chunks=2' \
+          --arm 'ex6: env.exec_workers_per_gpu=6' --steps 3 --warmup 1
         continue
       fi
       if [ "$s" = step-speed-cudec ]; then
