@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +42,13 @@ for s in "$@"; do
       for t in 0 1; do
         stage env31-torch$t ${ENVBENCH_S:-220} env LEAP_TORCH_BASELINE=$t python3 benchmarks/env_throughput.py \
           --before-src . --workloads suite --repeat 2 --arm-timeout 90 --independent-hold
+      done ;;
+    env31-workers)  # issue 31: the suite's steady rate against exec workers per GPU (the pool's default 3): a
+      # worker's evaluation takes ~450 ms in the pool against ~120 ms alone while the exclusive timing
+      # window fills only ~0.37 of the GPU's time (docs/results/session17_h100_2026-12-06/)
+      for w in ${ENV_WORKERS:-3 6}; do
+        stage env31-workers$w ${ENVBENCH_S:-200} python3 benchmarks/env_throughput.py --workloads gen,suite,mix \
+          --repeat 2 --no-independent --arm-timeout 90 --exec-workers-per-gpu $w
       done ;;
     env31-sticky)  # a mix whose failures are all sticky faults, before (.bench_before) / after: what the spares
       # save (one arm took 138 s on an H100)
