@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -133,7 +133,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
-    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo|step-speed-trace)  # issue 29: the generated-family configs'
+    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo|step-speed-trace|draft-potential)  # issue 29: the generated-family configs'
       # defaults against the headline's rollout and update settings, the real SFT policy (carried in artifacts/),
       # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
       # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
@@ -170,6 +170,12 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         stage step-grpo-overlap ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
           --arms after --arm 'nopre: rollout.preempt=0' --arm 'chunks2: rollout.overlap_chunks=2' \
           --arm 'ex6: env.exec_workers_per_gpu=6' --steps 3 --warmup 1
+        continue
+      fi
+      if [ "$s" = draft-potential ]; then  # issue 29: would prompt-lookup speculative decoding pay? Sampled
+        # multiturn rollouts of the real policy (full batch) replayed with n-gram drafts; brings them back
+        stage draft-potential ${DRAFT_S:-300} python3 benchmarks/draft_potential.py --config configs/generated/multiturn.yaml \
+          --rollouts ${DRAFT_ROLLOUTS:-3} --dump "$OUT/rollouts_multiturn.json.gz" --ngram 4,3,2 --draft 4,8,16
         continue
       fi
       if [ "$s" = step-speed-cudec ]; then
