@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -133,7 +133,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
-    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo|step-speed-trace|draft-potential)  # issue 29: the generated-family configs'
+    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo|step-speed-trace|draft-potential|step-speed-spec)  # issue 29: the generated-family configs'
       # defaults against the headline's rollout and update settings, the real SFT policy (carried in artifacts/),
       # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
       # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
@@ -170,6 +170,14 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         stage step-grpo-overlap ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
           --arms after --arm 'nopre: rollout.preempt=0' --arm 'chunks2: rollout.overlap_chunks=2' \
           --arm 'ex6: env.exec_workers_per_gpu=6' --steps 3 --warmup 1
+        continue
+      fi
+      if [ "$s" = step-speed-spec ]; then  # issue 29: speculative decoding (prompt-lookup drafts, k = 8)
+        # against the same loop without it (both: one decode step per loop test, no compaction, no KV
+        # reuse); multiturn
+        P='sampling.steps_per_iter=1 sampling.compact_factor=1 sampling.kv_reuse=false'
+        stage step-spec ${STEP_MT_S:-420} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+          --arms '' --arm "plain1: $P" --arm "spec8: $P sampling.speculate=8" --steps 2 --warmup 1
         continue
       fi
       if [ "$s" = draft-potential ]; then  # issue 29: would prompt-lookup speculative decoding pay? Sampled

@@ -6,7 +6,9 @@ the measured choice on the H200 (benchmarks/sampler_throughput.py and benchmarks
 compare the alternatives side by side); the trainer sets only `decode_segments` and
 `steps_per_iter` (config `sampling.*`). `rng_impl` changes the random stream of stochastic
 sampling, not its distribution; so do `batching="continuous"` (sampling/continuous.py) and
-`kv_reuse=True` (sampling/prefix.py), opt-ins that are not the default until GPU measurements say so.
+`kv_reuse=True` (sampling/prefix.py), opt-ins that are not the default until GPU measurements say so;
+`speculate=k` (sampling/speculative.py) also keeps the greedy tokens (up to rounding: a verify pass runs
+k + 1 positions at once) and the distribution, with fewer loop iterations where drafts are accepted.
 """
 from __future__ import annotations
 
@@ -55,6 +57,11 @@ class DecodeImpl:
     # static batching, one segment: once at most ceil(B / compact_factor) rows still generate, the
     # loop continues with those rows alone in that smaller batch (sampling/compact.py); 1 = off
     compact_factor: int = 1
+    # opt-in (sampling/speculative.py): draft up to `speculate` tokens a row by prompt lookup (the
+    # `draft_ngrams` sizes, longest first) and verify them in one forward pass; 0 = off. Static
+    # batching, one segment, no compaction, no kv_reuse
+    speculate: int = 0
+    draft_ngrams: tuple[int, ...] = (4, 3, 2)
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("padding", self.padding, PADDINGS),
@@ -81,6 +88,16 @@ class DecodeImpl:
                              f"decode_segments=1, got padding={self.padding!r}, "
                              f"decode_segments={self.decode_segments}")
 
+        if isinstance(self.speculate, bool) or not isinstance(self.speculate, int) or self.speculate < 0:
+            raise ValueError(f"DecodeImpl speculate={self.speculate!r}; expected an int >= 0 (0 = off)")
+        check_draft_settings(self.draft_ngrams, max(self.speculate, 1), "DecodeImpl ")
+        if self.speculate and (self.batching != "static" or self.decode_segments != 1 or self.compact_factor != 1
+                               or self.kv_reuse or self.steps_per_iter != 1):
+            raise ValueError(f"DecodeImpl speculate={self.speculate} needs batching='static', decode_segments=1, "
+                             f"compact_factor=1, kv_reuse=False and steps_per_iter=1, got "
+                             f"batching={self.batching!r}, decode_segments={self.decode_segments}, "
+                             f"compact_factor={self.compact_factor}, kv_reuse={self.kv_reuse}, "
+                             f"steps_per_iter={self.steps_per_iter}")
         if self.compact_factor > 1 and (self.batching != "static" or self.decode_segments != 1):
             raise ValueError(f"DecodeImpl compact_factor={self.compact_factor} needs batching='static' and "
                              f"decode_segments=1, got batching={self.batching!r}, "
@@ -88,3 +105,14 @@ class DecodeImpl:
 
     def replace(self, **changes: object) -> DecodeImpl:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def check_draft_settings(ngrams: object, k: object, where: str = "") -> tuple[tuple[int, ...], int]:
+    """Prompt-lookup draft settings (sampling/speculative.py): the n-gram sizes (distinct, ascending)
+    and the draft length k, or ValueError naming the bad value."""
+    values = list(ngrams) if isinstance(ngrams, (list, tuple)) else []
+    if not values or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in values):
+        raise ValueError(f"{where}draft_ngrams={ngrams!r}; expected a list of ints >= 1, e.g. (4, 3, 2)")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"{where}draft length k={k!r}; expected an int >= 1")
+    return tuple(sorted(set(values))), k

@@ -165,6 +165,20 @@ def prefill(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Arr
     return logits_from_hidden(params, config, last), filled
 
 
+def loop_inputs(b: int, n: int, prompt_lengths: jax.Array, prompt_slots: int, padding: str,
+                stop_ids: jax.Array, max_new: jax.Array | int, exit_live: jax.Array | int, rng: jax.Array,
+                rng_impl: str) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """A static decode loop's inputs: prompt lengths, the slot of the first new token, stop ids, row
+    budgets (capped at the static n), the early-exit row count and the loop's key."""
+    lens = prompt_lengths.astype(jnp.int32)
+    # the slot of each row's first new token: one scalar with left padding (the cache writes then use
+    # one dynamic_update_slice, not a per-row scatter)
+    base = jnp.int32(prompt_slots) if padding == "left" else lens
+    max_new = jnp.minimum(jnp.broadcast_to(jnp.asarray(max_new, jnp.int32), (b,)), n)
+    return (lens, base, stop_ids.astype(jnp.int32), max_new, jnp.asarray(exit_live, jnp.int32),
+            decode_rng(rng, rng_impl))
+
+
 def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Array,
            prompt_lengths: jax.Array, active: jax.Array, rng: jax.Array, temperature: jax.Array,
            top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, max_new: jax.Array, *,
@@ -201,13 +215,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     """
     b = logits.shape[0]
     n = max_new_tokens
-    lens = prompt_lengths.astype(jnp.int32)
-    base = jnp.int32(prompt_slots) if padding == "left" else lens  # slot of the first new token
-    stop_ids = stop_ids.astype(jnp.int32)
-    max_new = jnp.minimum(jnp.broadcast_to(jnp.asarray(max_new, jnp.int32), (b,)), n)
-    exit_live = jnp.asarray(exit_live, jnp.int32)
-
-    rng = decode_rng(rng, rng_impl)
+    lens, base, stop_ids, max_new, exit_live, rng = loop_inputs(
+        b, n, prompt_lengths, prompt_slots, padding, stop_ids, max_new, exit_live, rng, rng_impl)
 
     def is_stop(tok):
         return jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
@@ -404,7 +413,24 @@ class Sampler:
                                      skip_done_rows=impl.skip_done_rows, filtered=filtered,
                                      steps_per_iter=impl.steps_per_iter, keep=keep)
 
+        def decode_speculative_fn(params, cache, logits, tokens, lengths, active, rng, temperature, top_p,
+                                  top_k, stop_ids, max_new, exit_live, filtered=None):
+            from leap_jax.sampling.speculative import decode_speculative
+            self.trace_counts["decode"] += 1
+            prompt_slots = cache.seg.shape[1] - self.max_new_tokens - impl.speculate
+            return decode_speculative(prep(params), config, cache, logits, tokens, lengths, active, rng,
+                                      temperature, top_p, top_k, stop_ids, max_new,
+                                      max_new_tokens=self.max_new_tokens, prompt_slots=prompt_slots,
+                                      ngrams=impl.draft_ngrams, k=impl.speculate, padding=impl.padding,
+                                      pad_id=self.pad_id, unroll=impl.unroll, rng_impl=impl.rng_impl,
+                                      attn_impl=impl.attention, attention_lengths=impl.attention_lengths,
+                                      skip_done_rows=impl.skip_done_rows, filtered=filtered,
+                                      exit_live=exit_live)
+
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
+        # speculate > 0 (sampling/speculative.py): the padded prompts go along for the drafts' lookup
+        self.decode_speculative_jit = jax.jit(decode_speculative_fn, donate_argnums=(1,),
+                                              static_argnames=("filtered",))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,), static_argnames=("filtered",))
         # batching="continuous": the prompt store is read, the slot cache (and kv_reuse's keep
         # cache, None without it) donated
@@ -504,21 +530,27 @@ class Sampler:
                 raise ValueError(f"exit_live={exit_live} needs static batching (impl.batching="
                                  f"{self.impl.batching!r})")
             return self._generate_continuous(params, tokens, lengths, active, sampling, rng, row_budgets)
-        cache = self._get_cache(b, p + self.max_new_tokens)
+        slots = p + self.max_new_tokens + self.impl.speculate  # a verify pass writes k slots ahead
+        cache = self._get_cache(b, slots)
         t0 = time.perf_counter()
         logits, cache = self.prefill_jit(params, cache, jnp.asarray(tokens, jnp.int32),
                                          jnp.asarray(lengths, jnp.int32))
         logits.block_until_ready()
         t1 = time.perf_counter()
-        res, cache = self.decode_jit(
-            params, cache, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
-            np.float32(sampling.temperature), np.float32(sampling.top_p),
-            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), jnp.asarray(row_budgets),
-            np.int32(exit_live),
-            filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
+        args = (jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
+                np.float32(sampling.temperature), np.float32(sampling.top_p), np.int32(sampling.top_k),
+                jnp.asarray(self._stop_array(sampling)), jnp.asarray(row_budgets), np.int32(exit_live))
+        filtered = (sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None
+        if self.impl.speculate:
+            res, cache, passes, accepted = self.decode_speculative_jit(
+                params, cache, logits, jnp.asarray(tokens, jnp.int32), *args, filtered=filtered)
+            self._last_steps = int(passes)  # loop iterations (+ the first token's draw), for `counters`
+            self.counters["draft_accepted"] += int(accepted)
+        else:
+            res, cache = self.decode_jit(params, cache, logits, *args, filtered=filtered)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
-        self._cache = ((b, p + self.max_new_tokens), cache)
+        self._cache = ((b, slots), cache)
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
 

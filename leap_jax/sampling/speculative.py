@@ -13,7 +13,11 @@ for a draft fixed by the context (a point mass): accept d_j with probability p_j
 target's tempered and filtered distribution at position j; at the first rejection draw from p_j
 without d_j (the residual max(p - q, 0), renormalised); after a fully accepted draft draw one more
 token from p_k. The emitted tokens follow the target exactly; with temperature 0 they are the greedy
-chain. Pure and jittable; the decode loop does not use them yet.
+chain (up to the float differences between one forward over k + 1 positions and k + 1 single steps).
+
+`decode_speculative` is the static decode loop built on them (`DecodeImpl(speculate=k)`, opt-in):
+each iteration drafts for every row, verifies all drafts in one forward pass at per-row cache slots,
+and appends each row's accepted tokens and its correction (stop ids and budgets cut them).
 """
 from __future__ import annotations
 
@@ -22,17 +26,11 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
-from leap_jax.sampling.sampler import _filter_top_k_top_p
-
-
-def check_draft_settings(ngrams: Sequence[int], k: int) -> tuple[tuple[int, ...], int]:
-    """The n-gram sizes (distinct, ascending) and draft length, or ValueError naming the bad value."""
-    ns = tuple(sorted({int(n) for n in ngrams}))
-    if not ns or ns[0] < 1:
-        raise ValueError(f"draft ngrams={tuple(ngrams)!r}; expected one or more ints >= 1")
-    if int(k) < 1:
-        raise ValueError(f"draft length k={k!r}; expected an int >= 1")
-    return ns, int(k)
+from leap_jax.models.config import ModelConfig
+from leap_jax.sampling.decode_impl import check_draft_settings
+from leap_jax.models.decoder import KVCache, Params, forward
+from leap_jax.sampling.sampler import (DecodeResult, _filter_top_k_top_p, _gather_logprob, loop_inputs,
+                                       sample_from_logits)
 
 
 def lookup_drafts(history: jax.Array, length: jax.Array, ngrams: Sequence[int],
@@ -116,3 +114,94 @@ def accept_drafts(logits: jax.Array, draft: jax.Array, draft_len: jax.Array, key
     sampled = jax.random.categorical(key_draw, final, axis=-1).astype(jnp.int32)
     greedy = jnp.argmax(final_raw, axis=-1).astype(jnp.int32)
     return n_acc, jnp.where(temperature <= 0.0, greedy, sampled)
+
+
+def left_aligned(tokens: jax.Array, lengths: jax.Array, padding: str, width: int) -> jax.Array:
+    """Padded prompts [B, P] as a history buffer [B, width] with each row's tokens at 0..length-1."""
+    b, p = tokens.shape
+    if padding == "left":
+        at = jnp.clip(p - lengths[:, None] + jnp.arange(p, dtype=jnp.int32)[None, :], 0, p - 1)
+        tokens = jnp.take_along_axis(tokens, at, axis=1)
+    return jnp.zeros((b, width), jnp.int32).at[:, :p].set(tokens.astype(jnp.int32))
+
+
+def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Array,
+                       prompt_tokens: jax.Array, prompt_lengths: jax.Array, active: jax.Array,
+                       rng: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array,
+                       stop_ids: jax.Array, max_new: jax.Array, *, max_new_tokens: int, prompt_slots: int,
+                       ngrams: Sequence[int], k: int, padding: str = "left", pad_id: int = 0,
+                       unroll: int | bool = 1, rng_impl: str = "threefry", attn_impl: str = "einsum",
+                       attention_lengths: bool = True, skip_done_rows: bool = True,
+                       filtered: bool | None = None,
+                       exit_live: jax.Array | int = 0) -> tuple[DecodeResult, KVCache, jax.Array, jax.Array]:
+    """`sampler.decode` with prompt-lookup drafts verified k at a time (see the module docstring).
+
+    Arguments as `decode`, plus prompt_tokens [B, P] (the prefilled prompts, padded as `padding`)
+    for the drafts' lookup. The cache needs prompt_slots + max_new_tokens + k slots: a verify pass
+    writes k + 1 positions from the last accepted token on (slots past a row's accepted tokens are
+    rewritten before anything reads them). Returns the DecodeResult, the cache, the loop's
+    iterations + 1 (verify passes and the first token's draw, as the plain loop's longest row
+    counts) and the draft tokens accepted (emitted) over all rows."""
+    ns, k = check_draft_settings(ngrams, k)
+    b = logits.shape[0]
+    n = int(max_new_tokens)
+    if cache.seg.shape[1] < prompt_slots + n + k:
+        raise ValueError(f"decode_speculative: a cache of {cache.seg.shape[1]} slots; expected at least "
+                         f"prompt_slots + max_new_tokens + k = {prompt_slots + n + k}")
+    lens, base, stop_ids, max_new, exit_live, rng = loop_inputs(
+        b, n, prompt_lengths, prompt_slots, padding, stop_ids, max_new, exit_live, rng, rng_impl)
+    width = prompt_tokens.shape[1] + n
+    hist = left_aligned(prompt_tokens, lens, padding, width)
+    cols = jnp.arange(k + 1, dtype=jnp.int32)[None, :]
+
+    def is_stop(tok):
+        return jnp.any(tok[..., None] == stop_ids, axis=-1)
+
+    tok0 = sample_from_logits(logits, jax.random.fold_in(rng, 0), temperature, top_p, top_k, filtered)
+    live0 = active
+    stop0 = live0 & is_stop(tok0)
+    out_tok = jnp.full((b, n), pad_id, jnp.int32).at[:, 0].set(jnp.where(live0, tok0, pad_id))
+    out_lp = jnp.zeros((b, n), jnp.float32).at[:, 0].set(jnp.where(live0, _gather_logprob(logits, tok0), 0.0))
+    hist = hist.at[jnp.arange(b), jnp.minimum(lens, width - 1)].set(tok0)
+    gen = live0.astype(jnp.int32)  # tokens generated (and recorded) per row
+    done = ~active | stop0 | (max_new <= 1)
+    state = (jnp.int32(1), cache, tok0, out_tok, out_lp, done, gen, stop0, hist, jnp.int32(0))
+
+    def cond(s):
+        it, _, _, _, _, done, _, _, _, _ = s
+        return (it < n) & (jnp.sum((~done).astype(jnp.int32)) > exit_live)
+
+    def body(s):
+        it, cache, last, out_tok, out_lp, done, gen, finished, hist, accepted = s
+        draft, dlen = lookup_drafts(hist, lens + gen, ns, k)
+        dlen = jnp.where(done, 0, jnp.clip(jnp.minimum(dlen, max_new - gen - 1), 0, k))
+        inp = jnp.concatenate([last[:, None], jnp.where(cols[:, 1:] <= dlen[:, None], draft, pad_id)], axis=1)
+        slot = base + gen - 1
+        pos = (lens + gen - 1)[:, None] + cols
+        lg, cache = forward(params, config, inp, pos, cache=cache, cache_index=slot, unroll=unroll,
+                            attn_impl=attn_impl, attention_lengths=attention_lengths,
+                            live_rows=~done if skip_done_rows else None)
+        n_acc, nxt = accept_drafts(lg, jnp.where(cols[:, 1:] <= dlen[:, None], draft, 0), dlen,
+                                   jax.random.fold_in(rng, it), temperature, top_p, top_k, filtered)
+        emitted = jnp.where(cols < n_acc[:, None], jnp.roll(inp, -1, axis=1), nxt[:, None])  # [B, k+1]
+        in_run = cols <= n_acc[:, None]
+        stops = in_run & is_stop(emitted)
+        first_stop = jnp.argmax(stops, axis=1).astype(jnp.int32)
+        stopped = jnp.any(stops, axis=1) & ~done
+        count = jnp.where(done, 0, jnp.where(stopped, first_stop + 1, n_acc + 1))
+        keep = cols < count[:, None]
+        lp = jnp.take_along_axis(jax.nn.log_softmax(lg, axis=-1), emitted[..., None], axis=-1)[..., 0]
+        rows = jnp.broadcast_to(jnp.arange(b)[:, None], (b, k + 1))
+        at = jnp.where(keep, gen[:, None] + cols, n)  # column n: dropped (out of bounds)
+        out_tok = out_tok.at[rows, at].set(emitted, mode="drop")
+        out_lp = out_lp.at[rows, at].set(lp, mode="drop")
+        hist = hist.at[rows, jnp.where(keep, (lens + gen)[:, None] + cols, width)].set(emitted, mode="drop")
+        last = jnp.take_along_axis(emitted, jnp.maximum(count - 1, 0)[:, None], axis=1)[:, 0]
+        last = jnp.where(done, s[2], last)
+        accepted = accepted + jnp.sum(jnp.maximum(count - 1, 0))  # all but the target's own token
+        gen = gen + count
+        return (it + 1, cache, last, out_tok, out_lp, done | stopped | (gen >= max_new), gen,
+                finished | stopped, hist, accepted)
+
+    it, cache, _, out_tok, out_lp, _, gen, finished, _, accepted = jax.lax.while_loop(cond, body, state)
+    return DecodeResult(out_tok, out_lp, gen, finished), cache, it, accepted

@@ -112,6 +112,12 @@ class SamplingCfg:
     # continues with those rows alone in a batch that much smaller (leap_jax/sampling/compact.py;
     # one more compiled loop body per batch bucket); 1 = off
     compact_factor: int = 1
+    # opt-in speculative decoding (DecodeImpl.speculate, leap_jax/sampling/speculative.py): up to
+    # `speculate` tokens a row drafted by prompt lookup (n-gram sizes `draft_ngrams`) and verified in
+    # one forward pass; the same tokens (greedy) and distribution. Needs steps_per_iter 1, static
+    # batching, compact_factor 1 and kv_reuse off; 0 = off
+    speculate: int = 0
+    draft_ngrams: list[int] = field(default_factory=lambda: [4, 3, 2])
 
     def check(self) -> None:
         positive(self.temperature, "sampling.temperature", allow_zero=True)
@@ -133,7 +139,8 @@ class SamplingCfg:
         return DecodeImpl(decode_segments=self.decode_segments, steps_per_iter=self.steps_per_iter,
                           batching=self.batching, slots=self.slots, kv_reuse=self.kv_reuse,
                           attention=self.attention, attention_lengths=self.attention_lengths,
-                          skip_done_rows=self.skip_done_rows, compact_factor=self.compact_factor)
+                          skip_done_rows=self.skip_done_rows, compact_factor=self.compact_factor,
+                          speculate=self.speculate, draft_ngrams=tuple(self.draft_ngrams))
 
     def params(self, stop_token_ids: Sequence[int], temperature: float | None = None) -> SamplingParams:
         """The Sampler's per-call SamplingParams of this section (`temperature` overrides its own)."""
