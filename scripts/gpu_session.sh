@@ -176,7 +176,9 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         # against the same loop without it (both: one decode step per loop test, no compaction, no KV
         # reuse); multiturn
         P='sampling.steps_per_iter=1 sampling.compact_factor=1 sampling.kv_reuse=false'
-        stage step-spec ${STEP_MT_S:-420} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+        stage spec-gpu-test 180 python3 -m pytest -q -rfE -m gpu --timeout=170 -p no:cacheprovider \
+          tests/leap_jax/test_speculative_decode.py
+        stage step-spec ${STEP_SPEC_S:-340} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
           --arms '' --arm "plain1: $P" --arm "spec8: $P sampling.speculate=8" --steps 2 --warmup 1
         continue
       fi

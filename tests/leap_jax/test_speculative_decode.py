@@ -149,3 +149,30 @@ def test_config():
         load_config(None, ["sampling.speculate=8"])
     with pytest.raises(ConfigError, match=r"sampling.draft_ngrams=\(0,\)"):
         load_config(None, ["sampling.speculate=8", "sampling.steps_per_iter=1", "sampling.draft_ngrams=[0]"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("attention", ["cudnn", "auto", "einsum"])
+def test_bf16_speculative_decoding_on_gpu(attention):
+    """bf16 model and cache on the GPU, the verify pass through the fused cuDNN attention (k + 1
+    queries a row at per-row cache slots): log-probs track the recomputed ones (bf16 tolerance), each
+    row's first greedy token is the plain loop's, drafts are accepted."""
+    import jax
+
+    from leap_jax.sampling.sampler import Sampler
+    from tests.leap_jax.test_sampler import GREEDY, recomputed_logprobs
+    cfg = CFG.replace(dtype="bfloat16", param_dtype="bfloat16", num_layers=3)
+    p = jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), random_params(cfg, 5))
+    rng = np.random.default_rng(9)
+    prompts = [rng.integers(1, 97, n).tolist() for n in (5, 30, 17, 64, 2)] + [[5, 6, 7] * 10]
+    plain = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=24,
+                    impl=DecodeImpl(attention=attention)).generate(p, prompts, GREEDY, 0)
+    s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=24,
+                impl=DecodeImpl(attention=attention, speculate=4))
+    outs = [s.generate(p, prompts, GREEDY, 0),
+            s.generate(p, prompts, SamplingParams(temperature=0.8, top_p=0.9, top_k=20), 1)]
+    for out in outs:
+        for pr, toks, lps in zip(prompts, out.tokens, out.logprobs, strict=True):
+            np.testing.assert_allclose(lps, recomputed_logprobs(p, cfg, pr, toks), atol=0.05)
+    assert [t[0] for t in plain.tokens] == [t[0] for t in outs[0].tokens]
+    assert s.counters["draft_accepted"] > 0
