@@ -100,21 +100,26 @@ def sample_from_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array
     must then be off); None decides at run time with a `lax.cond` on the traced settings."""
     logits = logits.astype(jnp.float32)
     temperature = jnp.asarray(temperature, jnp.float32)
-    top_p = jnp.asarray(top_p, jnp.float32)
-    top_k = jnp.asarray(top_k, jnp.int32)
-
     # Greedy is selected with `where`, not a second `lax.cond` (each cond costs a device->host
-    # predicate read per decode step on GPU); the sort-based filter sits behind a cond because it
-    # is far more expensive than the draw and off by default.
+    # predicate read per decode step on GPU).
     greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    scaled = logits / jnp.maximum(temperature, 1e-6)
-    if filtered is None:
-        scaled = jax.lax.cond((top_k > 0) | (top_p < 1.0),
-                              lambda s: _filter_top_k_top_p(s, top_p, top_k), lambda s: s, scaled)
-    elif filtered:
-        scaled = _filter_top_k_top_p(scaled, top_p, top_k)
+    scaled = tempered_filtered(logits, temperature, top_p, top_k, filtered)
     sampled = jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
     return jnp.where(temperature <= 0.0, greedy, sampled)
+
+
+def tempered_filtered(logits: jax.Array, temperature: jax.Array | float, top_p: jax.Array | float,
+                      top_k: jax.Array | int, filtered: bool | None = None) -> jax.Array:
+    """fp32 logits [B, V] divided by the temperature, top-k/top-p filtered (masked to -inf): what
+    sampling draws from. `filtered` as in `sample_from_logits`; the sort-based filter sits behind a
+    cond when undecided because it is far more expensive than the draw and off by default."""
+    top_p = jnp.asarray(top_p, jnp.float32)
+    top_k = jnp.asarray(top_k, jnp.int32)
+    scaled = logits.astype(jnp.float32) / jnp.maximum(jnp.asarray(temperature, jnp.float32), 1e-6)
+    if filtered is None:
+        return jax.lax.cond((top_k > 0) | (top_p < 1.0),
+                            lambda s: _filter_top_k_top_p(s, top_p, top_k), lambda s: s, scaled)
+    return _filter_top_k_top_p(scaled, top_p, top_k) if filtered else scaled
 
 
 def decode_rng(rng: jax.Array, rng_impl: str) -> jax.Array:

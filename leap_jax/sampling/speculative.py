@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 
 from leap_jax.models.config import ModelConfig
-from leap_jax.sampling.decode_impl import check_draft_settings
 from leap_jax.models.decoder import KVCache, Params, forward
-from leap_jax.sampling.sampler import (DecodeResult, _filter_top_k_top_p, _gather_logprob, loop_inputs,
-                                       sample_from_logits)
+from leap_jax.sampling.decode_impl import check_draft_settings
+from leap_jax.sampling.sampler import (DecodeResult, _gather_logprob, loop_inputs, sample_from_logits,
+                                       tempered_filtered)
 
 
 def lookup_drafts(history: jax.Array, length: jax.Array, ngrams: Sequence[int],
@@ -86,15 +86,7 @@ def accept_drafts(logits: jax.Array, draft: jax.Array, draft_len: jax.Array, key
         raise ValueError(f"accept_drafts: logits {lg.shape} and draft {tuple(draft.shape)}; expected "
                          f"logits [B, k + 1, V] with k >= 1 and draft [B, k]")
     temperature = jnp.asarray(temperature, jnp.float32)
-    top_p = jnp.asarray(top_p, jnp.float32)
-    top_k = jnp.asarray(top_k, jnp.int32)
-    scaled = (lg / jnp.maximum(temperature, 1e-6)).reshape(b * k1, v)
-    if filtered is None:
-        scaled = jax.lax.cond((top_k > 0) | (top_p < 1.0),
-                              lambda s: _filter_top_k_top_p(s, top_p, top_k), lambda s: s, scaled)
-    elif filtered:
-        scaled = _filter_top_k_top_p(scaled, top_p, top_k)
-    scaled = scaled.reshape(b, k1, v)
+    scaled = tempered_filtered(lg.reshape(b * k1, v), temperature, top_p, top_k, filtered).reshape(b, k1, v)
 
     d = jnp.clip(jnp.asarray(draft, jnp.int32), 0, v - 1)
     in_draft = jnp.arange(k, dtype=jnp.int32)[None, :] < jnp.asarray(draft_len, jnp.int32)[:, None]
@@ -172,17 +164,18 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
         return (it < n) & (jnp.sum((~done).astype(jnp.int32)) > exit_live)
 
     def body(s):
-        it, cache, last, out_tok, out_lp, done, gen, finished, hist, accepted = s
+        it, cache, prev, out_tok, out_lp, done, gen, finished, hist, accepted = s
         draft, dlen = lookup_drafts(hist, lens + gen, ns, k)
         dlen = jnp.where(done, 0, jnp.clip(jnp.minimum(dlen, max_new - gen - 1), 0, k))
-        inp = jnp.concatenate([last[:, None], jnp.where(cols[:, 1:] <= dlen[:, None], draft, pad_id)], axis=1)
+        inp = jnp.concatenate([prev[:, None], jnp.where(cols[:, 1:] <= dlen[:, None], draft, pad_id)], axis=1)
         slot = base + gen - 1
         pos = (lens + gen - 1)[:, None] + cols
         lg, cache = forward(params, config, inp, pos, cache=cache, cache_index=slot, unroll=unroll,
                             attn_impl=attn_impl, attention_lengths=attention_lengths,
                             live_rows=~done if skip_done_rows else None)
-        n_acc, nxt = accept_drafts(lg, jnp.where(cols[:, 1:] <= dlen[:, None], draft, 0), dlen,
-                                   jax.random.fold_in(rng, it), temperature, top_p, top_k, filtered)
+        # accept_drafts reads the draft up to dlen only
+        n_acc, nxt = accept_drafts(lg, draft, dlen, jax.random.fold_in(rng, it), temperature, top_p, top_k,
+                                   filtered)
         emitted = jnp.where(cols < n_acc[:, None], jnp.roll(inp, -1, axis=1), nxt[:, None])  # [B, k+1]
         in_run = cols <= n_acc[:, None]
         stops = in_run & is_stop(emitted)
@@ -196,8 +189,7 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
         out_tok = out_tok.at[rows, at].set(emitted, mode="drop")
         out_lp = out_lp.at[rows, at].set(lp, mode="drop")
         hist = hist.at[rows, jnp.where(keep, (lens + gen)[:, None] + cols, width)].set(emitted, mode="drop")
-        last = jnp.take_along_axis(emitted, jnp.maximum(count - 1, 0)[:, None], axis=1)[:, 0]
-        last = jnp.where(done, s[2], last)
+        last = jnp.where(done, prev, jnp.take_along_axis(emitted, jnp.maximum(count - 1, 0)[:, None], axis=1)[:, 0])
         accepted = accepted + jnp.sum(jnp.maximum(count - 1, 0))  # all but the target's own token
         gen = gen + count
         return (it + 1, cache, last, out_tok, out_lp, done | stopped | (gen >= max_new), gen,
