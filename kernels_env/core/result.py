@@ -55,7 +55,7 @@ class Timing:
     warmup_runs: int = 0  # untimed runs of the kernel before `runs`
     kernel_ci_ms: list[float] | None = None  # [low, high]: 95% confidence interval of the median
     ci_rel_width: float | None = None  # (high - low) / kernel median
-    ref_runs: int = 0  # timed runs of the reference (measured once per worker and settings)
+    ref_runs: int = 0  # timed runs of the reference's measurement that counts (the lower median of two)
     checked_runs: int = 0  # kernel runs whose outputs and guards were checked on the device
     verified_runs: int = 0  # of those, runs compared in full with the reference
     method: str = ""  # the timing method's version (timing_stage.TIMING_METHOD)

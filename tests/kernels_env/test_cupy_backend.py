@@ -18,6 +18,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from kernels_env.execute import harness  # noqa: E402
+from kernels_env.execute.timing_stage import REFERENCE_OPINIONS  # noqa: E402
+from kernels_env.judge import reference_cache  # noqa: E402
 from kernels_env.core.config import EnvConfig, StageLimits  # noqa: E402
 from kernels_env.core.status import Status  # noqa: E402
 from kernels_env.source.launch import MAX_SHARED_BYTES  # noqa: E402
@@ -303,7 +305,7 @@ def test_inputs_are_generated_on_the_gpu_deterministically(device):
 
 @gpu
 def test_correct_vector_add_is_correct_with_timing(device):
-    flushes = device.flushes
+    flushes, known = device.flushes, set(reference_cache.cache_of(device))
     res = evaluate_text(device, add_task(), text(KERNELS["correct"], ADD_LAUNCH))
     assert res.status is Status.CORRECT, res.message
     t = res.timing
@@ -312,8 +314,13 @@ def test_correct_vector_add_is_correct_with_timing(device):
         t.ref_median_ms / t.kernel_median_ms)
     assert t.warmup_runs == CONFIG.warmup_runs and t.checked_runs == t.warmup_runs + t.runs
     assert t.verified_runs >= 2 and t.kernel_ci_ms[0] <= t.kernel_median_ms <= t.kernel_ci_ms[1]
-    # warm-up (the probe included) + timed runs for kernel and reference, each after an L2 flush
-    assert device.flushes - flushes == t.checked_runs + CONFIG.warmup_runs + t.ref_runs
+    # the reference measured REFERENCE_OPINIONS times (first sight); the lower median counts
+    opinions = list(reference_cache.new_entries(device, known).values())
+    assert len(opinions) == REFERENCE_OPINIONS and t.ref_runs in [len(o) for o in opinions]
+    # warm-up (the probe included) + timed runs for the kernel and each reference measurement, each
+    # after an L2 flush
+    assert device.flushes - flushes == (t.checked_runs + REFERENCE_OPINIONS * CONFIG.warmup_runs
+                                        + sum(len(o) for o in opinions))
     assert device.last_timing["flush_bytes"] >= 2 * device.l2_bytes > 0
     # the probes of a slowed window: the flush's own time, the host's lateness past the hold
     assert t.flush_median_ms is not None and 0 < t.flush_median_ms < t.kernel_median_ms + 1.0
