@@ -155,6 +155,9 @@ def rollout_record(tr) -> dict:
     return rec
 
 
+TOP_KERNELS = 15  # the traced rollout's costliest kernels printed by name
+
+
 def traced_rollout(tr) -> dict:
     """One more rollout (generate + evaluate, no update) under `jax.profiler.trace`: its wall
     seconds, the GPU's busy seconds (kernels' union) and kernel families per decode iteration, to tell
@@ -169,7 +172,10 @@ def traced_rollout(tr) -> dict:
     busy = prof["device_busy_us"] / 1e6
     return {"wall_s": wall, "gpu_busy_s": busy, "gpu_busy_frac": busy / wall if wall > 0 else 0.0,
             "generate_s": float(rec["time/generate"]), "decode_iterations": float(iters),
-            "families": decode_profile.families(prof["by_kernel"], prof["kernel_count"], iters)}
+            "families": decode_profile.families(prof["by_kernel"], prof["kernel_count"], iters),
+            "top_kernels": sorted(((k[1], us / iters, prof["kernel_count"][k] / iters)
+                                   for k, us in prof["by_kernel"].items() if decode_profile.is_device(k[0])),
+                                  key=lambda t: -t[1])[:TOP_KERNELS]}
 
 
 def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, steps: int, warmup: int,
@@ -201,6 +207,9 @@ def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, st
               "kernel families per decode iteration:", file=sys.stderr)
         for fam, us, n in traced["families"]:
             print(f"    {fam:28s} {us:8.1f} us in {n:6.1f} kernels", file=sys.stderr)
+        print(f"  the {TOP_KERNELS} costliest kernels per decode iteration:", file=sys.stderr)
+        for kname, us, n in traced["top_kernels"]:
+            print(f"    {us:8.1f} us in {n:6.1f}  {kname[:110]}", file=sys.stderr)
         res.update({"trace_wall_s": traced["wall_s"], "trace_gpu_busy_s": traced["gpu_busy_s"],
                     "trace_gpu_busy_frac": traced["gpu_busy_frac"]})
     return res

@@ -59,7 +59,7 @@ class DecodeImpl:
     compact_factor: int = 1
     # opt-in (sampling/speculative.py): draft up to `speculate` tokens a row by prompt lookup (the
     # `draft_ngrams` sizes, longest first) and verify them in one forward pass; 0 = off. Static
-    # batching, one segment, no compaction, no kv_reuse
+    # batching, one segment, one step per loop test (compaction and kv_reuse combine with it)
     speculate: int = 0
     draft_ngrams: tuple[int, ...] = (4, 3, 2)
 
@@ -91,13 +91,11 @@ class DecodeImpl:
         if isinstance(self.speculate, bool) or not isinstance(self.speculate, int) or self.speculate < 0:
             raise ValueError(f"DecodeImpl speculate={self.speculate!r}; expected an int >= 0 (0 = off)")
         check_draft_settings(self.draft_ngrams, max(self.speculate, 1), "DecodeImpl ")
-        if self.speculate and (self.batching != "static" or self.decode_segments != 1 or self.compact_factor != 1
-                               or self.kv_reuse or self.steps_per_iter != 1):
-            raise ValueError(f"DecodeImpl speculate={self.speculate} needs batching='static', decode_segments=1, "
-                             f"compact_factor=1, kv_reuse=False and steps_per_iter=1, got "
-                             f"batching={self.batching!r}, decode_segments={self.decode_segments}, "
-                             f"compact_factor={self.compact_factor}, kv_reuse={self.kv_reuse}, "
-                             f"steps_per_iter={self.steps_per_iter}")
+        if self.speculate and (self.batching != "static" or self.decode_segments != 1
+                               or self.steps_per_iter != 1):
+            raise ValueError(f"DecodeImpl speculate={self.speculate} needs batching='static', decode_segments=1 "
+                             f"and steps_per_iter=1, got batching={self.batching!r}, "
+                             f"decode_segments={self.decode_segments}, steps_per_iter={self.steps_per_iter}")
         if self.compact_factor > 1 and (self.batching != "static" or self.decode_segments != 1):
             raise ValueError(f"DecodeImpl compact_factor={self.compact_factor} needs batching='static' and "
                              f"decode_segments=1, got batching={self.batching!r}, "

@@ -430,7 +430,7 @@ class Sampler:
                                       pad_id=self.pad_id, unroll=impl.unroll, rng_impl=impl.rng_impl,
                                       attn_impl=impl.attention, attention_lengths=impl.attention_lengths,
                                       skip_done_rows=impl.skip_done_rows, filtered=filtered,
-                                      exit_live=exit_live)
+                                      exit_live=exit_live, compact_factor=impl.compact_factor)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
         # speculate > 0 (sampling/speculative.py): the padded prompts go along for the drafts' lookup
@@ -820,7 +820,8 @@ class Sampler:
         # the bucket a full prefill would pick (unless the delta block is longer)
         p = pick_bucket(max(max(a.size for a, _ in rows), dpad), self.prompt_buckets, "prompt length")
         static = self.impl.batching == "static"  # continuous: a prompt store of P slots
-        cache = (self._get_cache(b, p + self.max_new_tokens) if static
+        # a verify pass (speculate) writes k slots ahead, as in generate_padded
+        cache = (self._get_cache(b, p + self.max_new_tokens + self.impl.speculate) if static
                  else self._pooled_cache("store", b, p))
         t0 = time.perf_counter()
         by_buf: dict[int, list[int]] = collections.defaultdict(list)
@@ -856,12 +857,20 @@ class Sampler:
             cache, self._cache = self._cache[1], None
             self.last_timings["prefill_s"] += t1 - t0
             return res, cache, p
-        res, cache = self.decode_jit(
-            params, cache, logits, jnp.asarray(full), jnp.asarray(active), rng,
-            np.float32(sampling.temperature), np.float32(sampling.top_p),
-            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), jnp.asarray(row_budgets),
-            np.int32(exit_live),
-            filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
+        args = (jnp.asarray(full), jnp.asarray(active), rng, np.float32(sampling.temperature),
+                np.float32(sampling.top_p), np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)),
+                jnp.asarray(row_budgets), np.int32(exit_live))
+        filtered = (sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None
+        if self.impl.speculate:  # the drafts look up the whole conversation, not only the delta
+            context = np.full((b, p), self.pad_id, np.int32)
+            for r, (a, _) in enumerate(rows):
+                context[r, p - a.size:] = a
+            res, cache, passes, accepted = self.decode_speculative_jit(
+                params, cache, logits, jnp.asarray(context), *args, filtered=filtered)
+            self._last_steps = int(passes)
+            self.counters["draft_accepted"] += int(accepted)
+        else:
+            res, cache = self.decode_jit(params, cache, logits, *args, filtered=filtered)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}

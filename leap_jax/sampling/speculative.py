@@ -28,6 +28,7 @@ import jax.numpy as jnp
 
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.decoder import KVCache, Params, forward
+from leap_jax.sampling.compact import compact_size, put_rows, take_rows
 from leap_jax.sampling.decode_impl import check_draft_settings
 from leap_jax.sampling.sampler import (DecodeResult, _gather_logprob, loop_inputs, sample_from_logits,
                                        tempered_filtered)
@@ -124,16 +125,19 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
                        ngrams: Sequence[int], k: int, padding: str = "left", pad_id: int = 0,
                        unroll: int | bool = 1, rng_impl: str = "threefry", attn_impl: str = "einsum",
                        attention_lengths: bool = True, skip_done_rows: bool = True,
-                       filtered: bool | None = None,
-                       exit_live: jax.Array | int = 0) -> tuple[DecodeResult, KVCache, jax.Array, jax.Array]:
+                       filtered: bool | None = None, exit_live: jax.Array | int = 0,
+                       compact_factor: int = 1) -> tuple[DecodeResult, KVCache, jax.Array, jax.Array]:
     """`sampler.decode` with prompt-lookup drafts verified k at a time (see the module docstring).
 
-    Arguments as `decode`, plus prompt_tokens [B, P] (the prefilled prompts, padded as `padding`)
-    for the drafts' lookup. The cache needs prompt_slots + max_new_tokens + k slots: a verify pass
-    writes k + 1 positions from the last accepted token on (slots past a row's accepted tokens are
-    rewritten before anything reads them). Returns the DecodeResult, the cache, the loop's
-    iterations + 1 (verify passes and the first token's draw, as the plain loop's longest row
-    counts) and the draft tokens accepted (emitted) over all rows."""
+    Arguments as `decode`, plus prompt_tokens [B, P] (each row's whole context, padded as `padding`:
+    with kv_reuse the conversation so far, not only the tokens prefilled now) for the drafts' lookup.
+    The cache needs prompt_slots + max_new_tokens + k slots: a verify pass writes k + 1 positions
+    from the last accepted token on (slots past a row's accepted tokens are rewritten before anything
+    reads them). compact_factor as `decode`'s: once at most ceil(B / compact_factor) rows still
+    generate, the loop continues with those rows alone (their cache rows, histories and state copied
+    out, the cache rows put back at the end). Returns the DecodeResult, the cache, the loop's
+    iterations + 1 (verify passes and the first token's draw, as the plain loop's longest row counts)
+    and the draft tokens accepted (emitted) over all rows."""
     ns, k = check_draft_settings(ngrams, k)
     b = logits.shape[0]
     n = int(max_new_tokens)
@@ -157,43 +161,74 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
     hist = hist.at[jnp.arange(b), jnp.minimum(lens, width - 1)].set(tok0)
     gen = live0.astype(jnp.int32)  # tokens generated (and recorded) per row
     done = ~active | stop0 | (max_new <= 1)
+    # per-row state (prev, done, gen, finished, hist) has the loop's rows (the compact loop's: fewer);
+    # out_tok / out_lp always the full batch's
     state = (jnp.int32(1), cache, tok0, out_tok, out_lp, done, gen, stop0, hist, jnp.int32(0))
 
     def cond(s):
         it, _, _, _, _, done, _, _, _, _ = s
         return (it < n) & (jnp.sum((~done).astype(jnp.int32)) > exit_live)
 
-    def body(s):
-        it, cache, prev, out_tok, out_lp, done, gen, finished, hist, accepted = s
-        draft, dlen = lookup_drafts(hist, lens + gen, ns, k)
-        dlen = jnp.where(done, 0, jnp.clip(jnp.minimum(dlen, max_new - gen - 1), 0, k))
-        inp = jnp.concatenate([prev[:, None], jnp.where(cols[:, 1:] <= dlen[:, None], draft, pad_id)], axis=1)
-        slot = base + gen - 1
-        pos = (lens + gen - 1)[:, None] + cols
-        lg, cache = forward(params, config, inp, pos, cache=cache, cache_index=slot, unroll=unroll,
-                            attn_impl=attn_impl, attention_lengths=attention_lengths,
-                            live_rows=~done if skip_done_rows else None)
-        # accept_drafts reads the draft up to dlen only
-        n_acc, nxt = accept_drafts(lg, draft, dlen, jax.random.fold_in(rng, it), temperature, top_p, top_k,
-                                   filtered)
-        emitted = jnp.where(cols < n_acc[:, None], jnp.roll(inp, -1, axis=1), nxt[:, None])  # [B, k+1]
-        in_run = cols <= n_acc[:, None]
-        stops = in_run & is_stop(emitted)
-        first_stop = jnp.argmax(stops, axis=1).astype(jnp.int32)
-        stopped = jnp.any(stops, axis=1) & ~done
-        count = jnp.where(done, 0, jnp.where(stopped, first_stop + 1, n_acc + 1))
-        keep = cols < count[:, None]
-        lp = jnp.take_along_axis(jax.nn.log_softmax(lg, axis=-1), emitted[..., None], axis=-1)[..., 0]
-        rows = jnp.broadcast_to(jnp.arange(b)[:, None], (b, k + 1))
-        at = jnp.where(keep, gen[:, None] + cols, n)  # column n: dropped (out of bounds)
-        out_tok = out_tok.at[rows, at].set(emitted, mode="drop")
-        out_lp = out_lp.at[rows, at].set(lp, mode="drop")
-        hist = hist.at[rows, jnp.where(keep, (lens + gen)[:, None] + cols, width)].set(emitted, mode="drop")
-        last = jnp.where(done, prev, jnp.take_along_axis(emitted, jnp.maximum(count - 1, 0)[:, None], axis=1)[:, 0])
-        accepted = accepted + jnp.sum(jnp.maximum(count - 1, 0))  # all but the target's own token
-        gen = gen + count
-        return (it + 1, cache, last, out_tok, out_lp, done | stopped | (gen >= max_new), gen,
-                finished | stopped, hist, accepted)
+    def make_body(rows=None):
+        """The loop body; `rows` (the compact loop): the full batch's row of each of the state's rows."""
+        def pick(x):
+            return x if rows is None or jnp.ndim(x) == 0 else jnp.take(x, rows, axis=0)
+        lens_r, base_r, max_new_r = pick(lens), pick(base), pick(max_new)
 
-    it, cache, _, out_tok, out_lp, _, gen, finished, _, accepted = jax.lax.while_loop(cond, body, state)
+        def body(s):
+            it, cache, prev, out_tok, out_lp, done, gen, finished, hist, accepted = s
+            r = prev.shape[0]
+            draft, dlen = lookup_drafts(hist, lens_r + gen, ns, k)
+            dlen = jnp.where(done, 0, jnp.clip(jnp.minimum(dlen, max_new_r - gen - 1), 0, k))
+            inp = jnp.concatenate([prev[:, None], jnp.where(cols[:, 1:] <= dlen[:, None], draft, pad_id)], axis=1)
+            slot = base_r + gen - 1
+            pos = (lens_r + gen - 1)[:, None] + cols
+            lg, cache = forward(params, config, inp, pos, cache=cache, cache_index=slot, unroll=unroll,
+                                attn_impl=attn_impl, attention_lengths=attention_lengths,
+                                live_rows=~done if skip_done_rows else None)
+            # accept_drafts reads the draft up to dlen only
+            n_acc, nxt = accept_drafts(lg, draft, dlen, jax.random.fold_in(rng, it), temperature, top_p, top_k,
+                                       filtered)
+            emitted = jnp.where(cols < n_acc[:, None], jnp.roll(inp, -1, axis=1), nxt[:, None])  # [R, k+1]
+            in_run = cols <= n_acc[:, None]
+            stops = in_run & is_stop(emitted)
+            first_stop = jnp.argmax(stops, axis=1).astype(jnp.int32)
+            stopped = jnp.any(stops, axis=1) & ~done
+            count = jnp.where(done, 0, jnp.where(stopped, first_stop + 1, n_acc + 1))
+            keep = cols < count[:, None]
+            lp = jnp.take_along_axis(jax.nn.log_softmax(lg, axis=-1), emitted[..., None], axis=-1)[..., 0]
+            out_rows = jnp.arange(r) if rows is None else rows
+            at_rows = jnp.broadcast_to(out_rows[:, None], (r, k + 1))
+            at = jnp.where(keep, gen[:, None] + cols, n)  # column n: dropped (out of bounds)
+            out_tok = out_tok.at[at_rows, at].set(emitted, mode="drop")
+            out_lp = out_lp.at[at_rows, at].set(lp, mode="drop")
+            hist_rows = jnp.broadcast_to(jnp.arange(r)[:, None], (r, k + 1))
+            hist = hist.at[hist_rows, jnp.where(keep, (lens_r + gen)[:, None] + cols, width)].set(
+                emitted, mode="drop")
+            last = jnp.where(done, prev,
+                             jnp.take_along_axis(emitted, jnp.maximum(count - 1, 0)[:, None], axis=1)[:, 0])
+            accepted = accepted + jnp.sum(jnp.maximum(count - 1, 0))  # all but the target's own token
+            gen = gen + count
+            return (it + 1, cache, last, out_tok, out_lp, done | stopped | (gen >= max_new_r), gen,
+                    finished | stopped, hist, accepted)
+        return body
+
+    small = compact_size(b, compact_factor)
+    if small < b:  # the full batch while more than `small` rows generate, then the live rows alone
+        def wide_cond(s):
+            return cond(s) & (jnp.sum((~s[5]).astype(jnp.int32)) > small)
+
+        state = jax.lax.while_loop(wide_cond, make_body(), state)
+        it, full, prev, out_tok, out_lp, done, gen, finished, hist, accepted = state
+        rows = jnp.argsort(done, stable=True)[:small].astype(jnp.int32)  # live rows first
+
+        def take(x):
+            return jnp.take(x, rows, axis=0)
+        state = (it, take_rows(full, rows), take(prev), out_tok, out_lp, take(done), take(gen),
+                 take(finished), take(hist), accepted)
+        it, part, _, out_tok, out_lp, _, gen_r, finished_r, _, accepted = jax.lax.while_loop(
+            cond, make_body(rows), state)
+        return (DecodeResult(out_tok, out_lp, gen.at[rows].set(gen_r), finished.at[rows].set(finished_r)),
+                put_rows(full, rows, part), it, accepted)
+    it, cache, _, out_tok, out_lp, _, gen, finished, _, accepted = jax.lax.while_loop(cond, make_body(), state)
     return DecodeResult(out_tok, out_lp, gen, finished), cache, it, accepted

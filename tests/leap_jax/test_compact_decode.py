@@ -62,11 +62,13 @@ def test_take_and_put_rows_match_numpy(layout):
 @pytest.mark.parametrize("kw", [dict(compact_factor=2), dict(compact_factor=4, steps_per_iter=3),
                                 dict(compact_factor=2, padding="right"),
                                 dict(compact_factor=2, layer_loop="scan", fuse=False),
-                                dict(compact_factor=2, attention="dpa")])
+                                dict(compact_factor=2, attention="dpa"), dict(compact_factor=2, speculate=3),
+                                dict(compact_factor=4, speculate=4, padding="right", draft_ngrams=(1,))])
 def test_greedy_equals_the_uncompacted_loop(params, prompts, kw, monkeypatch):
     calls = []
     take = compact.take_rows
-    monkeypatch.setattr("leap_jax.sampling.sampler.take_rows", lambda *a: calls.append(1) or take(*a))
+    for where in ("sampler", "speculative"):  # the plain loop's and the speculative one's
+        monkeypatch.setattr(f"leap_jax.sampling.{where}.take_rows", lambda *a: calls.append(1) or take(*a))
     static, packed = make(), make(DecodeImpl(**kw))
     base = static.generate(params, prompts, SamplingParams(temperature=0.0, stop_token_ids=()), 0)
     settings = stop_settings(base)
@@ -93,14 +95,16 @@ def test_preempted_and_kv_reused_rows_are_unchanged(params):
 
     convs = [("c", j) for j in range(len(prompts))]
     outs = []
-    for impl in (DecodeImpl(kv_reuse=True), DecodeImpl(kv_reuse=True, compact_factor=2)):
+    for impl in (DecodeImpl(kv_reuse=True), DecodeImpl(kv_reuse=True, compact_factor=2),
+                 DecodeImpl(kv_reuse=True, compact_factor=2, speculate=3)):
         s = pre.make(impl)
         first = s.generate(params, prompts, sp, 0, conversations=convs)
         second = [p + t + [7, 8] for p, t in zip(prompts, first.tokens, strict=True)]
         outs.append((first, s.generate(params, second, sp, 1, conversations=convs)))
         assert s.counters["kv_reuse_rows"] == len(prompts)  # the second turn continued every kept cache
-    for a, b in zip(*outs, strict=True):
-        assert_same(a, b)
+    for other in outs[1:]:
+        for a, b in zip(outs[0], other, strict=True):
+            assert_same(a, b)
 
 
 def exact_pair_probs_with_stops(params, prompt, stops):

@@ -105,15 +105,16 @@ def test_validation():
     for bad_ngrams in ((), (0,), (2, "3"), 3):
         with pytest.raises(ValueError, match="DecodeImpl draft_ngrams="):
             DecodeImpl(speculate=4, draft_ngrams=bad_ngrams)
-    for other in (dict(compact_factor=2), dict(kv_reuse=True), dict(batching="continuous"),
-                  dict(decode_segments=2), dict(steps_per_iter=2)):
+    for other in (dict(batching="continuous"), dict(decode_segments=2), dict(steps_per_iter=2)):
         with pytest.raises(ValueError, match="speculate=4 needs batching='static'"):
             DecodeImpl(speculate=4, **other)
+    DecodeImpl(speculate=4, kv_reuse=True, compact_factor=4)  # both combine with drafts
 
 
 def test_multiturn_rollout_same_with_speculative_decoding(tmp_path):
     """A greedy 3-turn rollout (every failed row debugged; later turns see the earlier ones, which
-    drafts copy from) through SamplerPolicy: the same conversations, log-probs and outcomes."""
+    drafts copy from) through SamplerPolicy: the same conversations, log-probs and outcomes, with
+    drafts alone and with drafts on kept caches (kv_reuse) and compaction."""
     from kernels_env.core.config import EnvConfig
     from leap_jax.rollout.multiturn import MultiTurnRollout
     from leap_jax.rollout.policy import SamplerPolicy
@@ -123,8 +124,8 @@ def test_multiturn_rollout_same_with_speculative_decoding(tmp_path):
 
     tasks = ["relu", "tanh"]
     tok, cfg, params, streams, sampling = tiny_chat_policy(tmp_path, tasks)
-    outs, accepted = [], 0
-    for impl in (DecodeImpl(), DecodeImpl(speculate=4)):
+    outs, accepted = [], []
+    for impl in (DecodeImpl(), DecodeImpl(speculate=4), DecodeImpl(speculate=4, kv_reuse=True, compact_factor=2)):
         sampler = Sampler(cfg, max_batch=8, prompt_buckets=(1024,), max_new_tokens=12, impl=impl)
         policy = SamplerPolicy(sampler, tok, sampling, params=params, end_ids=streams.end_ids)
         rollout = MultiTurnRollout(streams, OracleEvaluator(), EnvConfig(backend="cpu", sizes="small"),
@@ -132,11 +133,13 @@ def test_multiturn_rollout_same_with_speculative_decoding(tmp_path):
                                    max_context_tokens=1024, sizes="small",
                                    feedback_fn=lambda res, budget: f"status: {res.status.value}"[:budget])
         outs.append(rollout.run(tasks, policy, seed=0))
-        accepted = sampler.counters["draft_accepted"]
-    a, b = outs
-    assert a.attempted.sum() == b.attempted.sum() == 2 * 3 * 3
-    assert_same_rollouts(a, b)
-    assert accepted > 0
+        accepted.append(sampler.counters["draft_accepted"])
+        reused = sampler.counters["kv_reused_tokens"]
+    assert reused > 0  # the last arm's later turns continued their kept caches
+    for other in outs[1:]:
+        assert outs[0].attempted.sum() == other.attempted.sum() == 2 * 3 * 3
+        assert_same_rollouts(outs[0], other)
+    assert min(accepted[1:]) > 0
 
 
 def test_config():
@@ -152,11 +155,11 @@ def test_config():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("attention", ["cudnn", "auto", "einsum"])
-def test_bf16_speculative_decoding_on_gpu(attention):
+@pytest.mark.parametrize("attention,compact", [("cudnn", 1), ("auto", 1), ("einsum", 1), ("auto", 2)])
+def test_bf16_speculative_decoding_on_gpu(attention, compact):
     """bf16 model and cache on the GPU, the verify pass through the fused cuDNN attention (k + 1
-    queries a row at per-row cache slots): log-probs track the recomputed ones (bf16 tolerance), each
-    row's first greedy token is the plain loop's, drafts are accepted."""
+    queries a row at per-row cache slots), with and without compaction: log-probs track the recomputed
+    ones (bf16 tolerance), each row's first greedy token is the plain loop's, drafts are accepted."""
     import jax
 
     from leap_jax.sampling.sampler import Sampler
@@ -168,7 +171,7 @@ def test_bf16_speculative_decoding_on_gpu(attention):
     plain = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=24,
                     impl=DecodeImpl(attention=attention)).generate(p, prompts, GREEDY, 0)
     s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=24,
-                impl=DecodeImpl(attention=attention, speculate=4))
+                impl=DecodeImpl(attention=attention, speculate=4, compact_factor=compact))
     outs = [s.generate(p, prompts, GREEDY, 0),
             s.generate(p, prompts, SamplingParams(temperature=0.8, top_p=0.9, top_k=20), 1)]
     for out in outs:
