@@ -1,0 +1,65 @@
+"""NVRTC compile time of the known-good solutions, per prelude arm, side by side in one process.
+
+The environment compiles every new submission with NVRTC on a CPU core (`kernels_env/build/compile.py`);
+in the RL configuration (the generated family, correctness only) that is the costliest stage of an
+evaluation (~80 ms of ~100 on the GPU host, where 12 compile workers share the cores). Arms:
+  always     libcu++'s climits/cstdint/cfloat pre-included for every source (the former prelude)
+  as-needed  only for sources that include a CUDA header (the current prelude)
+Rounds alternate the arms so drift hits both.
+
+    python benchmarks/compile_time.py --workload gen --tasks 64 --rounds 2
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from unittest import mock
+
+
+def sources(workload: str, n: int) -> list[str]:
+    from kernels_env.source.submission import parse_submission
+    if workload == "gen":
+        from kernels_env.tasks.generated import generated_task_names, get_generated_task
+        tasks = [get_generated_task(name) for name in generated_task_names(n)]
+    else:
+        from kernels_env.tasks import list_tasks
+        tasks = list_tasks()[:n]
+    return [parse_submission(t.solution).cuda_source for t in tasks]
+
+
+def time_arm(srcs: list[str], always: bool) -> list[float]:
+    from kernels_env.build import std_prelude
+    from kernels_env.build.compile import compile_cuda
+    patch = (mock.patch.object(std_prelude, "includes_cuda_headers", lambda s: True) if always
+             else contextlib.nullcontext())
+    out = []
+    with patch:
+        for s in srcs:
+            t0 = time.perf_counter()
+            compile_cuda(s)
+            out.append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", choices=["gen", "suite"], default="gen")
+    ap.add_argument("--tasks", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    srcs = sources(args.workload, args.tasks)
+    time_arm(srcs[:2], True)  # NVRTC's first call loads the library
+    times: dict[str, list[float]] = {"always": [], "as-needed": []}
+    for _ in range(args.rounds):
+        for arm in times:
+            times[arm] += time_arm(srcs, arm == "always")
+    print(f"{args.workload}: {len(srcs)} solutions x {args.rounds} rounds, one process, ms per compile")
+    print(f"{'arm':10s} {'median':>8s} {'mean':>8s}")
+    for arm, ts in times.items():
+        print(f"{arm:10s} {statistics.median(ts) * 1e3:8.1f} {statistics.mean(ts) * 1e3:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
