@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -133,7 +133,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
-    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo|step-speed-trace|draft-potential|step-speed-spec)  # issue 29: the generated-family configs'
+    step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo|step-speed-trace|draft-potential|step-speed-spec|step-speed-prefill)  # issue 29: the generated-family configs'
       # defaults against the headline's rollout and update settings, the real SFT policy (carried in artifacts/),
       # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
       # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
@@ -181,6 +181,16 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         stage step-spec ${STEP_SPEC_S:-400} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
           --arms after --arm 'spec8: sampling.steps_per_iter=1 sampling.speculate=8' \
           --arm 'spec4: sampling.steps_per_iter=1 sampling.speculate=4' --steps 2 --warmup 1
+        continue
+      fi
+      if [ "$s" = step-speed-prefill ]; then  # issue 29: the prefills' attention (whole prompts and kv_reuse's
+        # deltas) through the fused cuDNN kernel instead of einsum's fp32 scores (a traced multiturn rollout
+        # without kv_reuse spent ~0.9 s of GPU time in einsum prefill: docs/results/session18_h100_2026-12-06/);
+        # the GPU test of the sampler's variants first
+        stage prefill-gpu-test 200 python3 -m pytest -q -rfE -m gpu --timeout=190 -p no:cacheprovider \
+          tests/leap_jax/test_sampler.py -k variants_agree
+        stage step-prefill ${STEP_SPEC_S:-400} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
+          --arms after --arm 'prefill-cudnn: sampling.prefill_attention=auto' --steps 2 --warmup 1 --trace prefill-cudnn
         continue
       fi
       if [ "$s" = draft-potential ]; then  # issue 29: would prompt-lookup speculative decoding pay? Sampled

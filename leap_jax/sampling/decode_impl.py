@@ -21,6 +21,7 @@ PADDINGS = ("left", "right")
 LAYER_LOOPS = ("scan", "unrolled")
 RNG_IMPLS = ("threefry", "rbg")
 BATCHINGS = ("static", "continuous")
+PREFILL_ATTENTIONS = ("auto", *(a for a in ATTN_IMPLS if a != "reduce"))  # "reduce" is decode-only
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class DecodeImpl:
     layer_loop: str = "unrolled"
     rng_impl: str = "threefry"  # the decode RNG (rbg: fewer kernels, another random stream)
     attention: str = "einsum"  # decode attention: models.layers.ATTN_IMPLS or "auto" (resolve_attention)
+    # the prefills' attention (whole prompts, kv_reuse's deltas): "einsum" materialises fp32 scores
+    # (in query chunks past 1 GiB); "dpa" / "cudnn" / "auto" the fused kernel with the padding mask
+    prefill_attention: str = "einsum"
     fuse: bool = True  # concatenated q|k|v and gate|up projections
     unroll: int | bool = 1  # the layer scan's unroll factor (layer_loop="scan")
     # top-k/top-p filtering chosen per call from the host-side SamplingParams (at most two decode
@@ -68,6 +72,7 @@ class DecodeImpl:
                                      ("layer_loop", self.layer_loop, LAYER_LOOPS),
                                      ("rng_impl", self.rng_impl, RNG_IMPLS),
                                      ("attention", self.attention, ("auto", *ATTN_IMPLS)),
+                                     ("prefill_attention", self.prefill_attention, PREFILL_ATTENTIONS),
                                      ("batching", self.batching, BATCHINGS)):
             if value not in allowed:
                 raise ValueError(f"DecodeImpl {name}={value!r}; expected one of {allowed}")

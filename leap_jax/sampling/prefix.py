@@ -186,11 +186,12 @@ def place_rows(dst: KVCache, src: KVCache, src_rows: jax.Array, src_end: jax.Arr
 
 def prefill_delta(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Array,
                   lengths: jax.Array, offsets: jax.Array, *, prompt_slots: int,
-                  unroll: int | bool = 1) -> tuple[jax.Array, KVCache]:
+                  unroll: int | bool = 1, attn_impl: str = "einsum") -> tuple[jax.Array, KVCache]:
     """Run left-padded deltas tokens [B, D] (real lengths [B] >= 1) at RoPE positions
     offsets[r] .. offsets[r] + lengths[r] - 1 into cache slots prompt_slots - lengths[r] ..
     prompt_slots - 1, attending over what `place_rows` put before them; padding slots of the block
-    keep their contents. Returns fp32 logits [B, V] of each row's last token and the cache."""
+    keep their contents. Returns fp32 logits [B, V] of each row's last token and the cache.
+    attn_impl: the block's attention (`layers.attention`)."""
     b, d = tokens.shape
     if d > prompt_slots:
         raise ValueError(f"prefill_delta: a delta block of {d} slots exceeds {prompt_slots} prompt slots")
@@ -201,7 +202,7 @@ def prefill_delta(params: Params, config: ModelConfig, cache: KVCache, tokens: j
     pos = offsets.astype(jnp.int32)[:, None] + jnp.maximum(slot - start, 0)
     hidden, filled = forward(params, config, tokens, pos, segment_ids=seg, cache=cache,
                              cache_index=prompt_slots - d, return_hidden=True, unroll=unroll,
-                             write_padding=False)
+                             write_padding=False, attn_impl=attn_impl)
     if filled is None:
         raise RuntimeError("prefill_delta: forward with a cache returned no cache")
     return logits_from_hidden(params, config, hidden[:, -1]), filled

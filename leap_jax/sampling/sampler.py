@@ -140,11 +140,12 @@ def _gather_logprob(logits: jax.Array, tokens: jax.Array) -> jax.Array:
 
 # ------------------------------------------------------------------------------ array-level API
 def prefill(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Array,
-            lengths: jax.Array, *, padding: str = "left",
-            unroll: int | bool = 1) -> tuple[jax.Array, KVCache]:
+            lengths: jax.Array, *, padding: str = "left", unroll: int | bool = 1,
+            attn_impl: str = "einsum") -> tuple[jax.Array, KVCache]:
     """Run padded prompts tokens [B, P] (real lengths [B] >= 1) into `cache` slots 0..P-1.
 
-    Returns fp32 logits [B, V] of each row's last real token and the filled cache.
+    Returns fp32 logits [B, V] of each row's last real token and the filled cache. attn_impl: the
+    prompt's attention (`layers.attention`; "reduce" is a decode-step option).
     """
     if padding not in PADDINGS:
         raise ValueError(f"padding={padding!r}; expected one of {PADDINGS}")
@@ -160,7 +161,7 @@ def prefill(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Arr
         pos = jnp.broadcast_to(slot, (b, p))
     cache = cache._replace(seg=jnp.zeros_like(cache.seg))
     hidden, filled = forward(params, config, tokens, pos, segment_ids=seg, cache=cache,
-                             cache_index=0, return_hidden=True, unroll=unroll)
+                             cache_index=0, return_hidden=True, unroll=unroll, attn_impl=attn_impl)
     if filled is None:
         raise RuntimeError("prefill: forward with a cache returned no cache")
     if padding == "left":
@@ -391,7 +392,7 @@ class Sampler:
         def prefill_fn(params, cache, tokens, lengths):
             self.trace_counts["prefill"] += 1
             return prefill(prep(params), config, cache, tokens, lengths, padding=impl.padding,
-                           unroll=impl.unroll)
+                           unroll=impl.unroll, attn_impl=impl.prefill_attention)
 
         def decode_fn(params, cache, logits, lengths, active, rng, temperature, top_p, top_k,
                       stop_ids, max_new, exit_live, filtered=None):
@@ -454,7 +455,8 @@ class Sampler:
         def prefill_delta_fn(params, cache, tokens, lengths, offsets, prompt_slots):
             self.trace_counts["prefill_delta"] += 1
             return prefill_delta(prep(params), config, cache, tokens, lengths, offsets,
-                                 prompt_slots=prompt_slots, unroll=impl.unroll)
+                                 prompt_slots=prompt_slots, unroll=impl.unroll,
+                                 attn_impl=impl.prefill_attention)
 
         self.place_jit = jax.jit(place_fn, donate_argnums=(0,), static_argnames=("reset",))
         self.prefill_delta_jit = jax.jit(prefill_delta_fn, donate_argnums=(1,),

@@ -104,6 +104,8 @@ class SamplingCfg:
     # the decode step's attention (models.layers.attention): einsum, reduce, dpa, cudnn (the fused
     # GPU kernel) or auto (cudnn where it runs, einsum elsewhere); the tokens are the same up to rounding
     attention: str = "einsum"
+    # the prefills' attention (whole prompts and kv_reuse's deltas): einsum, dpa, cudnn or auto
+    prefill_attention: str = "einsum"
     # with attention dpa / cudnn: skip each row's unwritten cache tail, and rows that have stopped
     # (the same tokens; off to compare)
     attention_lengths: bool = True
@@ -114,8 +116,8 @@ class SamplingCfg:
     compact_factor: int = 1
     # opt-in speculative decoding (DecodeImpl.speculate, leap_jax/sampling/speculative.py): up to
     # `speculate` tokens a row drafted by prompt lookup (n-gram sizes `draft_ngrams`) and verified in
-    # one forward pass; the same tokens (greedy) and distribution. Needs steps_per_iter 1, static
-    # batching, compact_factor 1 and kv_reuse off; 0 = off
+    # one forward pass; the same tokens (greedy) and distribution. Needs steps_per_iter 1 and static
+    # batching; combines with kv_reuse and compaction; 0 = off
     speculate: int = 0
     draft_ngrams: list[int] = field(default_factory=lambda: [4, 3, 2])
 
@@ -138,7 +140,8 @@ class SamplingCfg:
         from leap_jax.sampling.decode_impl import DecodeImpl
         return DecodeImpl(decode_segments=self.decode_segments, steps_per_iter=self.steps_per_iter,
                           batching=self.batching, slots=self.slots, kv_reuse=self.kv_reuse,
-                          attention=self.attention, attention_lengths=self.attention_lengths,
+                          attention=self.attention, prefill_attention=self.prefill_attention,
+                          attention_lengths=self.attention_lengths,
                           skip_done_rows=self.skip_done_rows, compact_factor=self.compact_factor,
                           speculate=self.speculate, draft_ngrams=tuple(self.draft_ngrams))
 

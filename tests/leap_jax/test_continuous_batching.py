@@ -256,6 +256,9 @@ def test_sampling_config_opt_in():
     assert load_config(None, ["sampling.attention=cudnn"]).sampling.decode_impl().attention == "cudnn"
     with pytest.raises(ConfigError, match="sampling.attention"):
         load_config(None, ["sampling.attention=flash"])
+    assert load_config(None, ["sampling.prefill_attention=auto"]).sampling.decode_impl().prefill_attention == "auto"
+    with pytest.raises(ConfigError, match="sampling.prefill_attention='reduce'; expected one of"):
+        load_config(None, ["sampling.prefill_attention=reduce"])
     assert load_config(None, []).sampling.decode_impl().attention_lengths is True
     assert load_config(None, ["sampling.attention_lengths=false"]).sampling.decode_impl().attention_lengths is False
     with pytest.raises((ConfigError, ValueError), match="attention_lengths"):

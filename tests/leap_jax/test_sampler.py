@@ -291,6 +291,21 @@ def test_dot_product_attention_decode_matches_the_model(params, prompts, attenti
         Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, impl={"attention": "dpa"})
 
 
+@pytest.mark.parametrize("attention", ["dpa", "auto"])
+def test_fused_prefill_attention_matches_the_model(params, prompts, attention):
+    """The prompts' prefill through the fused attention (its padding mask passed as is): each row's
+    greedy tokens and log-probs are the model's (prompts of different lengths: left padding)."""
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW,
+                impl=DecodeImpl(prefill_attention=attention))
+    out = s.generate(params, prompts, GREEDY, 0)
+    assert len({len(p) for p in prompts}) > 1
+    for p, toks, lps in zip(prompts, out.tokens, out.logprobs, strict=True):
+        assert toks == ref_greedy(params, p, NEW)
+        np.testing.assert_allclose(lps, recomputed_logprobs(params, CFG, p, toks), atol=1e-4)
+    with pytest.raises(ValueError, match="prefill_attention='reduce'; expected one of"):
+        DecodeImpl(prefill_attention="reduce")
+
+
 @pytest.mark.parametrize("skip", [True, False])
 def test_fused_decode_skipping_stopped_rows_keeps_every_rows_tokens(params, prompts, skip):
     """With stop ids, rows stop at different steps; the fused attention then skips the stopped rows
@@ -322,6 +337,7 @@ def test_bf16_sampler_on_gpu_variants_agree():
     outs = {}
     variants = {"unrolled": {}, "scan": {"layer_loop": "scan", "decode_segments": 3},
                 "cudnn": {"attention": "cudnn"},  # the fused cuDNN decode attention
+                "cudnn-prefill": {"attention": "cudnn", "prefill_attention": "cudnn"},  # and prefill
                 "auto": {"attention": "auto", "steps_per_iter": 4}}  # what sampling.attention=auto runs
     for loop, kw in variants.items():
         s = Sampler(cfg, max_batch=8, prompt_buckets=(32, 64), max_new_tokens=16, impl=DecodeImpl(**kw))
