@@ -164,12 +164,14 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
           --arms after --trace after --steps 2 --warmup 1
         continue
       fi
-      if [ "$s" = step-speed-grpo ]; then  # GRPO's evaluation (0.4-0.7 s) waits for the whole batch's
+      if [ "$s" = step-speed-grpo ]; then  # GRPO's evaluation (0.3-0.7 s) waits for the whole batch's
         # generation: the default (preemption at 0.25: rows done when a quarter still generate are
-        # evaluated next to that tail) against none, two chunks on top, and 6 exec workers per GPU
+        # evaluated next to that tail) against none and two chunks on top; and the prefills through the
+        # fused attention (80k prompt tokens a step). (6 exec workers per GPU: no faster on the env
+        # benchmark, docs/results/session18_h100_2026-12-06/)
         stage step-grpo-overlap ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
           --arms after --arm 'nopre: rollout.preempt=0' --arm 'chunks2: rollout.overlap_chunks=2' \
-          --arm 'ex6: env.exec_workers_per_gpu=6' --steps 3 --warmup 1
+          --arm 'prefill-cudnn: sampling.prefill_attention=auto' --steps 3 --warmup 1
         continue
       fi
       if [ "$s" = step-speed-spec ]; then  # issue 29: speculative decoding (prompt-lookup drafts, k = 8 and
