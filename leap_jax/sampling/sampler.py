@@ -544,22 +544,31 @@ class Sampler:
                                          jnp.asarray(lengths, jnp.int32))
         logits.block_until_ready()
         t1 = time.perf_counter()
-        args = (jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
-                np.float32(sampling.temperature), np.float32(sampling.top_p), np.int32(sampling.top_k),
-                jnp.asarray(self._stop_array(sampling)), jnp.asarray(row_budgets), np.int32(exit_live))
-        filtered = (sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None
-        if self.impl.speculate:
-            res, cache, passes, accepted = self.decode_speculative_jit(
-                params, cache, logits, jnp.asarray(tokens, jnp.int32), *args, filtered=filtered)
-            self._last_steps = int(passes)  # loop iterations (+ the first token's draw), for `counters`
-            self.counters["draft_accepted"] += int(accepted)
-        else:
-            res, cache = self.decode_jit(params, cache, logits, *args, filtered=filtered)
+        res, cache = self._decode_static(params, cache, logits, tokens, lengths, active, sampling, rng,
+                                         row_budgets, exit_live)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
         self._cache = ((b, slots), cache)
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
+
+    def _decode_static(self, params: Params, cache: KVCache, logits: jax.Array, context: Any,
+                       lengths: np.ndarray, active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
+                       budgets: np.ndarray, exit_live: int) -> tuple[DecodeResult, KVCache]:
+        """The static decode loop after a prefill: the plain one, or with `impl.speculate` the
+        speculative one, whose drafts look up `context` (each row's whole context [B, P], padded as
+        the prefill's tokens; unused otherwise)."""
+        args = (jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
+                np.float32(sampling.temperature), np.float32(sampling.top_p), np.int32(sampling.top_k),
+                jnp.asarray(self._stop_array(sampling)), jnp.asarray(budgets), np.int32(exit_live))
+        filtered = (sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None
+        if not self.impl.speculate:
+            return self.decode_jit(params, cache, logits, *args, filtered=filtered)
+        res, cache, passes, accepted = self.decode_speculative_jit(
+            params, cache, logits, jnp.asarray(context, jnp.int32), *args, filtered=filtered)
+        self._last_steps = int(passes)  # loop iterations (+ the first token's draw), for `counters`
+        self.counters["draft_accepted"] += int(accepted)
+        return res, cache
 
     def _generate_continuous(self, params: Params, tokens: np.ndarray | None, lengths: np.ndarray,
                              active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
@@ -859,20 +868,13 @@ class Sampler:
             cache, self._cache = self._cache[1], None
             self.last_timings["prefill_s"] += t1 - t0
             return res, cache, p
-        args = (jnp.asarray(full), jnp.asarray(active), rng, np.float32(sampling.temperature),
-                np.float32(sampling.top_p), np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)),
-                jnp.asarray(row_budgets), np.int32(exit_live))
-        filtered = (sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None
+        context = None
         if self.impl.speculate:  # the drafts look up the whole conversation, not only the delta
             context = np.full((b, p), self.pad_id, np.int32)
             for r, (a, _) in enumerate(rows):
                 context[r, p - a.size:] = a
-            res, cache, passes, accepted = self.decode_speculative_jit(
-                params, cache, logits, jnp.asarray(context), *args, filtered=filtered)
-            self._last_steps = int(passes)
-            self.counters["draft_accepted"] += int(accepted)
-        else:
-            res, cache = self.decode_jit(params, cache, logits, *args, filtered=filtered)
+        res, cache = self._decode_static(params, cache, logits, context, full, active, sampling, rng,
+                                         row_budgets, exit_live)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
