@@ -68,7 +68,7 @@ def multi_turn(samplers, params, prompts, sp, turns=3, stop_after_1=(0, 3, 6), s
 @pytest.mark.parametrize("kw", [{}, dict(layer_loop="scan", fuse=False, steps_per_iter=3),
                                 dict(batching="continuous", slots=2, steps_per_iter=2),
                                 dict(batching="continuous", slots=2, attention="dpa"),
-                                dict(speculate=3), dict(speculate=4, compact_factor=2, draft_ngrams=(2, 1)),
+                                dict(speculate=4, compact_factor=2, draft_ngrams=(2, 1)),
                                 dict(prefill_attention="dpa")])
 def test_greedy_multi_turn_equals_re_prefill(params, kw):
     rng = np.random.default_rng(3)
