@@ -174,15 +174,15 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
           --arm 'prefill-cudnn: sampling.prefill_attention=auto' --steps 3 --warmup 1
         continue
       fi
-      if [ "$s" = step-speed-spec ]; then  # issue 29: speculative decoding (prompt-lookup drafts, k = 8 and
-        # 4) on top of the multiturn defaults (kv_reuse, compaction, preemption; one decode step per loop
-        # test, as drafts need) against the defaults. On 2026-12-06 (H100) k = 8 without kv_reuse and
-        # compaction took generation 2.58 -> 2.02 s against the same loop without drafts
+      if [ "$s" = step-speed-spec ]; then  # issue 29: the multiturn defaults (speculative decoding, k = 8, in
+        # every decode call since 2026-12-06: step 2.39 -> 2.01 s on an H100) against no drafts, and
+        # against drafts for continued conversations only (first turns, which draft little, in the plain
+        # loop with 4 steps per loop test: GRPO's single turns ran 1.14 -> 1.36 s with drafts)
         stage spec-gpu-test 200 python3 -m pytest -q -rfE -m gpu --timeout=190 -p no:cacheprovider \
           tests/leap_jax/test_speculative_decode.py
         stage step-spec ${STEP_SPEC_S:-400} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
-          --arms after --arm 'spec8: sampling.steps_per_iter=1 sampling.speculate=8' \
-          --arm 'spec4: sampling.steps_per_iter=1 sampling.speculate=4' --steps 2 --warmup 1
+          --arms after --arm 'nospec: sampling.speculate=0 sampling.steps_per_iter=4' \
+          --arm 'cont: sampling.speculate_scope=continued sampling.steps_per_iter=4' --steps 2 --warmup 1
         continue
       fi
       if [ "$s" = step-speed-prefill ]; then  # issue 29: the prefills' attention (whole prompts and kv_reuse's

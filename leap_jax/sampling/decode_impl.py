@@ -21,6 +21,7 @@ PADDINGS = ("left", "right")
 LAYER_LOOPS = ("scan", "unrolled")
 RNG_IMPLS = ("threefry", "rbg")
 BATCHINGS = ("static", "continuous")
+SPECULATE_SCOPES = ("all", "continued")
 PREFILL_ATTENTIONS = ("auto", *(a for a in ATTN_IMPLS if a != "reduce"))  # "reduce" is decode-only
 
 
@@ -66,6 +67,10 @@ class DecodeImpl:
     # batching, one segment, one step per loop test (compaction and kv_reuse combine with it)
     speculate: int = 0
     draft_ngrams: tuple[int, ...] = (4, 3, 2)
+    # which decode calls speculate: "all", or "continued" (kv_reuse only): rows continuing a kept
+    # conversation (debugging turns, preempted rows), whose earlier turns drafts copy from; first turns
+    # then run the plain loop with its `steps_per_iter`
+    speculate_scope: str = "all"
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("padding", self.padding, PADDINGS),
@@ -73,7 +78,8 @@ class DecodeImpl:
                                      ("rng_impl", self.rng_impl, RNG_IMPLS),
                                      ("attention", self.attention, ("auto", *ATTN_IMPLS)),
                                      ("prefill_attention", self.prefill_attention, PREFILL_ATTENTIONS),
-                                     ("batching", self.batching, BATCHINGS)):
+                                     ("batching", self.batching, BATCHINGS),
+                                     ("speculate_scope", self.speculate_scope, SPECULATE_SCOPES)):
             if value not in allowed:
                 raise ValueError(f"DecodeImpl {name}={value!r}; expected one of {allowed}")
         for name, count in (("decode_segments", self.decode_segments),
@@ -96,11 +102,17 @@ class DecodeImpl:
         if isinstance(self.speculate, bool) or not isinstance(self.speculate, int) or self.speculate < 0:
             raise ValueError(f"DecodeImpl speculate={self.speculate!r}; expected an int >= 0 (0 = off)")
         check_draft_settings(self.draft_ngrams, max(self.speculate, 1), "DecodeImpl ")
+        # the plain loop runs `steps_per_iter` steps per loop test, the speculative one a verify pass:
+        # with every call speculating, another value would promise what never runs
+        all_calls = self.speculate_scope == "all"
         if self.speculate and (self.batching != "static" or self.decode_segments != 1
-                               or self.steps_per_iter != 1):
+                               or (all_calls and self.steps_per_iter != 1)):
             raise ValueError(f"DecodeImpl speculate={self.speculate} needs batching='static', decode_segments=1 "
-                             f"and steps_per_iter=1, got batching={self.batching!r}, "
+                             f"and (with speculate_scope='all') steps_per_iter=1, got batching={self.batching!r}, "
                              f"decode_segments={self.decode_segments}, steps_per_iter={self.steps_per_iter}")
+        if self.speculate and not all_calls and not self.kv_reuse:
+            raise ValueError(f"DecodeImpl speculate_scope={self.speculate_scope!r} needs kv_reuse=True (only its "
+                             f"calls know which rows continue a conversation)")
         if self.compact_factor > 1 and (self.batching != "static" or self.decode_segments != 1):
             raise ValueError(f"DecodeImpl compact_factor={self.compact_factor} needs batching='static' and "
                              f"decode_segments=1, got batching={self.batching!r}, "

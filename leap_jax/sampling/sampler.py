@@ -537,7 +537,8 @@ class Sampler:
                 raise ValueError(f"exit_live={exit_live} needs static batching (impl.batching="
                                  f"{self.impl.batching!r})")
             return self._generate_continuous(params, tokens, lengths, active, sampling, rng, row_budgets)
-        slots = p + self.max_new_tokens + self.impl.speculate  # a verify pass writes k slots ahead
+        speculate = self.impl.speculate if self.impl.speculate_scope == "all" else 0
+        slots = p + self.max_new_tokens + speculate  # a verify pass writes k slots ahead
         cache = self._get_cache(b, slots)
         t0 = time.perf_counter()
         logits, cache = self.prefill_jit(params, cache, jnp.asarray(tokens, jnp.int32),
@@ -545,7 +546,7 @@ class Sampler:
         logits.block_until_ready()
         t1 = time.perf_counter()
         res, cache = self._decode_static(params, cache, logits, tokens, lengths, active, sampling, rng,
-                                         row_budgets, exit_live)
+                                         row_budgets, exit_live, speculate=bool(speculate))
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
         self._cache = ((b, slots), cache)
@@ -554,15 +555,15 @@ class Sampler:
 
     def _decode_static(self, params: Params, cache: KVCache, logits: jax.Array, context: Any,
                        lengths: np.ndarray, active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
-                       budgets: np.ndarray, exit_live: int) -> tuple[DecodeResult, KVCache]:
-        """The static decode loop after a prefill: the plain one, or with `impl.speculate` the
-        speculative one, whose drafts look up `context` (each row's whole context [B, P], padded as
-        the prefill's tokens; unused otherwise)."""
+                       budgets: np.ndarray, exit_live: int, speculate: bool) -> tuple[DecodeResult, KVCache]:
+        """The static decode loop after a prefill: the plain one, or (`speculate`) the speculative
+        one, whose drafts look up `context` (each row's whole context [B, P], padded as the
+        prefill's tokens; unused otherwise)."""
         args = (jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
                 np.float32(sampling.temperature), np.float32(sampling.top_p), np.int32(sampling.top_k),
                 jnp.asarray(self._stop_array(sampling)), jnp.asarray(budgets), np.int32(exit_live))
         filtered = (sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None
-        if not self.impl.speculate:
+        if not speculate:
             return self.decode_jit(params, cache, logits, *args, filtered=filtered)
         res, cache, passes, accepted = self.decode_speculative_jit(
             params, cache, logits, jnp.asarray(context, jnp.int32), *args, filtered=filtered)
@@ -874,7 +875,7 @@ class Sampler:
             for r, (a, _) in enumerate(rows):
                 context[r, p - a.size:] = a
         res, cache = self._decode_static(params, cache, logits, context, full, active, sampling, rng,
-                                         row_budgets, exit_live)
+                                         row_budgets, exit_live, speculate=bool(self.impl.speculate))
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}

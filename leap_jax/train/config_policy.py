@@ -120,6 +120,9 @@ class SamplingCfg:
     # batching; combines with kv_reuse and compaction; 0 = off
     speculate: int = 0
     draft_ngrams: list[int] = field(default_factory=lambda: [4, 3, 2])
+    # which decode calls speculate: all, or continued (with kv_reuse: debugging turns and preempted
+    # rows only; first turns run the plain loop with steps_per_iter)
+    speculate_scope: str = "all"
 
     def check(self) -> None:
         positive(self.temperature, "sampling.temperature", allow_zero=True)
@@ -143,7 +146,8 @@ class SamplingCfg:
                           attention=self.attention, prefill_attention=self.prefill_attention,
                           attention_lengths=self.attention_lengths,
                           skip_done_rows=self.skip_done_rows, compact_factor=self.compact_factor,
-                          speculate=self.speculate, draft_ngrams=tuple(self.draft_ngrams))
+                          speculate=self.speculate, draft_ngrams=tuple(self.draft_ngrams),
+                          speculate_scope=self.speculate_scope)
 
     def params(self, stop_token_ids: Sequence[int], temperature: float | None = None) -> SamplingParams:
         """The Sampler's per-call SamplingParams of this section (`temperature` overrides its own)."""

@@ -69,11 +69,15 @@ def multi_turn(samplers, params, prompts, sp, turns=3, stop_after_1=(0, 3, 6), s
                                 dict(batching="continuous", slots=2, steps_per_iter=2),
                                 dict(batching="continuous", slots=2, attention="dpa"),
                                 dict(speculate=4, compact_factor=2, draft_ngrams=(2, 1)),
+                                dict(speculate=4, speculate_scope="continued", steps_per_iter=3),
                                 dict(prefill_attention="dpa")])
 def test_greedy_multi_turn_equals_re_prefill(params, kw):
     rng = np.random.default_rng(3)
     prompts = [rng.integers(1, 97, n).tolist() for n in (3, 8, 5, 1, 12, 7, 2, 10, 4)]
-    plain, reuse = make(DecodeImpl(**kw)), make(REUSE.replace(**kw))
+    plain_kw = dict(kw)  # the re-prefill arm; a scope of kept conversations only needs kv_reuse
+    if plain_kw.pop("speculate_scope", "all") != "all":
+        plain_kw.pop("speculate")
+    plain, reuse = make(DecodeImpl(**plain_kw)), make(REUSE.replace(**kw))
     probe = plain.generate(params, prompts, SamplingParams(temperature=0.0, stop_token_ids=()), 0)
     stops = tuple(sorted({probe.tokens[0][2], probe.tokens[4][5], probe.tokens[7][1]}))
     sp = SamplingParams(temperature=0.0, stop_token_ids=stops)

@@ -97,6 +97,26 @@ def test_sampled_pairs_follow_the_model_distribution(params, prompts):
     assert_pairs_follow(samples, probs, calls * rows)
 
 
+def test_scope_continued_drafts_only_for_continued_conversations(params, prompts):
+    """speculate_scope="continued": a first turn runs the plain loop (its steps_per_iter), the next turn
+    of the same conversations (kept caches) verifies drafts; "all" drafts on the first turn already
+    (the repeating prompts give it drafts); both give the plain loop's tokens."""
+    greedy = SamplingParams(temperature=0.0, stop_token_ids=())
+    convs = [("c", j) for j in range(len(prompts))]
+    kw = dict(max_batch=16, batch_buckets=(16,), prompt_buckets=(16, 32, 64), max_new_tokens=8)
+    plain = make(DecodeImpl(kv_reuse=True), **kw)
+    scoped = make(DecodeImpl(kv_reuse=True, speculate=4, speculate_scope="continued", steps_per_iter=3), **kw)
+    every = make(DecodeImpl(kv_reuse=True, speculate=4), **kw)
+    firsts = [s.generate(params, prompts, greedy, 0, conversations=convs) for s in (plain, scoped, every)]
+    assert scoped.counters["draft_accepted"] == 0 < every.counters["draft_accepted"]
+    second = [p + t + [7] + p for p, t in zip(prompts, firsts[0].tokens, strict=True)]  # repeats to copy
+    outs = [s.generate(params, second, greedy, 1, conversations=convs) for s in (plain, scoped, every)]
+    assert scoped.counters["draft_accepted"] > 0 and scoped.counters["kv_reuse_rows"] == len(prompts)
+    for first, out in zip(firsts[1:], outs[1:], strict=True):
+        assert_same(firsts[0], first)
+        assert_same(outs[0], out)
+
+
 def test_validation():
     assert DecodeImpl().speculate == 0  # off by default
     for bad in (-1, 1.5, True):
@@ -109,6 +129,11 @@ def test_validation():
         with pytest.raises(ValueError, match="speculate=4 needs batching='static'"):
             DecodeImpl(speculate=4, **other)
     DecodeImpl(speculate=4, kv_reuse=True, compact_factor=4)  # both combine with drafts
+    DecodeImpl(speculate=4, kv_reuse=True, speculate_scope="continued", steps_per_iter=4)  # first turns: plain
+    with pytest.raises(ValueError, match="speculate_scope='continued' needs kv_reuse=True"):
+        DecodeImpl(speculate=4, speculate_scope="continued")
+    with pytest.raises(ValueError, match="speculate_scope='later'; expected one of"):
+        DecodeImpl(speculate=4, speculate_scope="later")
 
 
 def test_multiturn_rollout_same_with_speculative_decoding(tmp_path):
@@ -148,6 +173,9 @@ def test_config():
                               "sampling.draft_ngrams=[3,2]"]).sampling.decode_impl()
     assert (impl.speculate, impl.draft_ngrams) == (8, (3, 2))
     assert load_config(None, []).sampling.decode_impl().speculate == 0
+    scoped = load_config(None, ["sampling.speculate=8", "sampling.kv_reuse=true",
+                                "sampling.speculate_scope=continued"]).sampling.decode_impl()
+    assert (scoped.speculate_scope, scoped.steps_per_iter) == ("continued", 4)
     with pytest.raises(ConfigError, match="sampling.speculate=8 needs .* steps_per_iter=1, got .* steps_per_iter=4"):
         load_config(None, ["sampling.speculate=8"])
     with pytest.raises(ConfigError, match=r"sampling.draft_ngrams=\(0,\)"):
