@@ -26,6 +26,12 @@ def compact_size(batch: int, factor: int) -> int:
     return -(-int(batch) // factor)
 
 
+def compact_rows(done: jax.Array, small: int) -> jax.Array:
+    """The rows the compact loop continues with: every row still generating (done [B] False) first,
+    in batch order, filled up to `small` rows with stopped ones; int32 [small]."""
+    return jax.numpy.argsort(done, stable=True)[:small].astype(jax.numpy.int32)
+
+
 def _per_layer(fn, *buffers: LayerBuffers) -> LayerBuffers:
     """fn(*one layer's buffers, batch axis) per layer: axis 0 of per-layer tuples, 1 of the stacked
     [L, B, ...] layout (every argument in the first one's layout)."""

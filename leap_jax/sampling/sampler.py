@@ -51,7 +51,7 @@ from leap_jax.models.decoder import (KVCache, Params, cast_for_compute, forward,
                                      logits_from_hidden, unstack_cache, unstack_layers)
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
-from leap_jax.sampling.compact import compact_size, put_rows, take_rows
+from leap_jax.sampling.compact import compact_rows, compact_size, put_rows, take_rows
 from leap_jax.sampling.decode_impl import PADDINGS, RNG_IMPLS, DecodeImpl
 from leap_jax.sampling.params import SamplingParams, check_preempt
 from leap_jax.sampling.prefix import (DEFAULT_DELTA_BUCKETS, Kept, KeptCaches, place_rows, prefill_delta,
@@ -307,7 +307,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
 
         state = jax.lax.while_loop(wide_cond, make_body(None, n), state)
         i, full, tok, out_tok, out_lp, done, lengths, finished = state
-        rows = jnp.argsort(done, stable=True)[:small].astype(jnp.int32)  # live rows first
+        rows = compact_rows(done, small)
         state = (i, take_rows(full, rows), jnp.take(tok, rows), out_tok, out_lp, jnp.take(done, rows),
                  lengths, finished)
         state = jax.lax.while_loop(cond, make_body(None, n, rows), state)
@@ -537,8 +537,8 @@ class Sampler:
                 raise ValueError(f"exit_live={exit_live} needs static batching (impl.batching="
                                  f"{self.impl.batching!r})")
             return self._generate_continuous(params, tokens, lengths, active, sampling, rng, row_budgets)
-        speculate = self.impl.speculate if self.impl.speculate_scope == "all" else 0
-        slots = p + self.max_new_tokens + speculate  # a verify pass writes k slots ahead
+        speculate = self.impl.speculate_scope == "all"  # "continued": only kv_reuse's continued rows
+        slots = self._static_slots(p, speculate)
         cache = self._get_cache(b, slots)
         t0 = time.perf_counter()
         logits, cache = self.prefill_jit(params, cache, jnp.asarray(tokens, jnp.int32),
@@ -546,24 +546,29 @@ class Sampler:
         logits.block_until_ready()
         t1 = time.perf_counter()
         res, cache = self._decode_static(params, cache, logits, tokens, lengths, active, sampling, rng,
-                                         row_budgets, exit_live, speculate=bool(speculate))
+                                         row_budgets, exit_live, speculate=speculate)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
         self._cache = ((b, slots), cache)
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
         return res
 
+    def _static_slots(self, p: int, speculate: bool) -> int:
+        """Cache slots of a static decode after a prefill of P slots: the new tokens', and with
+        `speculate` (when impl.speculate is on) k more, which a verify pass writes ahead."""
+        return p + self.max_new_tokens + (self.impl.speculate if speculate else 0)
+
     def _decode_static(self, params: Params, cache: KVCache, logits: jax.Array, context: Any,
                        lengths: np.ndarray, active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
                        budgets: np.ndarray, exit_live: int, speculate: bool) -> tuple[DecodeResult, KVCache]:
-        """The static decode loop after a prefill: the plain one, or (`speculate`) the speculative
-        one, whose drafts look up `context` (each row's whole context [B, P], padded as the
-        prefill's tokens; unused otherwise)."""
+        """The static decode loop after a prefill: the plain one, or (`speculate`, when impl.speculate
+        is on) the speculative one, whose drafts look up `context` (each row's whole context [B, P],
+        padded as the prefill's tokens; unused otherwise)."""
         args = (jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool), rng,
                 np.float32(sampling.temperature), np.float32(sampling.top_p), np.int32(sampling.top_k),
                 jnp.asarray(self._stop_array(sampling)), jnp.asarray(budgets), np.int32(exit_live))
         filtered = (sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None
-        if not speculate:
+        if not (speculate and self.impl.speculate):
             return self.decode_jit(params, cache, logits, *args, filtered=filtered)
         res, cache, passes, accepted = self.decode_speculative_jit(
             params, cache, logits, jnp.asarray(context, jnp.int32), *args, filtered=filtered)
@@ -832,8 +837,7 @@ class Sampler:
         # the bucket a full prefill would pick (unless the delta block is longer)
         p = pick_bucket(max(max(a.size for a, _ in rows), dpad), self.prompt_buckets, "prompt length")
         static = self.impl.batching == "static"  # continuous: a prompt store of P slots
-        # a verify pass (speculate) writes k slots ahead, as in generate_padded
-        cache = (self._get_cache(b, p + self.max_new_tokens + self.impl.speculate) if static
+        cache = (self._get_cache(b, self._static_slots(p, True)) if static
                  else self._pooled_cache("store", b, p))
         t0 = time.perf_counter()
         by_buf: dict[int, list[int]] = collections.defaultdict(list)
@@ -875,7 +879,7 @@ class Sampler:
             for r, (a, _) in enumerate(rows):
                 context[r, p - a.size:] = a
         res, cache = self._decode_static(params, cache, logits, context, full, active, sampling, rng,
-                                         row_budgets, exit_live, speculate=bool(self.impl.speculate))
+                                         row_budgets, exit_live, speculate=True)
         res.tokens.block_until_ready()
         t2 = time.perf_counter()
         self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}

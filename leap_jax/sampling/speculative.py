@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.decoder import KVCache, Params, forward
-from leap_jax.sampling.compact import compact_size, put_rows, take_rows
+from leap_jax.sampling.compact import compact_rows, compact_size, put_rows, take_rows
 from leap_jax.sampling.decode_impl import check_draft_settings
 from leap_jax.sampling.sampler import (DecodeResult, _gather_logprob, loop_inputs, sample_from_logits,
                                        tempered_filtered)
@@ -224,7 +224,7 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
 
         state = jax.lax.while_loop(wide_cond, make_body(), state)
         it, full, prev, out_tok, out_lp, done, gen, finished, hist, accepted = state
-        rows = jnp.argsort(done, stable=True)[:small].astype(jnp.int32)  # live rows first
+        rows = compact_rows(done, small)
 
         def take(x):
             return jnp.take(x, rows, axis=0)
