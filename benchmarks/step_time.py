@@ -272,9 +272,10 @@ ROWS = [("compile s (all steps)", "compile_s", "{:.1f}"), ("  of it generate", "
 
 def table(results: list[dict]) -> str:
     w = max(len(r[0]) for r in ROWS) + 2
-    lines = ["".ljust(w) + "".join(r["arm"].rjust(12) for r in results)]
+    col = max([12] + [len(r["arm"]) + 2 for r in results])  # a long arm name keeps a space before it
+    lines = ["".ljust(w) + "".join(r["arm"].rjust(col) for r in results)]
     for label, key, fmt in ROWS:
-        lines.append(label.ljust(w) + "".join(fmt.format(r[key]).rjust(12) for r in results))
+        lines.append(label.ljust(w) + "".join(fmt.format(r[key]).rjust(col) for r in results))
     return "\n".join(lines)
 
 

@@ -166,33 +166,34 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       fi
       if [ "$s" = step-speed-grpo ]; then  # GRPO's evaluation (0.3-0.7 s) waits for the whole batch's
         # generation: the default (preemption at 0.25: rows done when a quarter still generate are
-        # evaluated next to that tail) against none and two chunks on top; and the prefills through the
-        # fused attention (80k prompt tokens a step). (6 exec workers per GPU: no faster on the env
+        # evaluated next to that tail) against none and two chunks on top; and the prefills (80k prompt
+        # tokens a step) through einsum instead of the fused attention (1.30 -> 1.13 s with it on an H100,
+        # docs/results/session19_h100_2026-12-06/). (6 exec workers per GPU: no faster on the env
         # benchmark, docs/results/session18_h100_2026-12-06/)
         stage step-grpo-overlap ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
           --arms after --arm 'nopre: rollout.preempt=0' --arm 'chunks2: rollout.overlap_chunks=2' \
-          --arm 'prefill-cudnn: sampling.prefill_attention=auto' --steps 3 --warmup 1
+          --arm 'prefill-einsum: sampling.prefill_attention=einsum' --steps 3 --warmup 1
         continue
       fi
-      if [ "$s" = step-speed-spec ]; then  # issue 29: the multiturn defaults (speculative decoding, k = 8, in
-        # every decode call since 2026-12-06: step 2.39 -> 2.01 s on an H100) against no drafts, and
-        # against drafts for continued conversations only (first turns, which draft little, in the plain
-        # loop with 4 steps per loop test: GRPO's single turns ran 1.14 -> 1.36 s with drafts)
+      if [ "$s" = step-speed-spec ]; then  # issue 29: the multiturn defaults (speculative decoding, k = 8, for
+        # rows continuing a conversation; first turns in the plain loop with 4 steps per loop test: step
+        # 1.79 -> 1.76 s on an H100, docs/results/session19_h100_2026-12-06/) against no drafts and against
+        # drafts in every decode call (2.39 -> 2.01 s against no drafts, docs/results/session18_h100_2026-12-06/)
         stage spec-gpu-test 200 python3 -m pytest -q -rfE -m gpu --timeout=190 -p no:cacheprovider \
           tests/leap_jax/test_speculative_decode.py
         stage step-spec ${STEP_SPEC_S:-400} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
-          --arms after --arm 'nospec: sampling.speculate=0 sampling.steps_per_iter=4' \
-          --arm 'cont: sampling.speculate_scope=continued sampling.steps_per_iter=4' --steps 2 --warmup 1
+          --arms after --arm 'nospec: sampling.speculate=0' \
+          --arm 'all: sampling.speculate_scope=all sampling.steps_per_iter=1' --steps 2 --warmup 1
         continue
       fi
       if [ "$s" = step-speed-prefill ]; then  # issue 29: the prefills' attention (whole prompts and kv_reuse's
-        # deltas) through the fused cuDNN kernel instead of einsum's fp32 scores (a traced multiturn rollout
-        # without kv_reuse spent ~0.9 s of GPU time in einsum prefill: docs/results/session18_h100_2026-12-06/);
-        # the GPU test of the sampler's variants first
+        # deltas) through the fused cuDNN kernel (the default since 2026-12-06: multiturn step 2.24 -> 1.84 s on
+        # an H100, docs/results/session19_h100_2026-12-06/) against einsum's fp32 scores, traced; the GPU
+        # test of the sampler's variants first
         stage prefill-gpu-test 200 python3 -m pytest -q -rfE -m gpu --timeout=190 -p no:cacheprovider \
           tests/leap_jax/test_sampler.py -k variants_agree
         stage step-prefill ${STEP_SPEC_S:-400} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
-          --arms after --arm 'prefill-cudnn: sampling.prefill_attention=auto' --steps 2 --warmup 1 --trace prefill-cudnn
+          --arms after --arm 'prefill-einsum: sampling.prefill_attention=einsum' --steps 2 --warmup 1 --trace after
         continue
       fi
       if [ "$s" = draft-potential ]; then  # issue 29: would prompt-lookup speculative decoding pay? Sampled
