@@ -41,6 +41,7 @@ class KernelTimeout(Exception):
 class FatalDeviceError(KernelRuntimeError):
     """The device is unusable after this error (sticky CUDA error): the worker must be replaced."""
     result: Any = None  # the Result to report, set by harness.evaluate before re-raising
+    surfaced_in: str = ""  # the environment's own failure it was found behind (harness.evaluate), if any
 
 
 def untimed_hooks(fn: Callable[[], Any]) -> tuple[Callable[[int], None], Callable[[Any], None],

@@ -39,6 +39,7 @@ from kernels_env.execute.buffers import poison, scratch_refusal
 from kernels_env.execute.gpu_lock import gpu_access
 from kernels_env.execute import domain_draws
 from kernels_env.execute.inputs import describe_distributions, make_inputs
+from kernels_env.execute import launching
 from kernels_env.execute.launching import bind_plan, launch_all
 from kernels_env.execute.timing_stage import time_plan, timing_details, timing_message
 from kernels_env.judge import expected_cache
@@ -50,6 +51,7 @@ from kernels_env.source.submission import in_launch_block
 from kernels_env.tasks.spec import Task
 
 REVERIFY_SEED_OFFSET = 1_000_003  # "another seed" for re-verifying a suspicious speedup
+SETTLE_TIMEOUT_S = 5.0  # an evaluation's closing synchronisation: a kernel still running past it hung
 
 
 class _StageTimeout(Exception):
@@ -314,13 +316,31 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
     """
     run = _Run(device, program, task, ResolvedPlan((), ()), sizes, config)  # _evaluate binds the plan
     try:
-        res = _evaluate(run, submission)
+        try:
+            res = _evaluate(run, submission)
+            # the job's GPU work settled: a sticky error its kernels left surfaces in this job, as a
+            # FatalDeviceError (below), never in the next job of this worker
+            launching.sync(device, SETTLE_TIMEOUT_S)
+        except (FatalDeviceError, KernelRuntimeError, KernelTimeout):
+            raise
+        except Exception as e:
+            lost = _sticky_error_behind(device)
+            if lost is None:
+                raise
+            lost.surfaced_in = f"{type(e).__name__}: {e}"[:200]
+            raise lost from e
         res.stage_seconds = {**res.stage_seconds, **run.stage_seconds}  # include the stage that failed
         res.trials = run.trials
         return res
     except FatalDeviceError as e:
         res = run.device_failure(e, run.stage)
         res.message += " (sticky CUDA error: the worker's context is unusable)"
+        surfaced = getattr(e, "surfaced_in", None)
+        if surfaced:
+            res.message += ("; it surfaced in the environment's own work after the kernels had run and "
+                            "synchronised: they left the GPU unusable, e.g. by writing far outside their "
+                            "buffers")
+            res.details = f"{res.details}\nthe environment's work failed first with {surfaced}"
         e.result = res
         raise
     except EnvFault as e:
@@ -330,6 +350,25 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
                                 task=task.name, details=traceback.format_exc(limit=5))
     finally:
         _end_job(device)
+
+
+def _sticky_error_behind(device: Device) -> FatalDeviceError | None:
+    """After the environment's own work failed in an evaluation: the device's sticky error (or hang)
+    behind that failure, if its context holds one, as the FatalDeviceError a synchronisation raises.
+
+    The environment's work (inputs, reference, comparisons) is trusted and every job ends settled
+    (`evaluate` synchronises), so a context lost during this job was lost by this job's kernels:
+    a kernel that corrupts memory far outside its buffers can make a later environment kernel fault
+    (seen on an H100: cudaErrorIllegalInstruction in a comparison after the candidate's trial had
+    synchronised cleanly). Reported as env_error, that fault would be masked out of training instead
+    of scored; it is the submission's runtime_error (timeout for a hang)."""
+    try:
+        launching.sync(device, SETTLE_TIMEOUT_S)
+    except FatalDeviceError as lost:
+        return lost
+    except Exception:
+        return None
+    return None
 
 
 def _end_job(device: Device) -> None:

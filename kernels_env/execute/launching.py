@@ -56,7 +56,7 @@ def takes_timeout(device_type: type, method: str) -> bool:
         return False
 
 
-def _sync(device: Device, timeout_s: float | None) -> None:
+def sync(device: Device, timeout_s: float | None) -> None:
     """device.synchronize(), passing a soft timeout where the backend accepts one
     (`synchronize(timeout_s=...)` is an optional extension of the Device protocol)."""
     if takes_timeout(type(device), "synchronize"):
@@ -74,7 +74,7 @@ def launch_all(device: Device, program: Program, plan: ResolvedPlan, arrays: dic
         try:
             device.launch(program, bl.kernel, bl.grid, bl.block, bl.shared_bytes, args)
             if sync_timeout is not None:
-                _sync(device, sync_timeout())
+                sync(device, sync_timeout())
         except (KernelRuntimeError, KernelTimeout) as e:
             if not getattr(e, "where", None):
                 e.where = bl.where

@@ -13,7 +13,7 @@ import pytest
 
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
 from kernels_env.core.config import EnvConfig, StageLimits
-from kernels_env.execute.harness import REVERIFY_SEED_OFFSET, evaluate
+from kernels_env.execute.harness import REVERIFY_SEED_OFFSET, SETTLE_TIMEOUT_S, evaluate
 from kernels_env.execute.launching import scalar_type
 from kernels_env.execute.inputs import (HEAVY_TAIL_CLIP, buffer_seed, describe_distributions, make_inputs,
                                         trial_distribution)
@@ -426,6 +426,79 @@ def test_fatal_device_error_propagates_with_a_runtime_error_result():
     assert "misaligned address" in info.value.result.message
 
 
+class LateFaultDevice(FakeDevice):
+    """A kernel that corrupts the context without failing its own synchronisation: the sticky error
+    shows only `clean_syncs` synchronisations later (as a far out-of-bounds write makes a later kernel
+    of the environment fault), and `env_fault` raises in the environment's own work meanwhile."""
+
+    def __init__(self, clean_syncs: int = 1) -> None:
+        super().__init__(reference_ms=1.0)
+        self.clean_syncs, self.armed, self.lost = clean_syncs, None, False
+        self.register("add", self.corrupting_add, 0.5)
+
+    def corrupting_add(self, grid, block, shared, a, b, y, n):
+        add_kernel(grid, block, shared, a, b, y, n)
+        if self.armed is None:
+            self.armed = self.clean_syncs
+
+    def synchronize(self) -> None:
+        super().synchronize()
+        if self.armed is not None:
+            if self.armed <= 0:
+                self.lost = True
+                raise FatalDeviceError("kernel execution failed: cudaErrorIllegalInstruction: an illegal "
+                                       "instruction was encountered")
+            self.armed -= 1
+
+
+def test_a_sticky_error_surfacing_in_the_environments_work_is_the_submissions():
+    """H100, 2026-12-06: a policy kernel's trial synchronised cleanly, then the environment's input
+    check raised cudaErrorIllegalInstruction; reported as env_error, the rollout was masked out of
+    training instead of failing. Now the lost context is found behind the failure and the submission
+    gets runtime_error (and the worker is replaced: FatalDeviceError)."""
+    import kernels_env.execute.harness as harness
+    dev = LateFaultDevice(clean_syncs=1)
+    real_check = harness.check_input_unchanged
+
+    def check(xp, name, *args):
+        if dev.armed is not None and dev.armed <= 0:
+            raise RuntimeError("cudaErrorIllegalInstruction: an illegal instruction was encountered")
+        return real_check(xp, name, *args)
+
+    harness.check_input_unchanged = check
+    try:
+        with pytest.raises(FatalDeviceError) as info:
+            run(dev, add_task(), ADD_SUB)
+    finally:
+        harness.check_input_unchanged = real_check
+    res = info.value.result
+    assert res.status is Status.RUNTIME_ERROR and res.message.startswith("correctness")
+    assert "illegal instruction" in res.message and "surfaced in the environment's own work" in res.message
+    assert "RuntimeError: cudaErrorIllegalInstruction" in res.details
+
+
+def test_a_sticky_error_left_at_the_end_of_a_job_is_that_jobs():
+    """Every evaluation ends with a synchronisation: a fault its kernels left that nothing in the
+    stages noticed is reported there (runtime_error, the worker replaced), never in the next job."""
+    config = FAST.replace(timing=False)
+    clean = device_with(add=add_kernel)
+    assert run(clean, add_task(), ADD_SUB, config=config).status is Status.CORRECT
+    dev = LateFaultDevice(clean_syncs=clean.syncs - 1)  # every synchronisation passes but the closing one
+    with pytest.raises(FatalDeviceError) as info:
+        run(dev, add_task(), ADD_SUB, config=config)
+    assert dev.syncs == clean.syncs and info.value.result.status is Status.RUNTIME_ERROR
+    assert "illegal instruction" in info.value.result.message
+
+
+def test_an_environment_failure_on_a_healthy_device_stays_env_error():
+    """The probe blames the submission only for a lost context: a broken reference is env_error."""
+    def broken(xp, a, b):
+        raise ValueError("the reference is broken")
+    dev = LateFaultDevice(clean_syncs=10**6)
+    res = run(dev, add_task(reference=broken), ADD_SUB)
+    assert res.status is Status.ENV_ERROR and "the reference is broken" in res.message
+
+
 def test_runtime_error_during_timing_is_reported():
     calls = []
 
@@ -563,7 +636,9 @@ def test_soft_timeout_is_passed_to_devices_that_accept_it():
     dev.register("add", add_kernel)
     res = run(dev, add_task(), ADD_SUB, config=FAST.replace(timing=False, limits=StageLimits(correctness=7.0)))
     assert res.status is Status.CORRECT
-    assert len(dev.timeouts) == 5 and all(0 < t <= 7.0 for t in dev.timeouts)
+    # one per trial's launch, then the evaluation's closing one with its own limit
+    assert len(dev.timeouts) == 6 and all(0 < t <= 7.0 for t in dev.timeouts[:5])
+    assert dev.timeouts[5] == SETTLE_TIMEOUT_S
 
 
 def test_a_write_past_the_output_end_is_an_out_of_bounds_runtime_error():
