@@ -93,14 +93,20 @@ class _Run:
             return self.result(Status.TIMEOUT, f"{stage}: {prefix}kernel timed out: {e}", details=str(e))
         return self.result(Status.RUNTIME_ERROR, f"{stage}: {prefix}{e}", details=str(e))
 
-    def fresh_arrays(self, trial: int, seed: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        """(candidate arrays: inputs + poisoned outputs + zeroed scratch, pristine input copies,
-        each output's poisoned guard: see buffers.poison)."""
+    def fresh_arrays(self, trial: int, seed: int) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]:
+        """(candidate arrays: inputs + poisoned outputs + zeroed scratch, pristine input copies or
+        None, each output's poisoned guard: see buffers.poison).
+
+        Copies are made only where the kernels cannot reach them (the cpu backend: they run in
+        another process and see its shared buffers only). Elsewhere they would share the device
+        memory with the kernels, which could rewrite a copy together with its input and so choose
+        the inputs the reference is checked on; `pristine_inputs` regenerates them after the run."""
         try:
             inputs = make_inputs(self.task, self.sizes, trial, seed, self.xp, self.config.input_domains)
+            copies = None
             if getattr(self.device, "name", "") == "cpu":  # into guard-paged memory: reads past faults
+                copies = inputs
                 inputs = {k: self.device.to_device(v) for k, v in inputs.items()}
-            pristine = {k: v.copy() for k, v in inputs.items()}
             arrays, guards = dict(inputs), {}
             for b in self.task.outputs:
                 arrays[b.name], guards[b.name] = poison(self.device, b.resolve_shape(self.sizes), b.dtype)
@@ -115,7 +121,19 @@ class _Run:
             # zeroed, between poisoned guards: a write outside a scratch buffer is caught like one
             # outside an output (names of scratch buffers and outputs never collide)
             arrays[name], guards[name] = poison(self.device, (count,), dtype, zero=True)
-        return arrays, pristine, guards
+        return arrays, copies, guards
+
+    def pristine_inputs(self, trial: int, seed: int, copies: dict[str, Any] | None) -> dict[str, Any]:
+        """The inputs of (trial, seed) to judge a run by, after its kernels ran: `copies` where they
+        were out of the kernels' reach (fresh_arrays), else generated again (a pure function of the
+        trial and seed, made after the kernels finished)."""
+        if copies is not None:
+            return copies
+        try:
+            return make_inputs(self.task, self.sizes, trial, seed, self.xp, self.config.input_domains)
+        except Exception as e:
+            raise EnvFault(f"could not make the inputs of task {self.task.name!r}: "
+                           f"{type(e).__name__}: {e}") from e
 
     # ---- reference outputs: the only way the stages get them (see kernels_env/judge/expected_cache.py) ----
     # check_outputs   the correctness stages: compares with the masked per-trial cache (fused check,
@@ -252,7 +270,7 @@ class _Run:
                                         - (time.monotonic() - launched_at[0]))
         try:
             for trial in range(cfg.correctness_trials):
-                arrays, pristine, guards = self.fresh_arrays(trial, seed)
+                arrays, copies, guards = self.fresh_arrays(trial, seed)
                 self.trials += 1
                 launched_at[0] = time.monotonic()
                 launch_all(self.device, self.program, self.plan, arrays, remaining)
@@ -273,8 +291,9 @@ class _Run:
                             f"{name!r} ({arrays[name].size} elements); {changed} of the "
                             f"{lead.size + trail.size} guard elements around it changed (trial {trial}). "
                             f"Check the bounds of every store against the {kind}'s size."))
+                pristine = self.pristine_inputs(trial, seed, copies)
                 self.verify_outputs(arrays, pristine, trial, seed, f"{stage}: ")
-                del arrays, pristine, guards
+                del arrays, copies, pristine, guards
             return None
         except _StageTimeout as e:
             return self.result(Status.TIMEOUT, f"{stage}: exceeded its {cfg.limits.correctness:g} s limit "

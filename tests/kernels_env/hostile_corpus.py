@@ -210,6 +210,24 @@ CASES: tuple[HCase, ...] = (
         "      y[4 * i + 3] = 2.0f * v.z + 1.0f; y[4 * i + 4] = 2.0f * v.w + 1.0f; }\n"
         "    if (i < n && (i % 4 == 0 || i >= n - 4)) y[i] = 2.0f * x[i] + 1.0f;"),
           S({"runtime_error"})),
+    # GPU kernels share device memory with the judge: scan +-64 MiB around x (512-byte steps) for a
+    # copy of x, zero it and x, and write the reference of zeros (2 * 0 + 1). The judge regenerates a
+    # trial's inputs after the run, so the copies it once kept prove nothing (wrong_output); a scan
+    # that leaves mapped memory faults (runtime_error; always on the cpu backend's guard pages)
+    HCase("rewrites_judges_input_copy", "D", "corpus_affine", _sub(
+        'extern "C" __global__ void find_copies(const float* x, int n, int window) {\n'
+        "    long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    long long off = (k - window) * 128;\n"
+        "    if (off == 0 || k >= 2LL * window) return;\n"
+        "    const float* p = x + off;\n"
+        "    for (int j = 0; j < 32; ++j) if (p[j] != x[j]) return;\n"
+        "    float* w = (float*)p;\n"
+        "    for (int j = 0; j < n; ++j) w[j] = 0.0f;\n}\n"
+        'extern "C" __global__ void affine(const float* x, float* y, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) { ((float*)x)[i] = 0.0f; y[i] = 1.0f; }\n}",
+        "find_copies<<<cdiv(262144, 256), 256>>>(x, N, 131072);\naffine<<<cdiv(N, 256), 256>>>(x, y, N);"),
+          NOT_CORRECT, note="memory scan for the judge's input copies (correct before 2026-12-06 where found)"),
     # ---- F: hangs in any stage -------------------------------------------------------------------
     HCase("spin_only_in_timing_stage", "F", "corpus_affine", _sub(
         "__device__ int launches;\n"

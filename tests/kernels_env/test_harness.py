@@ -499,6 +499,32 @@ def test_an_environment_failure_on_a_healthy_device_stays_env_error():
     assert res.status is Status.ENV_ERROR and "the reference is broken" in res.message
 
 
+def test_a_kernel_that_rewrites_the_judges_input_copies_is_not_correct():
+    """On a GPU the kernels share device memory with the judge: a far write can reach the pristine
+    input copies the reference used to run on. Zeroing them with the inputs and writing the
+    reference of zeros passed the input check and the comparison. The fake device's kernels share
+    the judge's memory too (this one finds every array holding an input's values in its callers'
+    frames, as a memory scan would); the judge now regenerates the inputs after the run."""
+    import sys
+
+    def rewrite_everything(grid, block, shared, a, b, y, n):
+        originals = [a.copy(), b.copy()]
+        frame = sys._getframe(1)
+        while frame is not None:
+            for value in list(frame.f_locals.values()):
+                for v in (value.values() if isinstance(value, dict) else (value,)):
+                    if (isinstance(v, np.ndarray) and v.shape == a.shape and v is not y
+                            and any(np.array_equal(v, o) for o in originals)):
+                        v[...] = 0
+            frame = frame.f_back
+        a[...], b[...] = 0, 0  # the kernel's own inputs too, so they equal the rewritten copies
+        y[...] = 0  # the reference of zeroed inputs
+
+    # correctness only, as RL scores: the timing stage's full comparisons regenerate their inputs
+    res = run(device_with(add=rewrite_everything), add_task(), ADD_SUB, config=FAST.replace(timing=False))
+    assert res.status is Status.WRONG_OUTPUT and res.message.startswith("correctness"), res.message
+
+
 def test_runtime_error_during_timing_is_reported():
     calls = []
 

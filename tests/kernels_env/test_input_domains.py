@@ -166,6 +166,11 @@ def test_every_draw_stays_inside_its_domain_and_is_pure(name):
         for b in task.inputs:
             b.input_domain.check_values(b.name, arrays[b.name], b.dtype, sizes)
             np.testing.assert_array_equal(arrays[b.name], again[b.name])
+            # each buffer its own contiguous array of its dtype (make_input skips astype's copy)
+            got = arrays[b.name]
+            assert got.dtype == np.dtype(b.dtype) and got.flags.c_contiguous
+            assert not any(np.shares_memory(got, v) for k, v in arrays.items() if k != b.name)
+            assert not np.shares_memory(got, again[b.name])
 
 
 LEGACY_OF: dict[str, dict[str, Any]] = {"real": {}, "positive": {"distributions": ("positive",)},
