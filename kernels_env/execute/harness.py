@@ -340,9 +340,9 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
             # the job's GPU work settled: a sticky error its kernels left surfaces in this job, as a
             # FatalDeviceError (below), never in the next job of this worker
             launching.sync(device, SETTLE_TIMEOUT_S)
-        except (FatalDeviceError, KernelRuntimeError, KernelTimeout):
+        except FatalDeviceError:
             raise
-        except Exception as e:
+        except Exception as e:  # the environment's own work failed: was the context lost behind it?
             lost = _sticky_error_behind(device)
             if lost is None:
                 raise
