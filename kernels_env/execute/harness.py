@@ -102,7 +102,7 @@ class _Run:
         memory with the kernels, which could rewrite a copy together with its input and so choose
         the inputs the reference is checked on; `pristine_inputs` regenerates them after the run."""
         try:
-            inputs = make_inputs(self.task, self.sizes, trial, seed, self.xp, self.config.input_domains)
+            inputs = self.trial_inputs(trial, seed)
             copies = None
             if getattr(self.device, "name", "") == "cpu":  # into guard-paged memory: reads past faults
                 copies = inputs
@@ -127,8 +127,11 @@ class _Run:
         """The inputs of (trial, seed) to judge a run by, after its kernels ran: `copies` where they
         were out of the kernels' reach (fresh_arrays), else generated again (a pure function of the
         trial and seed, made after the kernels finished)."""
-        if copies is not None:
-            return copies
+        return copies if copies is not None else self.trial_inputs(trial, seed)
+
+    def trial_inputs(self, trial: int, seed: int) -> dict[str, Any]:
+        """Fresh inputs of (trial, seed) on the device's array module (make_inputs); a failure to
+        make them is the environment's (EnvFault). Every stage gets its inputs here."""
         try:
             return make_inputs(self.task, self.sizes, trial, seed, self.xp, self.config.input_domains)
         except Exception as e:
@@ -354,12 +357,11 @@ def evaluate(device: Device, program: Program, task: Task, submission: Submissio
     except FatalDeviceError as e:
         res = run.device_failure(e, run.stage)
         res.message += " (sticky CUDA error: the worker's context is unusable)"
-        surfaced = getattr(e, "surfaced_in", None)
-        if surfaced:
+        if e.surfaced_in:
             res.message += ("; it surfaced in the environment's own work after the kernels had run and "
                             "synchronised: they left the GPU unusable, e.g. by writing far outside their "
                             "buffers")
-            res.details = f"{res.details}\nthe environment's work failed first with {surfaced}"
+            res.details = f"{res.details}\nthe environment's work failed first with {e.surfaced_in}"
         e.result = res
         raise
     except EnvFault as e:

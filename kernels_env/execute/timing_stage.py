@@ -29,7 +29,7 @@ from kernels_env.core.result import Mismatch, Result, Timing
 from kernels_env.core.status import Status
 from kernels_env.execute.buffers import alloc_poisoned, fill_poison
 from kernels_env.execute import domain_draws
-from kernels_env.execute.inputs import describe_distributions, make_inputs
+from kernels_env.execute.inputs import describe_distributions
 from kernels_env.execute.launching import launch_all, takes_timeout
 from kernels_env.judge import reference_cache
 from kernels_env.judge.faults import EnvFault, Failed
@@ -63,6 +63,8 @@ class Evaluation(Protocol):
     def result(self, status: Status, message: str, **kw: Any) -> Result: ...
 
     def device_failure(self, e: Exception, stage: str) -> Result: ...
+
+    def trial_inputs(self, trial: int, seed: int) -> dict[str, Any]: ...
 
     def verify_outputs(self, arrays: dict[str, Any], pristine: dict[str, Any], trial: int, seed: int,
                        prefix: str) -> None: ...
@@ -213,18 +215,10 @@ class _Stage:
     def _verify_run(self, arrays: dict[str, Any], index: int) -> None:
         """Compare timing run `index`'s inputs and outputs (`arrays`) in full with the reference."""
         trial, seed = TIMING_TRIAL_BASE + index, self.config.seed
-        pristine = self._inputs(trial, seed)
+        pristine = self.run.trial_inputs(trial, seed)
         self.run.verify_outputs(arrays, pristine, trial, seed,
                                 f"timing: the timed runs disagreed with the verified runs: timing run "
                                 f"{index + 1} (fresh inputs of trial {trial}): ")
-
-    def _inputs(self, trial: int, seed: int) -> dict[str, Any]:
-        """make_inputs, its failures an environment fault."""
-        try:
-            return make_inputs(self.task, self.sizes, trial, seed, self.xp, self.config.input_domains)
-        except Exception as e:
-            raise EnvFault(f"could not make the inputs of task {self.task.name!r}: "
-                           f"{type(e).__name__}: {e}") from e
 
     def _torch_baseline(self, deadline: float, kernel_ms: float) -> dict[str, float] | None:
         """torch eager's median time for the task's KernelBench-style model (`tasks/torch_models.py`)
@@ -246,7 +240,7 @@ class _Stage:
             cache = self._reference_cache()
             if key not in cache:
                 stream = torch.cuda.ExternalStream(self.xp.cuda.get_current_stream().ptr)
-                inputs = self._inputs(TIMING_TRIAL_BASE, self.config.seed)
+                inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.config.seed)
                 tensors = {k: torch.from_dlpack(v) for k, v in inputs.items()}
                 scalars = {s.name: s.value for s in self.task.scalars}
 
@@ -287,7 +281,7 @@ class _Stage:
         key, cache = self._reference_key(), self._reference_cache()
         free = [j for j in range(REFERENCE_OPINIONS) if (*key, j) not in cache]
         if free and (another or len(free) == REFERENCE_OPINIONS):
-            inputs = self._inputs(TIMING_TRIAL_BASE, self.config.seed)
+            inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.config.seed)
             scalars = {s.name: s.value for s in self.task.scalars}
 
             def ref(_state: Any) -> None:
@@ -343,7 +337,7 @@ class _TimedBuffers:
     def load(self, index: int) -> dict[str, Any]:
         """Enqueue run `index`'s fresh inputs, poison and zeroed scratch; the arrays to launch on."""
         stage = self.stage
-        fresh = stage._inputs(TIMING_TRIAL_BASE + index, stage.config.seed)
+        fresh = stage.run.trial_inputs(TIMING_TRIAL_BASE + index, stage.config.seed)
         for name, buf in self.inputs.items():
             buf[...] = fresh[name]
         for full, dtype, scratch in self.refills:

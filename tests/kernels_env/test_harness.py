@@ -429,11 +429,11 @@ def test_fatal_device_error_propagates_with_a_runtime_error_result():
 class LateFaultDevice(FakeDevice):
     """A kernel that corrupts the context without failing its own synchronisation: the sticky error
     shows only `clean_syncs` synchronisations later (as a far out-of-bounds write makes a later kernel
-    of the environment fault), and `env_fault` raises in the environment's own work meanwhile."""
+    of the environment fault)."""
 
     def __init__(self, clean_syncs: int = 1) -> None:
         super().__init__(reference_ms=1.0)
-        self.clean_syncs, self.armed, self.lost = clean_syncs, None, False
+        self.clean_syncs, self.armed = clean_syncs, None
         self.register("add", self.corrupting_add, 0.5)
 
     def corrupting_add(self, grid, block, shared, a, b, y, n):
@@ -445,7 +445,6 @@ class LateFaultDevice(FakeDevice):
         super().synchronize()
         if self.armed is not None:
             if self.armed <= 0:
-                self.lost = True
                 raise FatalDeviceError("kernel execution failed: cudaErrorIllegalInstruction: an illegal "
                                        "instruction was encountered")
             self.armed -= 1
