@@ -63,6 +63,14 @@ class TimedSync(Protocol):
     def synchronize(self, timeout_s: float | None = None) -> None: ...
 
 
+def launches_xp_arrays(device: Any) -> bool:
+    """Whether the device's kernels take arrays of its array module (`device.xp`) as they are: True
+    on a GPU (CuPy arrays are device memory) and for in-process test devices; False where a device
+    says `launches_xp_arrays = False` (the cpu backend: its kernels run in another process and see
+    only the buffers it made, `device.empty` / `device.to_device`)."""
+    return bool(getattr(device, "launches_xp_arrays", True))
+
+
 class Device(Protocol):
     name: str  # "cupy" | "cpu"
     xp: Any  # the array module for device buffers (cupy or numpy)

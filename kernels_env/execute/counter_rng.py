@@ -8,14 +8,17 @@ stateful alternative, `cupy.random.default_rng(seed)`, initialises a large array
 states for every new generator, and a trial needs one per input buffer.
 
 Derived values, computed in float64 and rounded once to float32:
-    uniform   (w >> 40) * 2**-24 in [0, 1), scaled to [low, high)
+    uniform   (w >> 40) * 2**-24 in [0, 1), scaled to [low, high) (after the rounding, values that
+              reached `high` become the float32 just below it)
     normal    Box-Muller on the word's halves: sqrt(-2 ln u1) * cos(2 pi u2),
               u1 = (hi32 + 1) * 2**-32 in (0, 1], u2 = lo32 * 2**-32 (|z| <= 6.67)
     student_t z0 / sqrt((z1^2 + ... + zdof^2) / dof) from streams s .. s + dof
     integers  low + (w >> 11) mod (high - low), int64
 
 The NumPy path is plain array arithmetic (uint64 wraps); the CuPy path is one ElementwiseKernel per
-kind with the same constants. Integers and uniforms agree bit for bit; normals may differ in the
+kind with the same constants, writing a new array or, given `out` (a C-contiguous array of the
+kind's dtype and size), that buffer: the timing stage draws every timed run's inputs straight into
+the run's fixed buffers, no copy. Integers and uniforms agree bit for bit; normals may differ in the
 last float32 bit where the two libms round log/cos differently (tests/kernels_env check both).
 """
 from __future__ import annotations
@@ -48,7 +51,7 @@ __device__ __forceinline__ double leap_normal(unsigned long long key, unsigned l
 """
 _CUDA_BODY = {
     "uniform": "unsigned long long w = leap_word(key, (unsigned long long)i + base);"
-               "out = (float)(low + (high - low) * ((double)(w >> 40) * 5.9604644775390625e-08));",
+               "out = fminf((float)(low + (high - low) * ((double)(w >> 40) * 5.9604644775390625e-08)), top);",
     "normal": "out = (float)leap_normal(key, (unsigned long long)i + base);",
     "student_t": "unsigned long long c = (unsigned long long)i + base;"
                  "double s = 0.0;"
@@ -59,7 +62,7 @@ _CUDA_BODY = {
                 "out = low + (long long)((w >> 11) % span);",
 }
 _CUDA_PARAMS = {
-    "uniform": ("uint64 key, uint64 base, float64 low, float64 high", "float32 out"),
+    "uniform": ("uint64 key, uint64 base, float64 low, float64 high, float32 top", "float32 out"),
     "normal": ("uint64 key, uint64 base", "float32 out"),
     "student_t": ("uint64 key, uint64 base, int32 dof", "float32 out"),
     "integers": ("uint64 key, uint64 base, int64 low, uint64 span", "int64 out"),
@@ -78,6 +81,36 @@ def _check(key: int, size: int, stream: int) -> None:
 
 def _is_cupy(xp: Any) -> bool:
     return getattr(xp, "__name__", "") == "cupy"
+
+
+def _check_out(out: Any, n: int, dtype: str) -> None:
+    """`out` must hold the draw as it is: `n` elements of `dtype`, C-contiguous."""
+    if out.dtype != np.dtype(dtype) or int(out.size) != n or not out.flags.c_contiguous:
+        raise ValueError(f"out: a {out.dtype} array of shape {tuple(out.shape)}; expected a C-contiguous "
+                         f"{dtype} array of {n} elements")
+
+
+def _cuda_into(kind: str, out: Any, n: int, *args: Any) -> Any:
+    """Run kind's kernel over n elements into `out` (checked) or a new array."""
+    if out is None:
+        return _cuda(kind)(*args, size=n)
+    _check_out(out, n, _CUDA_PARAMS[kind][1].split()[0])
+    _cuda(kind)(*args, out.reshape(-1))
+    return out
+
+
+def _shaped(values: Any, out: Any, shape: tuple[int, ...]) -> Any:
+    """A draw as the caller gets it: `out` itself when given, else the new array in `shape`."""
+    return out if out is not None else values.reshape(shape)
+
+
+def _np_into(values: np.ndarray, out: Any, dtype: str) -> Any:
+    """The NumPy draw `values` as `dtype`, written into `out` (checked) when given."""
+    if out is None:
+        return values.astype(dtype, copy=False)
+    _check_out(out, values.size, dtype)
+    out.reshape(-1)[...] = values.reshape(-1)
+    return out
 
 
 def _cuda(kind: str) -> Any:
@@ -121,48 +154,51 @@ def _size(shape: tuple[int, ...]) -> int:
 
 
 def uniform(xp: Any, key: int, shape: tuple[int, ...], low: float = 0.0, high: float = 1.0,
-            stream: int = 0) -> Any:
-    """float32 samples in [low, high) (the top is excluded after the float32 rounding too)."""
+            stream: int = 0, out: Any = None) -> Any:
+    """float32 samples in [low, high) (the top is excluded after the float32 rounding too), in a new
+    array or written into `out` (float32, C-contiguous, of the shape's size)."""
     if not high > low:
         raise ValueError(f"uniform needs low < high, got [{low}, {high})")
     n = _size(shape)
     _check(key, n, stream)
-    if _is_cupy(xp):
-        out = _cuda("uniform")(np.uint64(key), np.uint64(stream << STREAM_SHIFT), float(low), float(high),
-                               size=n)
-    else:
-        u = (words(key, n, stream) >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
-        out = (float(low) + (float(high) - float(low)) * u).astype(np.float32)
     top = np.nextafter(np.float32(high), np.float32(low))
-    return xp.minimum(out, top).reshape(shape)
+    if _is_cupy(xp):
+        return _shaped(_cuda_into("uniform", out, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT), float(low),
+                          float(high), top), out, shape)
+    u = (words(key, n, stream) >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
+    values = np.minimum((float(low) + (float(high) - float(low)) * u).astype(np.float32), top)
+    return _shaped(_np_into(values, out, "float32"), out, shape)
 
 
-def normal(xp: Any, key: int, shape: tuple[int, ...], stream: int = 0) -> Any:
-    """float32 standard normal samples."""
+def normal(xp: Any, key: int, shape: tuple[int, ...], stream: int = 0, out: Any = None) -> Any:
+    """float32 standard normal samples (in `out` when given, as `uniform`)."""
     n = _size(shape)
     _check(key, n, stream)
     if _is_cupy(xp):
-        return _cuda("normal")(np.uint64(key), np.uint64(stream << STREAM_SHIFT), size=n).reshape(shape)
-    return _np_normal(key, n, stream).astype(np.float32).reshape(shape)
+        return _shaped(_cuda_into("normal", out, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT)), out, shape)
+    return _shaped(_np_into(_np_normal(key, n, stream), out, "float32"), out, shape)
 
 
-def student_t(xp: Any, key: int, shape: tuple[int, ...], dof: int, stream: int = 0) -> Any:
-    """float32 Student-t samples with `dof` degrees of freedom (uses streams stream .. stream+dof)."""
+def student_t(xp: Any, key: int, shape: tuple[int, ...], dof: int, stream: int = 0, out: Any = None) -> Any:
+    """float32 Student-t samples with `dof` degrees of freedom (uses streams stream .. stream+dof; in
+    `out` when given, as `uniform`)."""
     if not 1 <= int(dof) <= 7:
         raise ValueError(f"dof={dof}; expected an integer in [1, 7]")
     n = _size(shape)
     _check(key, n, stream + int(dof))
     if _is_cupy(xp):
-        return _cuda("student_t")(np.uint64(key), np.uint64(stream << STREAM_SHIFT), np.int32(dof),
-                                  size=n).reshape(shape)
+        return _shaped(_cuda_into("student_t", out, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT),
+                          np.int32(dof)), out, shape)
     s = np.zeros(n, dtype=np.float64)
     for k in range(1, int(dof) + 1):
         s += _np_normal(key, n, stream + k) ** 2
-    return (_np_normal(key, n, stream) / np.sqrt(s / float(dof))).astype(np.float32).reshape(shape)
+    return _shaped(_np_into(_np_normal(key, n, stream) / np.sqrt(s / float(dof)), out, "float32"), out, shape)
 
 
-def integers(xp: Any, key: int, shape: tuple[int, ...], low: int, high: int, stream: int = 0) -> Any:
-    """int64 samples in [low, high) (modulo of 53 random bits: bias below 2**-20 for spans < 2**33)."""
+def integers(xp: Any, key: int, shape: tuple[int, ...], low: int, high: int, stream: int = 0,
+             out: Any = None) -> Any:
+    """int64 samples in [low, high) (modulo of 53 random bits: bias below 2**-20 for spans < 2**33;
+    in `out`, int64, when given, as `uniform`)."""
     low, high = int(low), int(high)
     if not high > low:
         raise ValueError(f"integers needs low < high, got [{low}, {high})")
@@ -172,7 +208,7 @@ def integers(xp: Any, key: int, shape: tuple[int, ...], low: int, high: int, str
     n = _size(shape)
     _check(key, n, stream)
     if _is_cupy(xp):
-        return _cuda("integers")(np.uint64(key), np.uint64(stream << STREAM_SHIFT), np.int64(low),
-                                 np.uint64(span), size=n).reshape(shape)
+        return _shaped(_cuda_into("integers", out, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT), np.int64(low),
+                          np.uint64(span)), out, shape)
     w = words(key, n, stream) >> np.uint64(11)
-    return (np.int64(low) + (w % np.uint64(span)).astype(np.int64)).reshape(shape)
+    return _shaped(_np_into(np.int64(low) + (w % np.uint64(span)).astype(np.int64), out, "int64"), out, shape)

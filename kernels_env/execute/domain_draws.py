@@ -135,14 +135,32 @@ def _rows(xp: Any, values: Any, domain: Domain, dtype: str, sizes: dict[str, int
     return xp.ascontiguousarray(out).reshape(shape)
 
 
-def _clipped(xp: Any, buffer: Buffer, sizes: dict[str, int], typical: Typical) -> Typical:
-    """`typical` clipped to a real domain narrower than the legacy heavy-tailed clip (a no-op, bit for
-    bit, at the default max_abs)."""
+def typical_bound(buffer: Buffer) -> np.float32 | None:
+    """The bound a typical draw is clipped to (+-): a real domain's declared max_abs, else None (the
+    clip is a no-op, bit for bit, at the default max_abs)."""
     domain = buffer.input_domain
     if domain.kind != "real" or domain.max_abs is None:
+        return None
+    return np.float32(domain.bound(buffer.dtype))
+
+
+def _clipped(xp: Any, buffer: Buffer, sizes: dict[str, int], typical: Typical) -> Typical:
+    """`typical` clipped to `typical_bound`."""
+    bound = typical_bound(buffer)
+    if bound is None:
         return typical
-    bound = np.float32(domain.bound(buffer.dtype))
     return lambda key: xp.clip(typical(key), -bound, bound)
+
+
+def clip_in_place(xp: Any, buffer: Buffer, values: Any) -> Any:
+    """A float32 typical draw clipped in place as `_clipped` clips it: the same numbers, no new array
+    (the timing stage's draws into a run's own buffers)."""
+    bound = typical_bound(buffer)
+    if bound is None:
+        return values
+    if values.dtype != np.float32:
+        raise ValueError(f"clip_in_place of buffer {buffer.name!r}: a {values.dtype} draw; expected float32")
+    return xp.clip(values, -bound, bound, out=values)
 
 
 def domain_draw(xp: Any, buffer: Buffer, sizes: dict[str, int], trial: int, key: int, shared_key: int,

@@ -30,7 +30,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
+from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program,
+                                       launches_xp_arrays)
 from kernels_env.core.config import EnvConfig
 from kernels_env.core.program import Submission
 from kernels_env.core.result import Mismatch, Result
@@ -104,7 +105,7 @@ class _Run:
         try:
             inputs = self.trial_inputs(trial, seed)
             copies = None
-            if getattr(self.device, "name", "") == "cpu":  # into guard-paged memory: reads past faults
+            if not launches_xp_arrays(self.device):  # the cpu backend: into its guard-paged shared memory
                 copies = inputs
                 inputs = {k: self.device.to_device(v) for k, v in inputs.items()}
             arrays, guards = dict(inputs), {}
@@ -129,11 +130,12 @@ class _Run:
         trial and seed, made after the kernels finished)."""
         return copies if copies is not None else self.trial_inputs(trial, seed)
 
-    def trial_inputs(self, trial: int, seed: int) -> dict[str, Any]:
-        """Fresh inputs of (trial, seed) on the device's array module (make_inputs); a failure to
-        make them is the environment's (EnvFault). Every stage gets its inputs here."""
+    def trial_inputs(self, trial: int, seed: int, out: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Fresh inputs of (trial, seed) on the device's array module (make_inputs; written into
+        `out`'s arrays when given); a failure to make them is the environment's (EnvFault). Every
+        stage gets its inputs here."""
         try:
-            return make_inputs(self.task, self.sizes, trial, seed, self.xp, self.config.input_domains)
+            return make_inputs(self.task, self.sizes, trial, seed, self.xp, self.config.input_domains, out)
         except Exception as e:
             raise EnvFault(f"could not make the inputs of task {self.task.name!r}: "
                            f"{type(e).__name__}: {e}") from e

@@ -32,6 +32,7 @@ STUDENT_T_DOF = 3
 HEAVY_TAIL_CLIP = DEFAULT_MAX_ABS  # one table: a real domain's default reach is this clip
 POSITIVE_RANGE = (0.1, 2.0)
 INT_DTYPES = ("int32", "int64")
+INTEGER_DISTS = ("randint", "indices")  # drawn as int64; every other distribution as float32
 
 
 def trial_distribution(buffer: Buffer, trial: int) -> str:
@@ -75,36 +76,64 @@ def _bound(value: float | str, sizes: dict[str, int], buffer: Buffer, which: str
 
 
 def _draw(xp: Any, key: int, dist: str, shape: tuple[int, ...], buffer: Buffer,
-          sizes: dict[str, int]) -> Any:
-    """Samples of `dist` as float32 (real distributions) or int64 (randint/indices)."""
+          sizes: dict[str, int], out: Any = None) -> Any:
+    """Samples of `dist` as float32 (real distributions) or int64 (randint/indices), in a new array
+    or in `out` (of that dtype: see `_draws_into`)."""
     if dist == "uniform":
         low, high = _bound(buffer.low, sizes, buffer, "low"), _bound(buffer.high, sizes, buffer, "high")
         if not high > low:
             raise ValueError(f"buffer {buffer.name!r}: uniform needs low < high, got [{low}, {high})")
-        return counter_rng.uniform(xp, key, shape, low, high)
+        return counter_rng.uniform(xp, key, shape, low, high, out=out)
     if dist == "normal":
-        return counter_rng.normal(xp, key, shape)
+        return counter_rng.normal(xp, key, shape, out=out)
     if dist == "heavy_tailed":
         clip = float(HEAVY_TAIL_CLIP[buffer.dtype])
-        return xp.clip(counter_rng.student_t(xp, key, shape, STUDENT_T_DOF), -clip, clip)
+        t = counter_rng.student_t(xp, key, shape, STUDENT_T_DOF, out=out)
+        return xp.clip(t, -clip, clip, out=t)
     if dist == "positive":
-        return counter_rng.uniform(xp, key, shape, *POSITIVE_RANGE)
-    if dist in ("randint", "indices"):
+        return counter_rng.uniform(xp, key, shape, *POSITIVE_RANGE, out=out)
+    if dist in INTEGER_DISTS:
         low = 0.0 if dist == "indices" else _bound(buffer.low, sizes, buffer, "low")
         high = _bound(buffer.high, sizes, buffer, "high")
         lo_i, hi_i = int(low), int(high)
         if hi_i <= lo_i:
             raise ValueError(f"buffer {buffer.name!r}: {dist} needs low < high, got [{lo_i}, {hi_i})")
-        return counter_rng.integers(xp, key, shape, lo_i, hi_i)
+        return counter_rng.integers(xp, key, shape, lo_i, hi_i, out=out)
     raise ValueError(f"buffer {buffer.name!r}: unknown distribution {dist!r}")
 
 
+def _draws_into(buffer: Buffer, dist: str, trial: int, out: Any, domains: bool) -> bool:
+    """Whether `trial`'s draw of `dist` can be written straight into `out`, the buffer's own array:
+    a typical draw (no edges or structure to mix in) into a C-contiguous array of the draw's dtype
+    (float32 for real distributions, int64 for randint/indices, so no rounding or cast follows),
+    and, under a domain's clip, a float32 one (clipped in place)."""
+    draw_dtype = "int64" if dist in INTEGER_DISTS else "float32"
+    if buffer.dtype != draw_dtype or str(out.dtype) != draw_dtype or not out.flags.c_contiguous:
+        return False
+    if not domains:
+        return True
+    return domain_draws.trial_mode(trial) == "typical" and (
+        draw_dtype == "float32" or domain_draws.typical_bound(buffer) is None)
+
+
 def make_input(buffer: Buffer, sizes: dict[str, int], trial: int, seed: int, task_name: str,
-               xp: Any, domains: bool = True) -> Any:
-    """One input buffer for one trial, on `xp`, with the buffer's dtype and resolved shape."""
+               xp: Any, domains: bool = True, out: Any = None) -> Any:
+    """One input buffer for one trial, on `xp`, with the buffer's dtype and resolved shape: a new
+    array, or written into `out` (an `xp` array of that dtype and shape) and returned. A typical
+    draw (always a timing run's) goes straight into `out` where its dtype is the draw's: one pass
+    over the buffer, the timing stage's refill of a timed run's inputs."""
     shape = buffer.resolve_shape(sizes)
     dist = trial_distribution(buffer, trial)
     key = buffer_seed(seed, task_name, trial, buffer.name)
+    if out is not None:
+        if tuple(out.shape) != tuple(shape) or str(out.dtype) != buffer.dtype:
+            raise ValueError(f"out for buffer {buffer.name!r}: a {out.dtype} array of shape {tuple(out.shape)}; "
+                             f"expected {buffer.dtype} of shape {tuple(shape)}")
+        if _draws_into(buffer, dist, trial, out, domains):
+            values = _draw(xp, key, dist, shape, buffer, sizes, out)
+            return domain_draws.clip_in_place(xp, buffer, values) if domains else values
+        out[...] = make_input(buffer, sizes, trial, seed, task_name, xp, domains)
+        return out
     if domains:
         shared = buffer_seed(seed, task_name, trial, domain_draws.shared_name(buffer, shape))
         values = domain_draws.domain_draw(xp, buffer, sizes, trial, key, shared,
@@ -120,10 +149,12 @@ def make_input(buffer: Buffer, sizes: dict[str, int], trial: int, seed: int, tas
 
 
 def make_inputs(task: Task, sizes: dict[str, int], trial: int, seed: int, xp: Any,
-                domains: bool = True) -> dict[str, Any]:
-    """Fresh input arrays (new allocations) for `trial`, by buffer name, generated on `xp`.
+                domains: bool = True, out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fresh input arrays (new allocations) for `trial`, by buffer name, generated on `xp`; with
+    `out` (arrays by buffer name), the same values written into those arrays.
 
     Deterministic for (seed, task.name, trial, domains) and a given array module; consecutive trials
     use the next distribution of each buffer's rotation (and, with `domains`, the next trial mode).
     """
-    return {b.name: make_input(b, sizes, trial, seed, task.name, xp, domains) for b in task.inputs}
+    return {b.name: make_input(b, sizes, trial, seed, task.name, xp, domains, None if out is None else out[b.name])
+            for b in task.inputs}

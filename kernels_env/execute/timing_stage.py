@@ -64,7 +64,7 @@ class Evaluation(Protocol):
 
     def device_failure(self, e: Exception, stage: str) -> Result: ...
 
-    def trial_inputs(self, trial: int, seed: int) -> dict[str, Any]: ...
+    def trial_inputs(self, trial: int, seed: int, out: dict[str, Any] | None = None) -> dict[str, Any]: ...
 
     def verify_outputs(self, arrays: dict[str, Any], pristine: dict[str, Any], trial: int, seed: int,
                        prefix: str) -> None: ...
@@ -311,8 +311,9 @@ class _Measured:
 
 class _TimedBuffers:
     """The buffers of the timing stage's verified runs, allocated once and refilled before every
-    run: fresh inputs (trial TIMING_TRIAL_BASE + run index, never a correctness trial's), poisoned
-    outputs and guards, zeroed scratch. Same pointers every run, new contents: memoising on either
+    run: fresh inputs (trial TIMING_TRIAL_BASE + run index, never a correctness trial's; drawn
+    straight into the buffers where the draw allows, inputs.make_input), poisoned outputs and
+    guards, zeroed scratch. Same pointers every run, new contents: memoising on either
     buys nothing, and a run that skips its work leaves the poison."""
 
     def __init__(self, stage: _Stage) -> None:
@@ -337,9 +338,7 @@ class _TimedBuffers:
     def load(self, index: int) -> dict[str, Any]:
         """Enqueue run `index`'s fresh inputs, poison and zeroed scratch; the arrays to launch on."""
         stage = self.stage
-        fresh = stage.run.trial_inputs(TIMING_TRIAL_BASE + index, stage.config.seed)
-        for name, buf in self.inputs.items():
-            buf[...] = fresh[name]
+        stage.run.trial_inputs(TIMING_TRIAL_BASE + index, stage.config.seed, out=self.inputs)
         for full, dtype, scratch in self.refills:
             fill_poison(full, dtype)
             if scratch is not None:

@@ -86,6 +86,31 @@ def test_keys_give_independent_streams_and_bad_arguments_are_named():
     assert cr.uniform(np, 1, (0, 4)).shape == (0, 4)
 
 
+def test_draws_into_a_given_array_are_the_same_numbers_and_bad_ones_are_named():
+    shape, key = (37, 53), 99
+    for draw, dtype in ((lambda o: cr.uniform(np, key, shape, -2.0, 3.0, out=o), "float32"),
+                        (lambda o: cr.normal(np, key, shape, stream=2, out=o), "float32"),
+                        (lambda o: cr.student_t(np, key, shape, 3, out=o), "float32"),
+                        (lambda o: cr.integers(np, key, shape, -5, 9, out=o), "int64")):
+        out = np.zeros(shape, dtype)
+        got = draw(out)
+        assert got is out or np.shares_memory(got, out)
+        np.testing.assert_array_equal(out, draw(None))
+        for bad in (np.zeros(shape, "float64" if dtype == "float32" else "int32"), np.zeros((37, 52), dtype),
+                    np.zeros((53, 74), dtype)[:, ::2]):
+            with pytest.raises(ValueError, match=f"out: a .*; expected a C-contiguous {dtype} array of 1961"):
+                draw(bad)
+
+
+def test_uniform_stays_below_high_after_rounding():
+    # in [1e6, 1e6 + 1) float32 steps by 1/16: the samples above 1e6 + 29/32 (~9%) round to the top
+    # (1e6 + 1, excluded) or the float32 below it, and all must end below
+    top = np.nextafter(np.float32(1e6 + 1), np.float32(0))
+    for out in (None, np.empty(4096, np.float32)):
+        got = cr.uniform(np, 5, (4096,), 1e6, 1e6 + 1, out=out)
+        assert got.max() == top and 300 < (got == top).sum() < 480
+
+
 @gpu
 def test_cupy_kernels_match_the_numpy_formula():
     cupy = pytest.importorskip("cupy")
@@ -99,9 +124,18 @@ def test_cupy_kernels_match_the_numpy_formula():
         (cr.uniform(cupy, key, shape, -1.5, 2.5, stream=2), cr.uniform(np, key, shape, -1.5, 2.5, stream=2)),
         (cr.integers(cupy, key, shape, -7, 1 << 30), cr.integers(np, key, shape, -7, 1 << 30)),
     ]
+    # samples that round to the excluded top in float32: the kernel's clamp, as NumPy's
+    pairs += [(cr.uniform(cupy, key, shape, 1e6, 1e6 + 1), cr.uniform(np, key, shape, 1e6, 1e6 + 1)),
+              (cr.uniform(cupy, key, shape, -1.5, 2.5, stream=2, out=cupy.zeros(shape, cupy.float32)),
+               cr.uniform(np, key, shape, -1.5, 2.5, stream=2)),
+              (cr.integers(cupy, key, shape, -7, 1 << 30, out=cupy.zeros(shape, cupy.int64)),
+               cr.integers(np, key, shape, -7, 1 << 30))]
     for got, want in pairs:
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(cupy.asnumpy(got), want)
+    into = cupy.zeros(shape, cupy.float32)
+    assert cr.normal(cupy, key, shape, stream=1, out=into).data.ptr == into.data.ptr
+    cupy.testing.assert_array_equal(into, cr.normal(cupy, key, shape, stream=1))
     for got, want in ((cr.normal(cupy, key, shape, stream=1), cr.normal(np, key, shape, stream=1)),
                       (cr.student_t(cupy, key, shape, 3), cr.student_t(np, key, shape, 3))):
         g = cupy.asnumpy(got)

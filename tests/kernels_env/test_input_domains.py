@@ -173,6 +173,32 @@ def test_every_draw_stays_inside_its_domain_and_is_pure(name):
             assert not np.shares_memory(got, again[b.name])
 
 
+@pytest.mark.parametrize("domains", [True, False])
+def test_draws_into_the_callers_buffers_are_the_same_numbers(domains):
+    """The timing stage draws each timed run's inputs into the run's fixed buffers (make_inputs
+    `out`): the arrays it is given, holding exactly what a new draw holds, for every mode and dtype
+    (a typical float32/int64 draw goes straight in, the rest is drawn anew and copied)."""
+    for name in ALL_CHECKED[::3]:
+        task = get_task(name)
+        sizes = task.size_set("small")
+        bufs = {b.name: np.full(b.resolve_shape(sizes), 7, dtype=b.dtype) for b in task.inputs}
+        for trial in (0, 1, 2, TIMING_TRIAL_BASE, TIMING_TRIAL_BASE + 1, TIMING_TRIAL_BASE + 2):
+            got = make_inputs(task, sizes, trial, 3, np, domains, out=bufs)
+            want = make_inputs(task, sizes, trial, 3, np, domains)
+            for k, v in want.items():
+                assert got[k] is bufs[k], (name, trial, k)
+                np.testing.assert_array_equal(got[k], v, err_msg=f"{name} trial {trial} {k}")
+
+
+def test_a_buffer_of_another_shape_or_dtype_is_refused_naming_it():
+    task = get_task("softplus")
+    sizes = task.size_set("small")
+    (b,) = task.inputs
+    for bad in (np.empty((3,), b.dtype), np.empty(b.resolve_shape(sizes), "float64")):
+        with pytest.raises(ValueError, match=f"out for buffer {b.name!r}.*expected {b.dtype}"):
+            make_inputs(task, sizes, TIMING_TRIAL_BASE, 0, np, out={b.name: bad})
+
+
 LEGACY_OF: dict[str, dict[str, Any]] = {"real": {}, "positive": {"distributions": ("positive",)},
              "labels": {"distributions": ("randint",), "low": 0, "high": 2},
              "indices": {"distributions": ("indices",), "high": "C"}}
@@ -254,6 +280,15 @@ def test_cupy_draws_match_numpy(gpu_device):
             want = make_inputs(task, task.size_set("small"), trial, 0, np)
             for k, v in want.items():  # normals may differ in the last float32 bit (counter_rng)
                 np.testing.assert_allclose(cupy.asnumpy(got[k]), v, rtol=1e-6, atol=1e-6)
+        # the timing stage's draws into its fixed buffers: the same numbers as new cupy arrays
+        sizes = task.size_set("small")
+        bufs = {b.name: cupy.empty(b.resolve_shape(sizes), b.dtype) for b in task.inputs}
+        for trial in (TIMING_TRIAL_BASE, TIMING_TRIAL_BASE + 1, TIMING_TRIAL_BASE + 2, 1):
+            into = make_inputs(task, sizes, trial, 0, cupy, out=bufs)
+            new = make_inputs(task, sizes, trial, 0, cupy)
+            for k, v in new.items():
+                assert into[k] is bufs[k]
+                np.testing.assert_array_equal(cupy.asnumpy(into[k]), cupy.asnumpy(v))
 
 
 # ---- no task is degenerate under its draws -----------------------------------------------------

@@ -37,8 +37,8 @@ def test_inputs_identical_across_trials_are_rejected():
     frozen = dataclasses.replace(SUM, name="frozen_sum")
     real = inputs_mod.make_input
 
-    def same_every_trial(b, sizes, trial, seed, task_name, xp, domains=True):
-        return real(b, sizes, 0, seed, task_name, xp, domains)
+    def same_every_trial(b, sizes, trial, seed, task_name, xp, domains=True, out=None):
+        return real(b, sizes, 0, seed, task_name, xp, domains, out)
 
     inputs_mod.make_input = same_every_trial
     try:

@@ -55,6 +55,7 @@ class CpuDevice:
     xp = np
     timing_device = "cpu"
     timing_comparable = False
+    launches_xp_arrays = False  # kernels run in a runner process: inputs go through to_device (base.py)
     arch = None  # NVRTC arch: default (sm_90)
 
     def __init__(self, config: EnvConfig | None = None) -> None:
