@@ -23,6 +23,7 @@ Sums over the suite show which stage to attack for evaluations/s.
 
     python benchmarks/env_stage_profile.py                   # H200, cupy, eval sizes, level 1
     python benchmarks/env_stage_profile.py --backend cpu --sizes small --limit 4
+    python benchmarks/env_stage_profile.py --generated 64      # the generated family, correctness only
 """
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     result, _ = execute(prep, device, config, task=task)
     total_ms = (time.perf_counter() - t0) * 1e3
-    if result.timing is None:
+    if result.timing is None and (config.timing or result.status.value != "correct"):
         return {"task": task.name, "error": f"{result.status}: {result.message}"}
     program = device.load(prep.compiled, config)
     kernels = dict(getattr(program, "kernels", {}) or {})
@@ -181,6 +182,9 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     row["stage_load"] = stages.get("load", 0.0) * 1e3
     # the runs and the kernel's own time of the evaluation whose stage times are reported (the
     # breakdown's evaluation is another, whose adaptive run count may differ)
+    if result.timing is None:  # correctness only (--generated: RL's configuration)
+        row.update({"t_runs": 0.0, "timing_kernel_own": 0.0, "kernel_median": 0.0}, **dict.fromkeys(TIMING_PARTS, 0.0))
+        return row
     row["t_runs"] = float(result.timing.checked_runs)
     row["timing_kernel_own"] = result.timing.checked_runs * result.timing.kernel_median_ms
     row["kernel_median"] = result.timing.kernel_median_ms
@@ -195,13 +199,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", type=int, default=1)
     p.add_argument("--limit", type=int, default=None, help="profile only the first N tasks")
     p.add_argument("--top", type=int, default=12, help="per-task rows printed (slowest first)")
+    p.add_argument("--generated", type=int, default=0, metavar="N",
+                   help="profile N generated-family tasks (spread over the family) with timing off, the "
+                        "configuration RL uses, instead of the suite's level")
     args = p.parse_args(argv)
     from kernels_env.backends import get_device
     from kernels_env.core.config import EnvConfig
-    from kernels_env.tasks.registry import list_tasks
-    config = EnvConfig(backend=args.backend, sizes=args.sizes)
+    from kernels_env.tasks.generated import generated_task_names
+    from kernels_env.tasks.registry import get_task, list_tasks
+    config = EnvConfig(backend=args.backend, sizes=args.sizes, timing=not args.generated)
     device = get_device(args.backend, config)
-    tasks = list_tasks(level=args.level)[: args.limit]
+    if args.generated:
+        names = generated_task_names(4000, split="all")
+        tasks = [get_task(n) for n in names[:: max(1, len(names) // args.generated)][: args.generated]]
+    else:
+        tasks = list_tasks(level=args.level)[: args.limit]
     rows, errors = [], []
     for t in tasks:
         r = profile_task(t, device, config)
@@ -209,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print("no task profiled:", errors)
         return 1
-    cols = ("total", "stage_correctness", "stage_timing", "timing_kernel_own") + PARTS + TIMING_PARTS + ("t_runs",)
+    cols = ("total", "stage_load", "stage_correctness", "stage_timing", "timing_kernel_own") + PARTS + TIMING_PARTS + ("t_runs",)
     print(f"{len(rows)} tasks ({args.backend}, {args.sizes} sizes); ms per evaluation or per step")
     print(f"{'task':34s}" + "".join(f"{c[:12]:>13s}" for c in cols))
     for r in sorted(rows, key=lambda r: -r["total"])[: args.top]:

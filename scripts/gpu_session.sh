@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers envprof sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,7 +54,11 @@ for s in "$@"; do
       # save (one arm took 138 s on an H100)
       stage env31-sticky 420 python3 benchmarks/env_throughput.py --before-src .bench_before --workloads mix \
         --fail-kinds illegal --repeat 2 --no-independent --arm-timeout 200 --json ;;
+    draw-cost)  # issue 31: what a timed run's input draw, copy, poison and counts cost, step by step
+      stage draw-cost 90 python3 benchmarks/input_draw_cost.py ;;
     envprof) stage envprof ${ENVPROF_S:-120} python3 benchmarks/env_stage_profile.py ${ENVPROF_ARGS:-} ;;
+    envprof-gen)  # issue 29/31: where a correctness-only evaluation of the generated family goes (GRPO waits on it)
+      stage envprof-gen 150 python3 benchmarks/env_stage_profile.py --generated 64 ;;
     sampler) stage sampler 230 python3 benchmarks/sampler_throughput.py ;;
     sampler-attn)  # issue 4: the fused cuDNN decode attention against the two-gemm default, HF in the same run
       stage sampler-attn ${SAMPLER_S:-240} python3 benchmarks/sampler_throughput.py ${SAMPLER_ARGS:---batches 64,256 \
