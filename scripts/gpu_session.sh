@@ -83,10 +83,12 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       patched_tree
       stage env31-patched ${ENVBENCH_S:-420} bash -c "cd /tmp/patched && PYTHONPATH=/tmp/patched python3 benchmarks/env_throughput.py \
         --before-src $PWD --workloads suite,mix --repeat 2 --arm-timeout 150 --independent-hold" ;;
-    kenv)  # the environment's GPU tests: backend, pool, pipeline, the broken and hostile corpora, the draws
+    kenv)  # the environment's GPU tests: backend, pool, pipeline, the broken and hostile corpora, the draws,
+      # timing cheats, the expected cache
       stage kenv 480 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_counter_rng.py \
         tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py \
-        tests/kernels_env/test_pipeline.py tests/kernels_env/test_hostile_corpus.py tests/kernels_env/test_input_domains.py ;;
+        tests/kernels_env/test_pipeline.py tests/kernels_env/test_hostile_corpus.py tests/kernels_env/test_input_domains.py \
+        tests/kernels_env/test_timing_cheats.py tests/kernels_env/test_expected_cache.py ;;
     decode-prof)  # issue 29: where a decode step of the generated family's shape goes (batch 128, a multi-turn
       # cache), kernel families per step: einsum against the cuDNN decode attention, and under XLA command buffers
       P='--shape generated --batch 128 --prompt 1024 --new 768 --top 20'
