@@ -28,10 +28,15 @@ def params():
     return random_params(CFG, seed=11)
 
 
-@pytest.fixture(scope="module")
-def prompts():
+def sample_prompts():
+    """Eleven random prompts of 1-16 tokens (shared with test_speculative_decode)."""
     rng = np.random.default_rng(3)
     return [rng.integers(1, 97, n).tolist() for n in (3, 8, 5, 1, 12, 7, 2, 16, 6, 4, 9)]
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return sample_prompts()
 
 
 def make(impl=None, **kw):

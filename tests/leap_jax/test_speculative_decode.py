@@ -13,7 +13,7 @@ from leap_jax.models import decoder
 from leap_jax.sampling.decode_impl import DecodeImpl
 from leap_jax.sampling.params import SamplingParams
 from tests.leap_jax.test_continuous_batching import (TEMP, TOP_K, assert_pairs_follow, assert_same, make,
-                                                     stop_settings)
+                                                     sample_prompts, stop_settings)
 from tests.leap_jax.test_decoder import CFG, random_params
 # _fp32_matmuls: the static sampler tests' autouse fixture (fp32 matmuls on every backend)
 from tests.leap_jax.test_sampler import _fp32_matmuls  # noqa: F401
@@ -26,9 +26,7 @@ def params():
 
 @pytest.fixture(scope="module")
 def prompts():
-    rng = np.random.default_rng(3)
-    out = [rng.integers(1, 97, n).tolist() for n in (3, 8, 5, 1, 12, 7, 2, 16, 6, 4, 9)]
-    return out + [[5, 6, 7, 5, 6, 7, 5, 6], [9, 9, 9, 9]]  # repeats: drafts from the prompt too
+    return sample_prompts() + [[5, 6, 7, 5, 6, 7, 5, 6], [9, 9, 9, 9]]  # repeats: drafts from the prompt too
 
 
 @pytest.mark.parametrize("kw", [dict(speculate=1), dict(speculate=3), dict(speculate=8, draft_ngrams=(1,)),
