@@ -19,7 +19,8 @@ is the kernel's own time. The timing stage is also taken apart by wrapping its s
 no extra synchronisation): the device's time_runs loop, and inside it the runs' input loads, the
 plan's launches and the device-side counts; the full comparisons of picked runs; the rest. A
 time_runs loop much longer than its host parts plus the kernel's own time waited on the GPU.
-Sums over the suite show which stage to attack for evaluations/s.
+The correctness trials are taken apart the same way (c_* columns). Sums over the suite show which
+stage to attack for evaluations/s.
 
     python benchmarks/env_stage_profile.py                   # H200, cupy, eval sizes, level 1
     python benchmarks/env_stage_profile.py --backend cpu --sizes small --limit 4
@@ -42,6 +43,7 @@ if ROOT not in sys.path:
 
 PARTS = ("inputs", "inputs_rng", "copy", "kernel", "reference", "compare", "check_off", "check_hit", "flush", "sync")
 TIMING_PARTS = ("t_time_runs", "t_load", "t_launch", "t_counts", "t_verify", "t_rest")
+CORRECTNESS_PARTS = ("c_fresh", "c_launch", "c_guards", "c_pristine", "c_verify", "c_rest")
 
 
 def _timed_ms(device: Any, fn: Callable[[], Any], reps: int = 3) -> float:
@@ -95,6 +97,24 @@ def timing_breakdown(prep: Any, device: Any, config: Any, task: Any) -> dict[str
     stage = result.stage_seconds.get("timing", 0.0) * 1e3
     row = {k: spent.get(k, 0.0) for k in TIMING_PARTS}
     row["t_rest"] = stage - row["t_time_runs"] - row["t_verify"]
+    return row
+
+
+def correctness_breakdown(prep: Any, device: Any, config: Any, task: Any) -> dict[str, float]:
+    """One more (warm) evaluation, timing off, with the correctness trials' steps wrapped (host wall
+    ms, summed over the trials): fresh inputs and poisoned outputs, the synchronising launches, the guard
+    checks (each read back), the regenerated inputs, the input and output checks; the rest."""
+    from kernels_env.execute import harness
+    from kernels_env.schedule.pipeline import execute
+    spent: dict[str, float] = {}
+    targets = [(harness._Run, "fresh_arrays", "c_fresh"), (harness, "launch_all", "c_launch"),
+               (harness, "guard_changed", "c_guards"), (harness._Run, "pristine_inputs", "c_pristine"),
+               (harness._Run, "verify_outputs", "c_verify")]
+    with _timed_calls(spent, targets):  # timing off: the timed runs' full comparisons are not counted here
+        result, _ = execute(prep, device, config.replace(timing=False), task=task)
+    stage = result.stage_seconds.get("correctness", 0.0) * 1e3
+    row = {k: spent.get(k, 0.0) for k in CORRECTNESS_PARTS}
+    row["c_rest"] = stage - sum(row.values())
     return row
 
 
@@ -182,6 +202,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     row["stage_load"] = stages.get("load", 0.0) * 1e3
     # the runs and the kernel's own time of the evaluation whose stage times are reported (the
     # breakdown's evaluation is another, whose adaptive run count may differ)
+    row.update(correctness_breakdown(prep, device, config, task))
     if result.timing is None:  # correctness only (--generated: RL's configuration)
         row.update({"t_runs": 0.0, "timing_kernel_own": 0.0, "kernel_median": 0.0}, **dict.fromkeys(TIMING_PARTS, 0.0))
         return row
@@ -221,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print("no task profiled:", errors)
         return 1
-    cols = ("total", "stage_load", "stage_correctness", "stage_timing", "timing_kernel_own") + PARTS + TIMING_PARTS + ("t_runs",)
+    cols = (("total", "stage_load", "stage_correctness", "stage_timing", "timing_kernel_own") + PARTS + TIMING_PARTS
+            + ("t_runs",) + CORRECTNESS_PARTS)
     print(f"{len(rows)} tasks ({args.backend}, {args.sizes} sizes); ms per evaluation or per step")
     print(f"{'task':34s}" + "".join(f"{c[:12]:>13s}" for c in cols))
     for r in sorted(rows, key=lambda r: -r["total"])[: args.top]:
@@ -242,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
           f"[of it input loads {mean['t_load']:.1f}, launches {mean['t_launch']:.1f}, counts {mean['t_counts']:.1f}; "
           f"the kernel's own {mean['timing_kernel_own']:.1f}], full comparisons {mean['t_verify']:.1f}, "
           f"the rest {mean['t_rest']:.1f} ms")
+    print(f"correctness stage, host wall (one more warm evaluation, {trials} trials): fresh inputs and poisoned "
+          f"outputs {mean['c_fresh']:.2f}, launches (synchronised) {mean['c_launch']:.2f}, guard checks "
+          f"{mean['c_guards']:.2f}, regenerated inputs {mean['c_pristine']:.2f}, input and output checks "
+          f"{mean['c_verify']:.2f}, the rest {mean['c_rest']:.2f} ms")
     print(f"=> one GPU serial: {1e3 / mean['total']:.1f} evaluations/s at these sizes")
     for e in errors:
         print("skipped:", e)

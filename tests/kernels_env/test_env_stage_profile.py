@@ -29,3 +29,22 @@ def test_profile_takes_the_timing_stage_apart_and_unwraps_it(cpu_device) -> None
     # the loop's parts happen inside it
     assert row["t_load"] + row["t_launch"] + row["t_counts"] <= row["t_time_runs"]
     assert (type(cpu_device).time_runs, timing_stage._TimedBuffers.load, timing_stage.launch_all) == originals
+
+
+def test_profile_takes_the_correctness_trials_apart_with_timing_off(cpu_device) -> None:
+    """--generated profiles with timing off (RL's configuration): no timing columns, the trials' steps
+    measured, each inside the stage, and the harness unwrapped afterwards."""
+    from kernels_env.core.config import EnvConfig
+    from kernels_env.execute import harness
+    from kernels_env.tasks.generated import generated_task_names
+    from kernels_env.tasks.registry import get_task
+    config = EnvConfig(backend="cpu", sizes="small", correctness_trials=2, timing=False)
+    originals = (harness._Run.fresh_arrays, harness.launch_all, harness.guard_changed, harness._Run.verify_outputs)
+    row = prof.profile_task(get_task(generated_task_names(4000, split="all")[0]), cpu_device, config)
+    assert "error" not in row, row
+    assert row["stage_timing"] == 0 and row["t_runs"] == 0
+    for part in ("c_fresh", "c_launch", "c_guards", "c_verify"):
+        assert row[part] > 0, (part, row)
+    assert row["c_pristine"] >= 0  # the cpu backend keeps copies out of the kernels' reach: ~0
+    assert (harness._Run.fresh_arrays, harness.launch_all, harness.guard_changed,
+            harness._Run.verify_outputs) == originals
