@@ -2,8 +2,9 @@
 
 `time_plan` times the whole launch plan on verified runs: every run gets fresh inputs, poisoned
 outputs and guards, zeroed scratch (`_TimedBuffers`), device-side counts of surviving poison and
-changed guards, and one run per batch (picked after the fact) plus the last is compared in full
-with the reference. Batches follow `judge/timing_stats.py` until the median is known well enough.
+changed guards, and one run per batch (picked with `secrets`; its outputs kept masked until the
+comparison after the batch) plus the last is compared in full with the reference. Batches follow
+`judge/timing_stats.py` until the median is known well enough.
 The reference (and torch eager, informational) is timed the same way, trusted, and cached per
 device, task, sizes and timing settings (judge/reference_cache.py `cache_of(device)`; the pool
 shares a worker's numbers with every worker of its GPU). The reference gets REFERENCE_OPINIONS
@@ -23,7 +24,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kernels_env.backends.base import Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program
+from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program,
+                                       launches_xp_arrays)
 from kernels_env.core.config import TIMING_TRIAL_BASE, EnvConfig
 from kernels_env.core.result import Mismatch, Result, Timing
 from kernels_env.core.status import Status
@@ -31,7 +33,7 @@ from kernels_env.execute.buffers import alloc_poisoned, fill_poison
 from kernels_env.execute import domain_draws
 from kernels_env.execute.inputs import describe_distributions
 from kernels_env.execute.launching import launch_all, takes_timeout
-from kernels_env.judge import reference_cache
+from kernels_env.judge import expected_cache, reference_cache
 from kernels_env.judge.faults import EnvFault, Failed
 from kernels_env.judge.poison import poison_count
 from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
@@ -134,19 +136,19 @@ class _Stage:
             n = warmup + runs
             counts = dev.zeros((n, len(buffers.checks)), "int64")
             pick = secrets.randbelow(n)  # unpredictable: which run of the batch is compared in full
-            snaps: dict[int, dict[str, Any]] = {}
+            snaps: dict[int, list[Any]] = {}
 
             def check(i: int, arrays: dict[str, Any]) -> None:
                 buffers.count_into(counts[i])
                 if i == pick:
-                    snaps[first + i] = buffers.snapshot()
+                    snaps[first + i] = buffers.keep_outputs()
 
             times = self._time_runs(lambda i: buffers.load(first + i),
                                     lambda arrays: launch_all(dev, self.program, self.plan, arrays, None),
                                     check, warmup, runs, deadline)
             self._verify_counts(buffers, first, dev.to_host(counts))
             for index, snap in snaps.items():
-                self._verify_run(snap, index)
+                self._verify_kept(snap, index)
             last = getattr(dev, "last_timing", {})
             measured.flush_ms += last.get("flush_ms", [])
             measured.late_ms += last.get("late_ms", [])
@@ -211,6 +213,29 @@ class _Stage:
         return self.run.result(Status.WRONG_OUTPUT, f"{head} left {count} of the {size} elements of output "
                                                     f"{name!r} unwritten (still the poison). Every launch must "
                                                     "compute all of its outputs from its inputs.", mismatch=m)
+
+    def _verify_kept(self, kept: list[Any], index: int) -> None:
+        """Compare the outputs of timing run `index`, kept by `_TimedBuffers.keep_outputs` while later
+        runs executed, with the reference; raise Failed when the kept copy was changed (a write into
+        the judge's memory: runtime_error) or the outputs are wrong. The run's inputs are
+        regenerated (a pure function of the trial), so the comparison checks outputs only; the
+        stage's final run, compared on the live buffers, checks its inputs too."""
+        xp, outputs = self.xp, {}
+        for b, k in zip(self.task.outputs, kept, strict=True):
+            if isinstance(k, expected_cache.MaskedOutput):
+                if not k.verify(xp):
+                    raise Failed(self.run.result(
+                        Status.RUNTIME_ERROR,
+                        f"timing: the timed runs disagreed with the verified runs: the judge's masked copy "
+                        f"of timing run {index + 1}'s output {b.name!r} changed while later runs executed "
+                        "(a write outside the kernel's buffers). Check the bounds of every store."))
+                k = k.unmask(xp)
+            outputs[b.name] = k
+        trial, seed = TIMING_TRIAL_BASE + index, self.config.seed
+        pristine = self.run.trial_inputs(trial, seed)
+        self.run.verify_outputs({**pristine, **outputs}, pristine, trial, seed,
+                                f"timing: the timed runs disagreed with the verified runs: timing run "
+                                f"{index + 1} (fresh inputs of trial {trial}): ")
 
     def _verify_run(self, arrays: dict[str, Any], index: int) -> None:
         """Compare timing run `index`'s inputs and outputs (`arrays`) in full with the reference."""
@@ -354,10 +379,25 @@ class _TimedBuffers:
             else:
                 row[j] = sum(v.size - poison_count(xp, v, dtype) for v in views)
 
-    def snapshot(self) -> dict[str, Any]:
-        """Device copies of the inputs and outputs (for a full comparison after the batch)."""
-        names = [*self.inputs, *(b.name for b in self.stage.task.outputs)]
-        return {name: self.arrays[name].copy() for name in names}
+    def keep_outputs(self) -> list[Any]:
+        """The run's outputs, kept for a full comparison after the batch (`_Stage._verify_kept`) out
+        of later runs' reach: where kernels share the judge's memory (backends.base.launches_xp_arrays)
+        masked under a fresh key with a checksum held on the host (judge/expected_cache.py: a later
+        run can neither recognise the copy nor repair it unnoticed; computing the checksum
+        synchronises once per batch), else plain copies (the cpu backend's kernels cannot see them)."""
+        stage = self.stage
+        xp, kept = stage.xp, []
+        for b in stage.task.outputs:
+            live = self.arrays[b.name]
+            if not launches_xp_arrays(stage.device):
+                kept.append(live.copy())
+                continue
+            plain = expected_cache.normalise_expected(xp, live, b.dtype, tuple(live.shape))
+            if plain is None:  # cannot happen: the live buffer has the declared shape
+                raise EnvFault(f"timing: output {b.name!r} has {live.size} elements, not its declared shape's")
+            kept.append(expected_cache.mask_output(xp, plain))
+            expected_cache.scrub(xp, [plain], keep=[live])
+        return kept
 
 
 def _costed(batch: Callable[[int, int, int], list[float]], first: int, warmup: int,

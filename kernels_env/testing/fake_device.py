@@ -83,7 +83,7 @@ class FakeDevice:
                   timeout_s: float | None = None) -> list[float]:
         """Runs prepare/fn/check warmup + runs times; a run's fake time is the sum of its kernels'
         costs, or `reference_ms` when it launched no kernel (the reference)."""
-        times = []
+        times, launched_before = [], len(self.launches)
         for i in range(warmup + runs):
             state = prepare(i)
             before = len(self.launches)
@@ -93,7 +93,8 @@ class FakeDevice:
             check(i, state)
             if i >= warmup:
                 times.append(ms)
-        self.time_calls.append({"warmup": warmup, "runs": runs, "flush_l2": flush_l2, "timeout_s": timeout_s})
+        self.time_calls.append({"warmup": warmup, "runs": runs, "flush_l2": flush_l2, "timeout_s": timeout_s,
+                                "launches": len(self.launches) - launched_before})  # 0: the reference
         return times
 
     def end_job(self) -> None:

@@ -130,6 +130,72 @@ def test_memoising_on_the_input_pointer_is_wrong_output():
     assert res.mismatch.reason == "mismatch" and res.mismatch.trial >= TIMING_TRIAL_BASE
 
 
+@pytest.mark.parametrize("attack", ["repair", "tamper"])
+def test_a_kernel_that_repairs_or_tampers_with_the_kept_copy_of_a_run_is_caught(monkeypatch, attack):
+    """A kernel that skips the work of most timed runs (writing a marker, not the poison, so the
+    device-side counts pass) and, on every run, searches memory for the copy of an earlier run kept
+    for the full comparison after the batch: `repair` writes the right outputs into a copy that holds
+    its marker (with plain device copies, as before, this earned `correct` and a 100x speedup on
+    runs it skipped), `tamper` overwrites whatever kept data it finds. The copies are masked under a
+    host-held key with a host-held checksum: the repair finds nothing it recognises (wrong_output),
+    the tampering is detected (runtime_error)."""
+    import sys
+
+    from kernels_env.execute import timing_stage
+    from kernels_env.judge.expected_cache import MaskedOutput
+    from kernels_env.testing.fake_device import FakeDevice
+
+    marker = np.float32(12345.0)
+    dev = FakeDevice(reference_ms=1.0)
+
+    def kept_on_the_stack(y):
+        """What a GPU kernel could find by scanning device memory: array dicts of a run other than
+        the live one, and the device data of masked copies (host objects stay out of reach)."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            for value in list(frame.f_locals.values()):
+                inner = list(value.values()) if isinstance(value, dict) else []
+                for holder in [value, *inner, *(x for v in inner if isinstance(v, list) for x in v)]:
+                    if isinstance(holder, MaskedOutput):
+                        yield holder.data
+                    elif (isinstance(holder, dict) and {"a", "b", "y"} <= set(holder) and holder["y"] is not y
+                            and isinstance(holder["y"], np.ndarray)):
+                        yield holder
+            frame = frame.f_back
+
+    def cheating(grid, block, shared, a, b, y, n):
+        for found in kept_on_the_stack(y):
+            if isinstance(found, dict) and bool(np.all(found["y"] == marker)):  # a plain copy: repair it
+                found["y"][...] = found["a"] + found["b"]
+            elif attack == "tamper" and isinstance(found, np.ndarray):
+                found[...] = 0
+        timed = len(dev.launches) - dev.untimed  # this launch's number in the kernel's timing (1: the probe)
+        if not dev.in_stage or timed in (1, 12):  # honest: trials, the probe, the stage's last run
+            add_kernel(grid, block, shared, a, b, y, n)
+        else:
+            y[...] = marker
+
+    dev.register("add", cheating, 0.01)
+    dev.in_stage, dev.untimed = False, 0
+    original = timing_stage._Stage._time_kernel
+
+    def marking(self, *args):  # launches before the kernel's timing are the correctness trials'
+        dev.in_stage, dev.untimed = True, len(dev.launches)
+        try:
+            return original(self, *args)
+        finally:
+            dev.in_stage = False
+
+    monkeypatch.setattr(timing_stage._Stage, "_time_kernel", marking)
+    monkeypatch.setattr(timing_stage.secrets, "randbelow", lambda n: n // 2)  # a skipped run is picked
+    res = run(dev, add_task(), ADD_SUB)
+    assert "timed runs disagreed" in res.message, res.message
+    if attack == "repair":
+        assert res.status is Status.WRONG_OUTPUT and res.mismatch.reason == "mismatch", res.message
+    else:
+        assert res.status is Status.RUNTIME_ERROR and "masked copy" in res.message, res.message
+
+
 def test_memoising_on_input_content_gains_nothing():
     memo: dict[bytes, np.ndarray] = {}
     computed = []
