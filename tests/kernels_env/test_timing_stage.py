@@ -370,3 +370,25 @@ def test_a_slow_window_in_one_reference_measurement_does_not_inflate_speedups():
     res = run(fresh, add_task(), ADD_SUB)
     assert res.timing.speedup == pytest.approx(4.0) and fresh.ref_batches == 0
 
+
+
+def test_the_kept_outputs_come_back_in_the_outputs_own_dtype(monkeypatch):
+    """The masked copy stores int outputs as int64 (the expected cache's normal form); the comparison
+    must get the output's own dtype back (on a GPU the fused check reads the buffer as that dtype)."""
+    from kernels_env.execute import harness
+    from tests.kernels_env.test_harness import KernelSignature, launch, ptr, submission, val
+
+    sig = KernelSignature("add", (ptr("a", "int", const=True), ptr("b", "int", const=True), ptr("y", "int"), val("n")))
+    sub = submission([launch("add", (Name("a"), Name("b"), Name("y"), Name("N")))], [sig])
+    seen = []
+    original = harness._Run.verify_outputs
+
+    def spy(self, arrays, pristine, trial, seed, prefix):
+        seen.append((trial, str(arrays["y"].dtype)))
+        return original(self, arrays, pristine, trial, seed, prefix)
+
+    monkeypatch.setattr(harness._Run, "verify_outputs", spy)
+    res = run(device_with(add=(add_kernel, 0.25)), add_task("int32"), sub)
+    assert res.status is Status.CORRECT, res.message
+    timed = [dtype for trial, dtype in seen if trial >= TIMING_TRIAL_BASE]
+    assert len(timed) >= 2 and set(timed) == {"int32"}, seen
