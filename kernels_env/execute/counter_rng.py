@@ -90,24 +90,21 @@ def _check_out(out: Any, n: int, dtype: str) -> None:
                          f"{dtype} array of {n} elements")
 
 
-def _cuda_into(kind: str, out: Any, n: int, *args: Any) -> Any:
-    """Run kind's kernel over n elements into `out` (checked) or a new array."""
+def _cuda_into(kind: str, out: Any, shape: tuple[int, ...], n: int, *args: Any) -> Any:
+    """Run kind's kernel over n elements into `out` (checked, returned as it is) or a new array of
+    `shape`."""
     if out is None:
-        return _cuda(kind)(*args, size=n)
+        return _cuda(kind)(*args, size=n).reshape(shape)
     _check_out(out, n, _CUDA_PARAMS[kind][1].split()[0])
     _cuda(kind)(*args, out.reshape(-1))
     return out
 
 
-def _shaped(values: Any, out: Any, shape: tuple[int, ...]) -> Any:
-    """A draw as the caller gets it: `out` itself when given, else the new array in `shape`."""
-    return out if out is not None else values.reshape(shape)
-
-
-def _np_into(values: np.ndarray, out: Any, dtype: str) -> Any:
-    """The NumPy draw `values` as `dtype`, written into `out` (checked) when given."""
+def _np_into(values: np.ndarray, out: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+    """The NumPy draw `values` as `dtype`: written into `out` (checked, returned as it is) when
+    given, else in `shape`."""
     if out is None:
-        return values.astype(dtype, copy=False)
+        return values.astype(dtype, copy=False).reshape(shape)
     _check_out(out, values.size, dtype)
     out.reshape(-1)[...] = values.reshape(-1)
     return out
@@ -163,11 +160,11 @@ def uniform(xp: Any, key: int, shape: tuple[int, ...], low: float = 0.0, high: f
     _check(key, n, stream)
     top = np.nextafter(np.float32(high), np.float32(low))
     if _is_cupy(xp):
-        return _shaped(_cuda_into("uniform", out, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT), float(low),
-                          float(high), top), out, shape)
+        return _cuda_into("uniform", out, shape, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT), float(low),
+                          float(high), top)
     u = (words(key, n, stream) >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
     values = np.minimum((float(low) + (float(high) - float(low)) * u).astype(np.float32), top)
-    return _shaped(_np_into(values, out, "float32"), out, shape)
+    return _np_into(values, out, "float32", shape)
 
 
 def normal(xp: Any, key: int, shape: tuple[int, ...], stream: int = 0, out: Any = None) -> Any:
@@ -175,8 +172,8 @@ def normal(xp: Any, key: int, shape: tuple[int, ...], stream: int = 0, out: Any 
     n = _size(shape)
     _check(key, n, stream)
     if _is_cupy(xp):
-        return _shaped(_cuda_into("normal", out, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT)), out, shape)
-    return _shaped(_np_into(_np_normal(key, n, stream), out, "float32"), out, shape)
+        return _cuda_into("normal", out, shape, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT))
+    return _np_into(_np_normal(key, n, stream), out, "float32", shape)
 
 
 def student_t(xp: Any, key: int, shape: tuple[int, ...], dof: int, stream: int = 0, out: Any = None) -> Any:
@@ -187,12 +184,12 @@ def student_t(xp: Any, key: int, shape: tuple[int, ...], dof: int, stream: int =
     n = _size(shape)
     _check(key, n, stream + int(dof))
     if _is_cupy(xp):
-        return _shaped(_cuda_into("student_t", out, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT),
-                          np.int32(dof)), out, shape)
+        return _cuda_into("student_t", out, shape, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT),
+                          np.int32(dof))
     s = np.zeros(n, dtype=np.float64)
     for k in range(1, int(dof) + 1):
         s += _np_normal(key, n, stream + k) ** 2
-    return _shaped(_np_into(_np_normal(key, n, stream) / np.sqrt(s / float(dof)), out, "float32"), out, shape)
+    return _np_into(_np_normal(key, n, stream) / np.sqrt(s / float(dof)), out, "float32", shape)
 
 
 def integers(xp: Any, key: int, shape: tuple[int, ...], low: int, high: int, stream: int = 0,
@@ -208,7 +205,7 @@ def integers(xp: Any, key: int, shape: tuple[int, ...], low: int, high: int, str
     n = _size(shape)
     _check(key, n, stream)
     if _is_cupy(xp):
-        return _shaped(_cuda_into("integers", out, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT), np.int64(low),
-                          np.uint64(span)), out, shape)
+        return _cuda_into("integers", out, shape, n, np.uint64(key), np.uint64(stream << STREAM_SHIFT), np.int64(low),
+                          np.uint64(span))
     w = words(key, n, stream) >> np.uint64(11)
-    return _shaped(_np_into(np.int64(low) + (w % np.uint64(span)).astype(np.int64), out, "int64"), out, shape)
+    return _np_into(np.int64(low) + (w % np.uint64(span)).astype(np.int64), out, "int64", shape)
