@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen env-readout step-grpo-readout sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -88,7 +88,17 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage kenv 480 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_counter_rng.py \
         tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py \
         tests/kernels_env/test_pipeline.py tests/kernels_env/test_hostile_corpus.py tests/kernels_env/test_input_domains.py \
-        tests/kernels_env/test_timing_cheats.py tests/kernels_env/test_expected_cache.py ;;
+        tests/kernels_env/test_timing_cheats.py tests/kernels_env/test_expected_cache.py tests/kernels_env/test_trial_readout.py ;;
+    env-readout)  # issue 29/31: a trial's checks read back once and inputs judged by checksums (this tree)
+      # against .bench_before (carried: `git archive <commit> kernels_env | tar -x -C .bench_before`): the
+      # generated family correctness-only (RL's configuration), the suite and the mix, no independent clock
+      stage env-readout ${ENVBENCH_S:-330} python3 benchmarks/env_throughput.py --before-src .bench_before \
+        --workloads gen,suite,mix --repeat 2 --no-independent --arm-timeout 100 ;;
+    step-grpo-readout)  # issue 29: GRPO's step with the inputs judged by checksums (default) against the
+      # regenerated inputs (env.input_checksums=false), the real SFT policy, alone on the GPU
+      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      stage step-grpo-readout ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
+        --arms after --arm 'regen: env.input_checksums=false' --steps 4 --warmup 1 ;;
     decode-prof)  # issue 29: where a decode step of the generated family's shape goes (batch 128, a multi-turn
       # cache), kernel families per step: einsum against the cuDNN decode attention, and under XLA command buffers
       P='--shape generated --batch 128 --prompt 1024 --new 768 --top 20'

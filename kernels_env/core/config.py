@@ -20,7 +20,7 @@ POOL_MODES = ("process", "inline", "ray")
 RAY_MIN_HEARTBEAT_S = 1.0
 # Fields that change how fast a result is computed, never the result: left out of the result cache's
 # key (kernels_env/schedule/result_cache.py), so cached results are shared and keys stay as they were.
-RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes")
+RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes", "input_checksums")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ class EnvConfig:
     # (kernels_env/judge/expected_cache.py; CuPy devices only); the bound is per device, in bytes.
     cache_expected: bool = True
     expected_cache_bytes: int = 1 << 30
+    # Judge a trial's inputs unchanged by a keyed checksum taken before its launch and read back with
+    # the trial's other checks (kernels_env/judge/trial_readout.py; CuPy devices only); False draws
+    # them again after the run and compares element by element. Same results, fewer host round trips.
+    input_checksums: bool = True
     # Correctness trials draw over each input buffer's declared domain (kernels_env/tasks/domains.py):
     # edges, extremes and a structured (duplicated/correlated/sorted rows) trial besides the legacy
     # distributions (execute/domain_draws.py). False reproduces the legacy draws bit for bit.
@@ -73,7 +77,7 @@ class EnvConfig:
             raise ValueError(f"EnvConfig.correctness_trials={self.correctness_trials}; expected 1 .. "
                              f"{TIMING_TRIAL_BASE} (trials from {TIMING_TRIAL_BASE} on are the timing runs')")
         self._check_timing()
-        for name in ("cache_expected", "input_domains"):
+        for name in ("cache_expected", "input_checksums", "input_domains"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"EnvConfig.{name}={getattr(self, name)!r}; expected true or false")
         if (isinstance(self.expected_cache_bytes, bool) or not isinstance(self.expected_cache_bytes, int)

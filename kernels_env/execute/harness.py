@@ -46,7 +46,7 @@ from kernels_env.execute.timing_stage import time_plan, timing_details, timing_m
 from kernels_env.judge import expected_cache
 from kernels_env.judge.compare import check_input_unchanged, compare_output, mismatch_message
 from kernels_env.judge.faults import EnvFault, Failed
-from kernels_env.judge.poison import guard_changed
+from kernels_env.judge.trial_readout import InputDigest, TrialReadout
 from kernels_env.source.launch import FormatError, ResolvedPlan
 from kernels_env.source.submission import in_launch_block
 from kernels_env.tasks.spec import Task
@@ -101,7 +101,8 @@ class _Run:
         Copies are made only where the kernels cannot reach them (the cpu backend: they run in
         another process and see its shared buffers only). Elsewhere they would share the device
         memory with the kernels, which could rewrite a copy together with its input and so choose
-        the inputs the reference is checked on; `pristine_inputs` regenerates them after the run."""
+        the inputs the reference is checked on: there the inputs are judged by a keyed checksum taken
+        before the launch (`input_digest`), or regenerated after the run (`pristine_inputs`)."""
         try:
             inputs = self.trial_inputs(trial, seed)
             copies = None
@@ -123,6 +124,15 @@ class _Run:
             # outside an output (names of scratch buffers and outputs never collide)
             arrays[name], guards[name] = poison(self.device, (count,), dtype, zero=True)
         return arrays, copies, guards
+
+    def input_digest(self, arrays: dict[str, Any]) -> InputDigest | None:
+        """Keyed checksums of the trial's inputs as its kernels will get them (one read back, before
+        the launch), where the harness judges inputs by them: with EnvConfig.input_checksums, on the
+        arrays the expected cache is used on (expected_cache.used_on: CuPy; NumPy in tests), else None
+        (judged against `pristine_inputs`). See judge/trial_readout.py."""
+        if not (self.config.input_checksums and expected_cache.used_on(self.xp)):
+            return None
+        return InputDigest.of(self.xp, {b.name: arrays[b.name] for b in self.task.inputs})
 
     def pristine_inputs(self, trial: int, seed: int, copies: dict[str, Any] | None) -> dict[str, Any]:
         """The inputs of (trial, seed) to judge a run by, after its kernels ran: `copies` where they
@@ -159,9 +169,9 @@ class _Run:
                 tuple((b.name, b.dtype, b.resolve_shape(self.sizes)) for b in t.outputs),
                 domain_draws.draws_version(self.config.input_domains))
 
-    def _cached(self, trial: int, seed: int) -> list[expected_cache.MaskedOutput] | None:
+    def _cached(self, trial: int, seed: int, count: bool = True) -> list[expected_cache.MaskedOutput] | None:
         cache = self._expected_cache()
-        return cache.get(self._expected_key(trial, seed)) if cache is not None else None
+        return cache.get(self._expected_key(trial, seed), count) if cache is not None else None
 
     def _compute_expected(self, trial: int, seed: int, pristine: dict[str, Any]) -> list[Any]:
         """Run the reference (plaintext outputs: scrub them) and, with the cache on, store them masked."""
@@ -209,9 +219,15 @@ class _Run:
         task order, else None. A cache hit runs the fused check per output (reference skipped); a
         failing element, a miss, a tampered entry or the cache off take the detailed compare_output
         path, so results and messages are those of the uncached harness."""
-        cached = self._cached(trial, seed)
+        return self.judge_outputs(trial, seed, pristine, arrays, dist, self._cached(trial, seed))
+
+    def judge_outputs(self, trial: int, seed: int, pristine: dict[str, Any], arrays: dict[str, Any], dist: str,
+                      cached: list[expected_cache.MaskedOutput] | None,
+                      counts: list[int | None] | None = None) -> Mismatch | None:
+        """check_outputs with the cache entry looked up (`cached`) and, optionally, its fused checks
+        already run (`counts`: per output the failing elements, None for a failed checksum)."""
         if cached is not None:
-            verdict = self._check_cached(cached, trial, arrays, dist)
+            verdict = self._check_cached(cached, trial, arrays, dist, counts)
             if verdict is not False:
                 return verdict  # type: ignore[return-value]
             self._discard_tampered(trial, seed)
@@ -227,12 +243,12 @@ class _Run:
             self.scrub_expected(expected, pristine)
 
     def _check_cached(self, cached: list[expected_cache.MaskedOutput], trial: int, arrays: dict[str, Any],
-                      dist: str) -> Mismatch | None | bool:
+                      dist: str, counts: list[int | None] | None = None) -> Mismatch | None | bool:
         """check_outputs on a cache hit: None (all pass), a Mismatch, or False (an entry's checksum
-        failed: recompute)."""
-        for b, masked in zip(self.task.outputs, cached, strict=True):
+        failed: recompute). `counts`: the fused checks' results when already run (judge_outputs)."""
+        for j, (b, masked) in enumerate(zip(self.task.outputs, cached, strict=True)):
             atol, rtol = self.task.tol(b.dtype)
-            bad = masked.check(self.xp, arrays[b.name], b.dtype, atol, rtol)
+            bad = counts[j] if counts is not None else masked.check(self.xp, arrays[b.name], b.dtype, atol, rtol)
             if bad is None:
                 return False
             if bad:
@@ -259,6 +275,59 @@ class _Run:
         if m is not None:
             raise Failed(self.result(Status.WRONG_OUTPUT, prefix + mismatch_message(m), mismatch=m))
 
+    def check_trial(self, stage: str, trial: int, seed: int, arrays: dict[str, Any], guards: dict[str, Any],
+                    digest: InputDigest | None, copies: dict[str, Any] | None) -> None:
+        """Judge a correctness trial after its kernels ran; raise Failed (runtime_error for a write
+        outside a buffer, wrong_output for a changed input or a wrong output, in that order, buffers in
+        task order). The guards, the inputs' checksums (with `digest`) and the cached outputs' fused
+        checks are counted on the device and read back once (judge/trial_readout.py); only a failure or
+        a cache miss does more. Without `digest` the inputs are compared with `pristine_inputs`."""
+        task, xp = self.task, self.xp
+        checked = [(b.name, b.dtype, "output") for b in task.outputs]
+        checked += [(name, dtype, "scratch buffer") for name, dtype, _ in self.plan.scratch]
+        cached = self._cached(trial, seed, count=False)  # counted once the outputs are judged
+        digested = task.inputs if digest is not None else ()
+        readout = TrialReadout(xp, len(checked) + len(digested) + (len(task.outputs) if cached else 0))
+        guard_slots = [readout.guards(guards[name], dtype) for name, dtype, _ in checked]
+        input_slots = [readout.checksum(arrays[b.name], digest.key) for b in digested] if digest else []
+        output_slots = [readout.expected(m, arrays[b.name], b.dtype, *task.tol(b.dtype))
+                        for b, m in zip(task.outputs, cached or (), strict=False)]
+        v = readout.read()
+        for (name, _, kind), i in zip(checked, guard_slots, strict=True):
+            if v[i] or v[i + 1]:
+                where = "past the end of" if v[i + 1] else "before the start of"
+                lead, trail = guards[name]
+                raise Failed(self.result(
+                    Status.RUNTIME_ERROR,
+                    f"{stage}: out-of-bounds write: the kernels wrote {where} {kind} "
+                    f"{name!r} ({arrays[name].size} elements); {v[i] + v[i + 1]} of the "
+                    f"{lead.size + trail.size} guard elements around it changed (trial {trial}). "
+                    f"Check the bounds of every store against the {kind}'s size."))
+        dist = describe_distributions(task, trial, self.config.input_domains)
+        prefix = f"{stage}: "
+        if digest is None:
+            pristine = self.pristine_inputs(trial, seed, copies)
+            changed = list(task.inputs)
+        else:  # inputs whose checksum held are the bits the kernels were given: the reference's inputs
+            changed = [b for b, i in zip(digested, input_slots, strict=True) if v[i] != digest.values[b.name]]
+            pristine = self.pristine_inputs(trial, seed, copies) if changed else \
+                {b.name: arrays[b.name] for b in task.inputs}
+        for b in changed:
+            m = check_input_unchanged(xp, b.name, pristine[b.name], arrays[b.name], trial, dist)
+            if m is not None:
+                raise Failed(self.result(Status.WRONG_OUTPUT, prefix + mismatch_message(m), mismatch=m))
+            if digest is not None:
+                raise EnvFault(f"input {b.name!r} of task {task.name!r}: its checksum changed in trial {trial} "
+                               "but its bits equal the regenerated input's (a checksum bug)")
+        counts = [None if v[i] != m.mac else v[i + 1] for m, i in zip(cached, output_slots, strict=True)] \
+            if cached else None
+        cache = self._expected_cache()
+        if cache is not None:
+            cache.count(cached is not None)
+        m = self.judge_outputs(trial, seed, pristine, arrays, dist, cached, counts)
+        if m is not None:
+            raise Failed(self.result(Status.WRONG_OUTPUT, prefix + mismatch_message(m), mismatch=m))
+
     def correctness(self, seed: int, stage: str) -> Result | None:
         """Run the trials; None when all pass, else the failing Result."""
         cfg = self.config
@@ -276,29 +345,15 @@ class _Run:
         try:
             for trial in range(cfg.correctness_trials):
                 arrays, copies, guards = self.fresh_arrays(trial, seed)
+                digest = self.input_digest(arrays)
                 self.trials += 1
                 launched_at[0] = time.monotonic()
                 launch_all(self.device, self.program, self.plan, arrays, remaining)
                 spent[0] += time.monotonic() - launched_at[0]
                 if spent[0] > cfg.limits.correctness:
                     raise _StageTimeout(f"trial {trial}")
-                checked = [(b.name, b.dtype, "output") for b in self.task.outputs]
-                checked += [(name, dtype, "scratch buffer") for name, dtype, _ in self.plan.scratch]
-                for name, dtype, kind in checked:
-                    changed = guard_changed(self.xp, guards[name], dtype)
-                    if changed:
-                        lead, trail = guards[name]
-                        where = ("past the end of" if guard_changed(self.xp, trail, dtype)
-                                 else "before the start of")
-                        raise Failed(self.result(
-                            Status.RUNTIME_ERROR,
-                            f"{stage}: out-of-bounds write: the kernels wrote {where} {kind} "
-                            f"{name!r} ({arrays[name].size} elements); {changed} of the "
-                            f"{lead.size + trail.size} guard elements around it changed (trial {trial}). "
-                            f"Check the bounds of every store against the {kind}'s size."))
-                pristine = self.pristine_inputs(trial, seed, copies)
-                self.verify_outputs(arrays, pristine, trial, seed, f"{stage}: ")
-                del arrays, copies, pristine, guards
+                self.check_trial(stage, trial, seed, arrays, guards, digest, copies)
+                del arrays, copies, guards
             return None
         except _StageTimeout as e:
             return self.result(Status.TIMEOUT, f"{stage}: exceeded its {cfg.limits.correctness:g} s limit "

@@ -324,19 +324,51 @@ class MaskedOutput:
     def _cuda_pass(self, xp: Any, got: Any, out_dtype: str, atol: float, rtol: float,
                    compare: bool) -> tuple[int, int]:
         """(checksum, failing count) from one launch of leap_expected_check."""
-        n = int(self.data.size)
-        if n == 0:
-            return 0, 0
         acc = xp.zeros(2, dtype=xp.uint64)
-        g = self.data if not compare else xp.ascontiguousarray(got).reshape(-1)
-        if compare and g.size != n:
-            raise ValueError(f"output has {g.size} elements, the cached expected {n}")
-        blocks = min(CHECK_MAX_BLOCKS, -(-n // CHECK_THREADS))
-        kernel = _cuda_check_kernel(self.dtype, out_dtype)
-        kernel((blocks,), (CHECK_THREADS,), (self.data, g, np.uint64(n), np.uint64(self.k0), np.uint64(self.k1),
-                                             np.float64(atol), np.float64(rtol), np.int32(compare), acc))
+        self.launch_check(xp, acc, got if compare else None, out_dtype, atol, rtol)
         mac, bad = (int(v) for v in acc.get())
         return mac, bad
+
+    def launch_check(self, xp: Any, acc: Any, got: Any, out_dtype: str, atol: float, rtol: float) -> None:
+        """CuPy: add (checksum, failing count) of `check` (checksum only when `got` is None) into the
+        two zeroed uint64 device slots `acc`, without reading them back (trial_readout gathers several
+        checks into one read). A mac different from `self.mac` means the entry was overwritten."""
+        n = int(self.data.size)
+        if n == 0:
+            return
+        compare = got is not None
+        g = xp.ascontiguousarray(got).reshape(-1) if compare else self.data
+        if compare and g.size != n:
+            raise ValueError(f"output has {g.size} elements, the cached expected {n}")
+        _launch_check(_cuda_check_kernel(self.dtype, out_dtype if compare else _stored_as_output(self.dtype)),
+                      self.data, g, n, self.k0, self.k1, atol, rtol, compare, acc)
+
+
+def _launch_check(kernel: Any, words: Any, got: Any, n: int, k0: int, k1: int, atol: float, rtol: float,
+                  compare: bool, acc: Any) -> None:
+    blocks = min(CHECK_MAX_BLOCKS, -(-n // CHECK_THREADS))
+    kernel((blocks,), (CHECK_THREADS,), (words, got, np.uint64(n), np.uint64(k0), np.uint64(k1),
+                                         np.float64(atol), np.float64(rtol), np.int32(compare), acc))
+
+
+def launch_checksum(xp: Any, words: Any, k0: int, k1: int, acc: Any) -> None:
+    """CuPy: add the keyed checksum (the entries' mac formula) of the flat unsigned `words` (16, 32 or
+    64 bits) into the zeroed uint64 device slot acc[0] (acc has two slots; the second stays 0), no
+    read back. Used for the inputs of a trial (execute/trial_readout.py): `checksum` is its value."""
+    n = int(words.size)
+    if n == 0:
+        return
+    stored = {2: "float16", 4: "float32", 8: "float64"}[words.dtype.itemsize]
+    _launch_check(_cuda_check_kernel(stored, "float32"), words, words, n, k0, k1, 0.0, 0.0, False, acc)
+
+
+def checksum(xp: Any, words: Any, k0: int, k1: int) -> int:
+    """The keyed checksum of flat unsigned `words` as a host int (CuPy: one launch and one read)."""
+    if not is_cupy(xp):
+        return _np_mac(np.ascontiguousarray(words).reshape(-1), k0, k1)
+    acc = xp.zeros(2, dtype=xp.uint64)
+    launch_checksum(xp, words, k0, k1, acc)
+    return int(acc[0].get())
 
 
 def _stored_as_output(stored: str) -> str:
@@ -425,16 +457,24 @@ class ExpectedCache:
         self.nbytes = 0
         self.hits = self.misses = self.tampered = self.evictions = 0
 
-    def get(self, key: Hashable) -> list[MaskedOutput] | None:
-        """The masked outputs of a trial (now most recently used), or None."""
+    def get(self, key: Hashable, count: bool = True) -> list[MaskedOutput] | None:
+        """The masked outputs of a trial (now most recently used), or None. `count=False` leaves the
+        hit and miss counters to a later `count` (a lookup whose use depends on later checks)."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None:
+            if entry is not None:
+                self._entries.move_to_end(key)
+        if count:
+            self.count(entry is not None)
+        return None if entry is None else list(entry.outputs)
+
+    def count(self, hit: bool) -> None:
+        """Count one lookup as a hit or a miss."""
+        with self._lock:
+            if hit:
+                self.hits += 1
+            else:
                 self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return list(entry.outputs)
 
     def put(self, key: Hashable, outputs: list[MaskedOutput]) -> bool:
         """Store a trial's masked outputs, evicting least recently used entries to stay within

@@ -5,7 +5,8 @@ that still holds it after the run was never written ("unwritten"), a changed gua
 write out of bounds. Float outputs get a NaN with a recognisable payload, so a surviving poison
 reads as "unwritten" while a NaN the kernel computed reads as "nan_or_inf"; integer outputs get the
 most negative value. The expected-output cache's fused check uses the same int sentinel.
-`poison_count` and `guard_changed` read the poison back on the device (execute/buffers.py writes it).
+`poison_count` reads the poison back on the device (execute/buffers.py writes it; the correctness
+trials count their guards in judge/trial_readout.py).
 """
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ POISON_BITS = {"float32": (np.uint32, 0x7FC0DEAD), "float16": (np.uint16, 0x7E5A
 INT_SENTINEL = {"int32": np.iinfo(np.int32).min, "int64": np.iinfo(np.int64).min}
 
 
+def poison_bits(dtype: str) -> tuple[Any, int]:
+    """(unsigned type of the dtype's width, the poison's bits in it): what every element of an
+    unwritten output or an untouched guard holds, floats and ints alike."""
+    if dtype in POISON_BITS:
+        return POISON_BITS[dtype]
+    if dtype in INT_SENTINEL:
+        utype = {"int32": np.uint32, "int64": np.uint64}[dtype]
+        return utype, int(np.array(INT_SENTINEL[dtype], dtype=dtype).view(utype))
+    raise ValueError(f"dtype {dtype!r} has no poison; expected one of {sorted([*POISON_BITS, *INT_SENTINEL])}")
+
+
 def bits(xp: Any, a: Any) -> Any:
     """`a` viewed as unsigned integers of its width: how a float poison (a NaN) is recognised."""
     return a.view({1: xp.uint8, 2: xp.uint16, 4: xp.uint32, 8: xp.uint64}[a.dtype.itemsize])
@@ -25,17 +37,5 @@ def bits(xp: Any, a: Any) -> Any:
 
 def poison_count(xp: Any, a: Any, dtype: str) -> Any:
     """How many elements of `a` still hold the poison, as a device scalar: no host sync."""
-    if dtype in POISON_BITS:
-        utype, value = POISON_BITS[dtype]
-        return (bits(xp, a) == utype(value)).sum()
-    return (a == INT_SENTINEL[dtype]).sum()
-
-
-def guard_changed(xp: Any, guard: Any, dtype: str) -> int:
-    """How many guard elements no longer hold the poison (0: no write outside the buffer)."""
-    if isinstance(guard, tuple):
-        return sum(guard_changed(xp, part, dtype) for part in guard)
-    if dtype in POISON_BITS:
-        utype, value = POISON_BITS[dtype]
-        return int((bits(xp, guard) != utype(value)).sum())
-    return int((guard != INT_SENTINEL[dtype]).sum())
+    utype, value = poison_bits(dtype)
+    return (bits(xp, a) == utype(value)).sum()

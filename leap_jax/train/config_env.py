@@ -22,6 +22,9 @@ class EnvCfg:
     # draw correctness trials over each input buffer's declared domain, edges and a structured trial
     # (EnvConfig.input_domains); false reproduces the legacy draws bit for bit
     input_domains: bool = True
+    # judge a trial's inputs by a keyed checksum read back with its other checks (EnvConfig.input_checksums,
+    # CuPy only); false draws them again and compares: same results, more host round trips
+    input_checksums: bool = True
     # "auto": training rollouts are timed only when the algorithm's reward reads speedups
     # (algorithms.reward_reads_speedup); evaluations are always timed (fast_p). true/false: all
     timing: bool | str = "auto"
@@ -57,8 +60,9 @@ class EnvCfg:
         choice(self.pool_mode, POOL_MODES, "env.pool_mode")
         choice(self.sizes, SIZE_SETS, "env.sizes")
         positive(self.correctness_trials, "env.correctness_trials")
-        if not isinstance(self.input_domains, bool):
-            raise ConfigError(f"env.input_domains={self.input_domains!r}: expected true or false")
+        for name in ("input_domains", "input_checksums"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"env.{name}={getattr(self, name)!r}: expected true or false")
         for name in ("gpu_workers", "exec_workers_per_gpu", "compile_workers"):
             if getattr(self, name) is not None:
                 positive(getattr(self, name), f"env.{name}")
@@ -94,6 +98,7 @@ class EnvCfg:
         """kernels_env's EnvConfig of these settings (`timing` resolved: leap_jax.train.trainer.env_timing)."""
         return EnvConfig(backend=self.backend, arch=self.arch, sizes=self.sizes,
                          correctness_trials=self.correctness_trials, input_domains=self.input_domains,
+                         input_checksums=self.input_checksums,
                          timing=timing, warmup_runs=self.warmup_runs,
                          min_timed_runs=self.min_timed_runs, timed_runs=self.timed_runs,
                          timing_ci_rel_width=self.timing_ci_rel_width, timing_budget_s=self.timing_budget_s,
