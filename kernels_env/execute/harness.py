@@ -38,7 +38,7 @@ from kernels_env.core.result import Mismatch, Result
 from kernels_env.core.status import Status
 from kernels_env.execute.buffers import poison, scratch_refusal
 from kernels_env.execute.gpu_lock import gpu_access
-from kernels_env.execute import domain_draws
+from kernels_env.execute import domain_draws, input_cache
 from kernels_env.execute.inputs import describe_distributions, make_inputs
 from kernels_env.execute import launching
 from kernels_env.execute.launching import bind_plan, launch_all
@@ -94,17 +94,18 @@ class _Run:
             return self.result(Status.TIMEOUT, f"{stage}: {prefix}kernel timed out: {e}", details=str(e))
         return self.result(Status.RUNTIME_ERROR, f"{stage}: {prefix}{e}", details=str(e))
 
-    def fresh_arrays(self, trial: int, seed: int) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]:
-        """(candidate arrays: inputs + poisoned outputs + zeroed scratch, pristine input copies or
-        None, each output's poisoned guard: see buffers.poison).
+    def fresh_arrays(self, trial: int, seed: int, inputs: dict[str, Any] | None = None
+                     ) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]:
+        """(candidate arrays: `inputs` (by default the trial's, drawn now) + poisoned outputs + zeroed
+        scratch, pristine input copies or None, each output's poisoned guard: see buffers.poison).
 
         Copies are made only where the kernels cannot reach them (the cpu backend: they run in
         another process and see its shared buffers only). Elsewhere they would share the device
         memory with the kernels, which could rewrite a copy together with its input and so choose
         the inputs the reference is checked on: there the inputs are judged by a keyed checksum taken
-        before the launch (`input_digest`), or regenerated after the run (`pristine_inputs`)."""
+        before the launch (`given_inputs`), or regenerated after the run (`pristine_inputs`)."""
         try:
-            inputs = self.trial_inputs(trial, seed)
+            inputs = self.trial_inputs(trial, seed) if inputs is None else inputs
             copies = None
             if not launches_xp_arrays(self.device):  # the cpu backend: into its guard-paged shared memory
                 copies = inputs
@@ -125,14 +126,16 @@ class _Run:
             arrays[name], guards[name] = poison(self.device, (count,), dtype, zero=True)
         return arrays, copies, guards
 
-    def input_digest(self, arrays: dict[str, Any]) -> InputDigest | None:
-        """Keyed checksums of the trial's inputs as its kernels will get them (one read back, before
-        the launch), where the harness judges inputs by them: with EnvConfig.input_checksums, on the
-        arrays the expected cache is used on (expected_cache.used_on: CuPy; NumPy in tests), else None
-        (judged against `pristine_inputs`). See judge/trial_readout.py."""
+    def given_inputs(self, trial: int, seed: int) -> tuple[dict[str, Any] | None, InputDigest | None]:
+        """(the trial's inputs for its kernels, their keyed checksums taken before the launch) where the
+        harness judges inputs by checksums: with EnvConfig.input_checksums, on the arrays the expected
+        cache is used on (expected_cache.used_on: CuPy; NumPy in tests). The inputs are copies of the
+        device's cached ones when intact, else drawn (execute/input_cache.py). Else (None, None): drawn
+        by fresh_arrays and judged against `pristine_inputs`. See judge/trial_readout.py."""
         if not (self.config.input_checksums and expected_cache.used_on(self.xp)):
-            return None
-        return InputDigest.of(self.xp, {b.name: arrays[b.name] for b in self.task.inputs})
+            return None, None
+        return input_cache.given_inputs(self.xp, input_cache.cache_for(self.device), self._expected_key(trial, seed),
+                                        lambda: self.trial_inputs(trial, seed))
 
     def pristine_inputs(self, trial: int, seed: int, copies: dict[str, Any] | None) -> dict[str, Any]:
         """The inputs of (trial, seed) to judge a run by, after its kernels ran: `copies` where they
@@ -344,8 +347,9 @@ class _Run:
                                         - (time.monotonic() - launched_at[0]))
         try:
             for trial in range(cfg.correctness_trials):
-                arrays, copies, guards = self.fresh_arrays(trial, seed)
-                digest = self.input_digest(arrays)
+                given, digest = self.given_inputs(trial, seed)
+                arrays, copies, guards = self.fresh_arrays(trial, seed, given)
+                del given
                 self.trials += 1
                 launched_at[0] = time.monotonic()
                 launch_all(self.device, self.program, self.plan, arrays, remaining)

@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from kernels_env.core.byte_lru import ByteLRU
 from kernels_env.judge.compare import mismatch_mask
 from kernels_env.judge.poison import INT_SENTINEL
 
@@ -445,68 +445,17 @@ class _Entry:
         return sum(o.nbytes for o in self.outputs)
 
 
-class ExpectedCache:
+class ExpectedCache(ByteLRU[_Entry]):
     """A byte-bounded LRU of masked per-trial expected outputs (one device, one array module)."""
 
-    def __init__(self, max_bytes: int) -> None:
-        if max_bytes < 0:
-            raise ValueError(f"ExpectedCache max_bytes={max_bytes}; expected >= 0")
-        self.max_bytes = int(max_bytes)
-        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
-        self._lock = threading.Lock()
-        self.nbytes = 0
-        self.hits = self.misses = self.tampered = self.evictions = 0
-
     def get(self, key: Hashable, count: bool = True) -> list[MaskedOutput] | None:
-        """The masked outputs of a trial (now most recently used), or None. `count=False` leaves the
-        hit and miss counters to a later `count` (a lookup whose use depends on later checks)."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-        if count:
-            self.count(entry is not None)
+        """The masked outputs of a trial (now most recently used), or None (`count`: ByteLRU.lookup)."""
+        entry = self.lookup(key, count)
         return None if entry is None else list(entry.outputs)
 
-    def count(self, hit: bool) -> None:
-        """Count one lookup as a hit or a miss."""
-        with self._lock:
-            if hit:
-                self.hits += 1
-            else:
-                self.misses += 1
-
     def put(self, key: Hashable, outputs: list[MaskedOutput]) -> bool:
-        """Store a trial's masked outputs, evicting least recently used entries to stay within
-        max_bytes; False (nothing stored) for an entry larger than the whole bound."""
-        entry = _Entry(list(outputs))
-        if entry.nbytes > self.max_bytes:
-            return False
-        with self._lock:
-            self._drop(key)
-            while self._entries and self.nbytes + entry.nbytes > self.max_bytes:
-                self._drop(next(iter(self._entries)))
-                self.evictions += 1
-            self._entries[key] = entry
-            self.nbytes += entry.nbytes
-        return True
-
-    def discard(self, key: Hashable, tampered: bool = False) -> None:
-        """Forget an entry (after a failed checksum: `tampered`)."""
-        with self._lock:
-            self._drop(key)
-            self.tampered += int(tampered)
-
-    def _drop(self, key: Hashable) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self.nbytes -= entry.nbytes
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._entries
+        """Store a trial's masked outputs (ByteLRU.store: False when larger than the whole bound)."""
+        return self.store(key, _Entry(list(outputs)))
 
 
 def cache_for(device: Any, max_bytes: int) -> ExpectedCache | None:

@@ -147,9 +147,10 @@ class InputDigest:
     values: dict[str, int]
 
     @classmethod
-    def of(cls, xp: Any, inputs: dict[str, Any]) -> InputDigest:
-        """Checksum `inputs` under a fresh key (one read back on CuPy, before any kernel sees them)."""
-        key = (secrets.randbits(64), secrets.randbits(64))
+    def of(cls, xp: Any, inputs: dict[str, Any], key: tuple[int, int] | None = None) -> InputDigest:
+        """Checksum `inputs` under `key`, by default a fresh one (one read back on CuPy, before any
+        kernel sees them)."""
+        key = key if key is not None else (secrets.randbits(64), secrets.randbits(64))
         readout = TrialReadout(xp, len(inputs))
         slots = {name: readout.checksum(a, key) for name, a in inputs.items()}
         values = readout.read()

@@ -187,26 +187,62 @@ def test_checksum_path_and_copies_path_agree_over_the_broken_corpus(cpu_device, 
 
 
 def test_a_kernel_that_rewrites_its_input_to_match_is_caught(cpu_device, readout_on):
-    r = _score(cpu_device, TWICE, ZERO_BOTH)
-    assert r.status.value == "wrong_output" and r.mismatch is not None, r.message
-    assert r.mismatch.reason == "input_modified" and r.mismatch.buffer == "x", r.message
+    cpu_device.__dict__.pop("_harness_inputs", None)
+    for _ in range(2):  # inputs drawn, then copied from the input cache
+        r = _score(cpu_device, TWICE, ZERO_BOTH)
+        assert r.status.value == "wrong_output" and r.mismatch is not None, r.message
+        assert r.mismatch.reason == "input_modified" and r.mismatch.buffer == "x", r.message
+    assert cpu_device.__dict__["_harness_inputs"].hits >= 1
     assert _score(cpu_device, TWICE, RESTORES).status.value == "correct"
 
 
-def test_a_correct_kernel_draws_each_trial_once(cpu_device, readout_on, monkeypatch):
-    """The checksum path judges inputs without a second draw (the copies path on the cpu backend
-    draws once too; on a GPU without checksums every trial drew its inputs twice)."""
-    draws = []
+@pytest.fixture()
+def draws(monkeypatch) -> list[int]:
+    """The trials whose inputs the harness draws (make_inputs calls); a second draw of a trial fails."""
+    seen: list[int] = []
     real = inputs.make_inputs
 
     def counted(*a: Any, **kw: Any) -> Any:
-        draws.append(a[2])
+        seen.append(a[2])
         return real(*a, **kw)
     monkeypatch.setattr(harness, "make_inputs", counted)
     monkeypatch.setattr(harness._Run, "pristine_inputs", lambda *a: pytest.fail("inputs drawn again"))
+    return seen
+
+
+def test_a_correct_kernel_draws_each_trial_once_and_then_never(cpu_device, readout_on, draws):
+    """The checksum path judges inputs without a second draw (on a GPU without checksums every trial
+    drew its inputs twice), and the next evaluation of the task copies the cached inputs."""
+    cpu_device.__dict__.pop("_harness_inputs", None)
     r = _score(cpu_device, TWICE, TWICE.solution, cache_expected=False)
     assert r.status.value == "correct", r.message
     assert draws == [0, 1, 2]
+    again = _score(cpu_device, TWICE, TWICE.solution, cache_expected=False)
+    assert (again.status, again.message) == (r.status, r.message) and draws == [0, 1, 2]
+    cache = cpu_device.__dict__["_harness_inputs"]
+    assert (len(cache), cache.hits, cache.misses, cache.tampered) == (3, 3, 3, 0)
+
+
+def test_a_rewritten_cached_input_is_dropped_and_drawn_again(cpu_device, readout_on, draws):
+    cpu_device.__dict__.pop("_harness_inputs", None)
+    assert _score(cpu_device, TWICE, TWICE.solution).status.value == "correct"
+    cache = cpu_device.__dict__["_harness_inputs"]
+    stored = list(cache._entries.values())
+    stored[1].arrays["x"][7] += 1.0  # what a far write could do to a kept input between evaluations
+    stored[2].arrays["x"][:] = 0.0
+    draws.clear()
+    r = _score(cpu_device, TWICE, TWICE.solution)
+    assert r.status.value == "correct", r.message
+    assert draws == [1, 2] and cache.tampered == 2 and len(cache) == 3
+
+
+def test_large_trials_are_not_kept(cpu_device, readout_on, draws, monkeypatch):
+    from kernels_env.execute import input_cache
+    monkeypatch.setattr(input_cache, "MAX_TRIAL_BYTES", 1000 * 4 - 1)  # TWICE's small x: 1000 float32
+    cpu_device.__dict__.pop("_harness_inputs", None)
+    for _ in range(2):
+        assert _score(cpu_device, TWICE, TWICE.solution).status.value == "correct"
+    assert draws == [0, 1, 2, 0, 1, 2] and len(cpu_device.__dict__["_harness_inputs"]) == 0
 
 
 def test_a_checksum_that_disagrees_with_equal_bits_is_an_env_error(cpu_device, readout_on, monkeypatch):
@@ -262,10 +298,12 @@ def test_gpu_checksum_path_and_regenerated_inputs_agree(gpu_device):
     cases = [(TASKS[c.task], c.text, c.garbage_values) for c in CASES if c.expected_for("cupy") != "timeout"]
     cases += [(TWICE, text, False) for text in (TWICE.solution, ZERO_BOTH, RESTORES)]
     runs = []
-    for on in (False, True):
+    gpu_device.__dict__.pop("_harness_inputs", None)
+    for on in (False, True, True):  # regenerated; checksums with the inputs drawn, then cached
         gpu_device.__dict__.pop("_harness_expected", None)
         cfg = EnvConfig(backend="cupy", sizes="small", timing=False, correctness_trials=3, input_checksums=on)
         from kernels_env.schedule.pipeline import score
         runs.append([_outcome(score(t, text, cfg, device=gpu_device), garbage) for t, text, garbage in cases])
-    for (t, _, _), a, b in zip(cases, *runs, strict=True):
-        assert a == b, f"{t.name}: regenerated {a}\nchecksums {b}"
+    for (t, _, _), a, b, c in zip(cases, *runs, strict=True):
+        assert a == b == c, f"{t.name}: regenerated {a}\nchecksums {b}\ncached {c}"
+    assert gpu_device.__dict__["_harness_inputs"].hits > 0
