@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, Protocol, TypeVar
 
 
 class Sized(Protocol):
@@ -19,6 +19,20 @@ class Sized(Protocol):
 
 
 V = TypeVar("V", bound=Sized)
+C = TypeVar("C", bound="ByteLRU[Any]")
+
+
+def kept_on(device: Any, name: str, make: Callable[[], C]) -> C | None:
+    """The cache `name` kept on the device object (made by `make()` on first use, one per device and
+    process, like the reference timing cache); None for a device without a __dict__."""
+    try:
+        store = device.__dict__
+    except AttributeError:
+        return None
+    cache = store.get(name)
+    if cache is None:
+        cache = store.setdefault(name, make())
+    return cache
 
 
 class ByteLRU(Generic[V]):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from kernels_env.core.byte_lru import ByteLRU
+from kernels_env.core.byte_lru import ByteLRU, kept_on
 from kernels_env.judge.trial_readout import InputDigest
 
 MAX_TRIAL_BYTES = 16 << 20  # larger trials draw at memory speed: a copy would save little
@@ -42,16 +42,8 @@ class InputCache(ByteLRU[CachedInputs]):
 
 
 def cache_for(device: Any) -> InputCache | None:
-    """The device's input cache (created on first use, kept on the device object like the expected
-    cache); None for a device without a __dict__."""
-    try:
-        store = device.__dict__
-    except AttributeError:
-        return None
-    cache = store.get("_harness_inputs")
-    if cache is None:
-        cache = store.setdefault("_harness_inputs", InputCache(CACHE_BYTES))
-    return cache
+    """The device's input cache (byte_lru.kept_on); None for a device without a __dict__."""
+    return kept_on(device, "_harness_inputs", lambda: InputCache(CACHE_BYTES))
 
 
 def given_inputs(xp: Any, cache: InputCache | None, key: Hashable,

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels_env.core.byte_lru import ByteLRU
+from kernels_env.core.byte_lru import ByteLRU, kept_on
 from kernels_env.judge.compare import mismatch_mask
 from kernels_env.judge.poison import INT_SENTINEL
 
@@ -461,13 +461,9 @@ class ExpectedCache(ByteLRU[_Entry]):
 def cache_for(device: Any, max_bytes: int) -> ExpectedCache | None:
     """The device's cache (created on first use, kept on the device object like the reference
     timing cache; its bound follows the latest config); None for a device without a __dict__."""
-    try:
-        store = device.__dict__
-    except AttributeError:
-        return None
-    cache = store.get("_harness_expected")
+    cache = kept_on(device, "_harness_expected", lambda: ExpectedCache(max_bytes))
     if cache is None:
-        cache = store.setdefault("_harness_expected", ExpectedCache(max_bytes))
+        return None
     if cache.max_bytes != max_bytes:
         cache.max_bytes = int(max_bytes)
     return cache
