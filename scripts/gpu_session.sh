@@ -93,7 +93,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # against .bench_before (carried: `git archive <commit> kernels_env | tar -x -C .bench_before`): the
       # generated family correctness-only (RL's configuration), the suite and the mix, no independent clock
       stage env-readout ${ENVBENCH_S:-330} python3 benchmarks/env_throughput.py --before-src .bench_before \
-        --workloads gen,suite,mix --repeat 2 --no-independent --arm-timeout 100 ;;
+        --workloads ${ENV_READOUT_WORKLOADS:-gen,suite,mix} --repeat 2 --no-independent --arm-timeout 100 ;;
     step-grpo-readout)  # issue 29: GRPO's step with the inputs judged by checksums (default) against the
       # regenerated inputs (env.input_checksums=false), the real SFT policy, alone on the GPU
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
