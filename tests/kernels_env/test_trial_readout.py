@@ -307,3 +307,29 @@ def test_gpu_checksum_path_and_regenerated_inputs_agree(gpu_device):
     for (t, _, _), a, b, c in zip(cases, *runs, strict=True):
         assert a == b == c, f"{t.name}: regenerated {a}\nchecksums {b}\ncached {c}"
     assert gpu_device.__dict__["_harness_inputs"].hits > 0
+
+
+# ---- verify_outputs (the timing stage's full comparisons) --------------------------------------------
+def test_verify_outputs_compares_live_inputs_only(monkeypatch):
+    """A kept timed run's comparison passes the regenerated inputs themselves as its inputs: comparing
+    them with themselves read every input once per batch for nothing. Live buffers are still checked."""
+    from tests.kernels_env.test_expected_cache import _fake_run
+    from kernels_env.core.status import Status
+    from kernels_env.judge.faults import Failed
+    compared: list[str] = []
+    real = harness.check_input_unchanged
+
+    def counted(xp: Any, name: str, *a: Any) -> Any:
+        compared.append(name)
+        return real(xp, name, *a)
+    monkeypatch.setattr(harness, "check_input_unchanged", counted)
+    run = _fake_run(TWICE, {"N": 64}, False)
+    x = np.linspace(1, 2, 64, dtype=np.float32)
+    run.verify_outputs({"x": x, "y": 2 * x}, {"x": x}, 0, 0, "t: ")
+    assert compared == []
+    live = x.copy()
+    live[3] = 0.0
+    with pytest.raises(Failed) as e:
+        run.verify_outputs({"x": live, "y": 2 * x}, {"x": x}, 0, 0, "t: ")
+    assert compared == ["x"] and e.value.result.status is Status.WRONG_OUTPUT
+    assert e.value.result.mismatch.reason == "input_modified"
