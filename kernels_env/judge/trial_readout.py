@@ -129,7 +129,7 @@ class TrialReadout:
         if self.cupy:
             masked.launch_check(self.xp, self.acc[i:i + 2], got, dtype, atol, rtol)
         else:
-            bad = masked.check(self.xp, got, dtype, atol, rtol)
+            bad = masked.check(self.xp, got, dtype, atol, rtol)  # None: the entry was overwritten
             self.values[i], self.values[i + 1] = (masked.mac, bad) if bad is not None else (masked.mac ^ 1, 0)
         return i
 
