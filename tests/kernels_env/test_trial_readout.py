@@ -333,3 +333,17 @@ def test_verify_outputs_compares_live_inputs_only(monkeypatch):
         run.verify_outputs({"x": live, "y": 2 * x}, {"x": x}, 0, 0, "t: ")
     assert compared == ["x"] and e.value.result.status is Status.WRONG_OUTPUT
     assert e.value.result.mismatch.reason == "input_modified"
+
+
+def test_the_switch_is_validated_wired_and_left_out_of_the_result_key():
+    from kernels_env.schedule.result_cache import cache_key
+    from leap_jax.train.config_env import EnvCfg
+    from leap_jax.train.config_loader import ConfigError
+    with pytest.raises(ValueError, match="input_checksums"):
+        EnvConfig(input_checksums="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="env.input_checksums=1"):
+        EnvCfg(input_checksums=1).check()  # type: ignore[arg-type]
+    assert EnvCfg(input_checksums=False).env_config(timing=False, seed=0).input_checksums is False
+    assert EnvCfg().env_config(timing=False, seed=0).input_checksums is True
+    text = "```cuda\nx\n```\n```launch\nk<<<1, 1>>>(y);\n```"
+    assert cache_key("t", text, EnvConfig(input_checksums=False)) == cache_key("t", text, EnvConfig())
