@@ -15,7 +15,7 @@ import numpy as np
 from kernels_env.backends.base import Device
 from kernels_env.core.units import describe_bytes
 from kernels_env.judge.faults import EnvFault
-from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
+from kernels_env.judge.poison import poison_bits
 
 OUTPUT_GUARD_BYTES = 64 * 1024  # poisoned elements after each output; a write there is out of bounds
 
@@ -61,11 +61,9 @@ def alloc_poisoned(device: Device, shape: tuple[int, ...], dtype: str,
 
 
 def fill_poison(full: Any, dtype: str) -> None:
-    """Write the dtype's poison (POISON_BITS / INT_SENTINEL) into every element (asynchronously)."""
-    if dtype in POISON_BITS:
-        utype, bits = POISON_BITS[dtype]
-        full.view(utype).fill(utype(bits))
-    elif dtype in INT_SENTINEL:
-        full.fill(INT_SENTINEL[dtype])
-    else:
-        raise EnvFault(f"output dtype {dtype!r} has no poison value")
+    """Write the dtype's poison (poison.poison_bits) into every element (asynchronously)."""
+    try:
+        utype, bits = poison_bits(dtype)
+    except ValueError:
+        raise EnvFault(f"output dtype {dtype!r} has no poison value") from None
+    full.view(utype).fill(utype(bits))

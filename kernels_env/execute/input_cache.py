@@ -34,7 +34,11 @@ class CachedInputs:
 
     @property
     def nbytes(self) -> int:
-        return sum(int(a.nbytes) for a in self.arrays.values())
+        return _nbytes(self.arrays)
+
+
+def _nbytes(arrays: dict[str, Any]) -> int:
+    return sum(int(a.nbytes) for a in arrays.values())
 
 
 class InputCache(ByteLRU[CachedInputs]):
@@ -60,6 +64,6 @@ def given_inputs(xp: Any, cache: InputCache | None, key: Hashable,
         cache.discard(key, tampered=True)  # type: ignore[union-attr]
     inputs = draw()
     digest = InputDigest.of(xp, inputs)
-    if cache is not None and sum(int(a.nbytes) for a in inputs.values()) <= MAX_TRIAL_BYTES:
+    if cache is not None and _nbytes(inputs) <= MAX_TRIAL_BYTES:
         cache.store(key, CachedInputs({name: a.copy() for name, a in inputs.items()}, digest))
     return inputs, digest

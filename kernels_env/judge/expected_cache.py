@@ -296,9 +296,7 @@ class MaskedOutput:
 
     def verify(self, xp: Any) -> bool:
         """Whether the stored bits still match the checksum kept in host memory."""
-        if is_cupy(xp):
-            return self._cuda_pass(xp, None, _stored_as_output(self.dtype), 0.0, 0.0, compare=False)[0] == self.mac
-        return _np_mac(self.data, self.k0, self.k1) == self.mac
+        return checksum(xp, self.data, self.k0, self.k1) == self.mac
 
     def check(self, xp: Any, got: Any, out_dtype: str, atol: float, rtol: float,
               bad_of: Any = mismatch_mask) -> int | None:
@@ -308,7 +306,9 @@ class MaskedOutput:
         `bad_of(xp, got, expected, dtype, atol, rtol)` is the boolean mask of failing elements used
         on NumPy (compare.mismatch_mask), so the count is exactly the one compare_output would find."""
         if is_cupy(xp):
-            mac, bad = self._cuda_pass(xp, got, out_dtype, atol, rtol, compare=True)
+            acc = xp.zeros(2, dtype=xp.uint64)
+            self.launch_check(xp, acc, got, out_dtype, atol, rtol)
+            mac, bad = (int(v) for v in acc.get())
             return bad if mac == self.mac else None
         if not self.verify(xp):
             return None
@@ -321,27 +321,18 @@ class MaskedOutput:
         finally:
             scrub(xp, [expected], force=True)
 
-    def _cuda_pass(self, xp: Any, got: Any, out_dtype: str, atol: float, rtol: float,
-                   compare: bool) -> tuple[int, int]:
-        """(checksum, failing count) from one launch of leap_expected_check."""
-        acc = xp.zeros(2, dtype=xp.uint64)
-        self.launch_check(xp, acc, got if compare else None, out_dtype, atol, rtol)
-        mac, bad = (int(v) for v in acc.get())
-        return mac, bad
-
     def launch_check(self, xp: Any, acc: Any, got: Any, out_dtype: str, atol: float, rtol: float) -> None:
-        """CuPy: add (checksum, failing count) of `check` (checksum only when `got` is None) into the
-        two zeroed uint64 device slots `acc`, without reading them back (trial_readout gathers several
-        checks into one read). A mac different from `self.mac` means the entry was overwritten."""
+        """CuPy: add (checksum, failing count) of `check` into the two zeroed uint64 device slots `acc`,
+        without reading them back (trial_readout gathers several checks into one read). A mac
+        different from `self.mac` means the entry was overwritten."""
         n = int(self.data.size)
         if n == 0:
             return
-        compare = got is not None
-        g = xp.ascontiguousarray(got).reshape(-1) if compare else self.data
-        if compare and g.size != n:
+        g = xp.ascontiguousarray(got).reshape(-1)
+        if g.size != n:
             raise ValueError(f"output has {g.size} elements, the cached expected {n}")
-        _launch_check(_cuda_check_kernel(self.dtype, out_dtype if compare else _stored_as_output(self.dtype)),
-                      self.data, g, n, self.k0, self.k1, atol, rtol, compare, acc)
+        _launch_check(_cuda_check_kernel(self.dtype, out_dtype), self.data, g, n, self.k0, self.k1, atol, rtol,
+                      True, acc)
 
 
 def _launch_check(kernel: Any, words: Any, got: Any, n: int, k0: int, k1: int, atol: float, rtol: float,
@@ -354,7 +345,8 @@ def _launch_check(kernel: Any, words: Any, got: Any, n: int, k0: int, k1: int, a
 def launch_checksum(xp: Any, words: Any, k0: int, k1: int, acc: Any) -> None:
     """CuPy: add the keyed checksum (the entries' mac formula) of the flat unsigned `words` (16, 32 or
     64 bits) into the zeroed uint64 device slot acc[0] (acc has two slots; the second stays 0), no
-    read back. Used for the inputs of a trial (execute/trial_readout.py): `checksum` is its value."""
+    read back: an entry's mac (`checksum`, MaskedOutput.verify) and a trial's inputs
+    (judge/trial_readout.py)."""
     n = int(words.size)
     if n == 0:
         return
@@ -369,11 +361,6 @@ def checksum(xp: Any, words: Any, k0: int, k1: int) -> int:
     acc = xp.zeros(2, dtype=xp.uint64)
     launch_checksum(xp, words, k0, k1, acc)
     return int(acc[0].get())
-
-
-def _stored_as_output(stored: str) -> str:
-    """An output dtype whose kernel variant accepts `stored` (for checksum-only launches)."""
-    return "int64" if stored == "int64" else "float32"
 
 
 def normalise_expected(xp: Any, expected: Any, out_dtype: str, shape: tuple[int, ...]) -> Any | None:
@@ -397,12 +384,9 @@ def mask_output(xp: Any, plain: Any) -> MaskedOutput:
     bits = plain.reshape(-1).view(_UINT[plain.dtype.itemsize])
     if is_cupy(xp):
         data = _cuda_xor_kernel()(bits, np.uint64(k0), np.uint64(k1))
-        m = MaskedOutput(data, dtype, tuple(plain.shape), k0, k1, 0)
-        m.mac, _ = m._cuda_pass(xp, None, _stored_as_output(dtype), 0.0, 0.0, compare=False)
     else:
         data = _np_xor_stream(np.ascontiguousarray(bits), k0, k1)
-        m = MaskedOutput(data, dtype, tuple(plain.shape), k0, k1, _np_mac(data, k0, k1))
-    return m
+    return MaskedOutput(data, dtype, tuple(plain.shape), k0, k1, checksum(xp, data, k0, k1))
 
 
 # ---- scrubbing ---------------------------------------------------------------------------------
