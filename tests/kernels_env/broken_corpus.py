@@ -118,6 +118,9 @@ class Case:
     # its wrong values are whatever uninitialised memory held (e.g. shared memory read before any
     # thread wrote it): the status and the wrong buffer are fixed, the values differ run to run
     garbage_values: bool = False
+    # on a GPU its fault is sticky (an illegal address): the CUDA context is lost for every later
+    # evaluation in the process, so it runs only where a worker process can be replaced (EvalPool)
+    kills_context: bool = False
 
     def expected_for(self, backend: str) -> str:
         return self.expected_by_backend.get(backend, self.expected)
@@ -137,7 +140,8 @@ CASES: tuple[Case, ...] = (
          "format_error", note="two arguments for a three-parameter kernel"),
     Case("oob_write_no_bounds_check", "corpus_affine", _affine_variant(
         "    y[i] = 2.0f * x[i % n] + 1.0f;", launch="affine<<<65536, 256>>>(x, y, N);"),
-         "runtime_error", note="16M threads write y[i] with no bounds check: far past the allocation"),
+         "runtime_error", note="16M threads write y[i] with no bounds check: far past the allocation",
+         kills_context=True),
     Case("off_by_one_write_past_end", "corpus_affine", _affine_variant(
         "    if (i <= n) y[i] = 2.0f * x[i % n] + 1.0f;"), "runtime_error",
          note="one element written past y: too close to fault; the poisoned guard after y catches it"),
