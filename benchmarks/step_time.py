@@ -150,7 +150,8 @@ def rollout_record(tr) -> dict:
     rec = {"time/step": t1 - t0, "time/compile": compile_s, "time/compile_generate": compile_s,
            "time/compile_update": 0.0, "time/generate": st["time/generate"], "time/update": 0.0,
            "time/evaluate": st["time/evaluate_wait"] + st["time/evaluate_submit"],
-           "tokens/generated": st["tokens/generated"]}
+           "tokens/generated": st["tokens/generated"],
+           **{k: v for k, v in st.items() if k.startswith("env/")}}
     rec.update(tr.sampler_counter_deltas())
     return rec
 
@@ -247,9 +248,13 @@ def summarise(name: str, recs: list[dict], warmup: int, build_s: float) -> dict:
         "dropped_conv": mean("update/dropped_conversations"),
         "slots_per_trainable": slots / trainable if trainable else 0.0,
         "reward": mean("reward/mean"),
+        # the step's evaluations and their workers' seconds per stage, summed (not wall: they overlap)
+        "evaluations": mean("env/evaluations"), "cache_hits": mean("env/cache_hits"),
+        **{f"env_{stage}_s": mean(f"env/stage_s/{stage}") for stage in ENV_STAGES},
     }
 
 
+ENV_STAGES = ("parse", "compile", "load", "correctness", "timing")  # a Result's stage_seconds keys
 ROWS = [("compile s (all steps)", "compile_s", "{:.1f}"), ("  of it generate", "compile_generate_s", "{:.1f}"),
         ("  of it update", "compile_update_s", "{:.1f}"), ("step s (steady, no compile)", "step_s", "{:.2f}"),
         ("  generate s", "generate_s", "{:.2f}"), ("  evaluate s", "evaluate_s", "{:.2f}"),
@@ -267,6 +272,8 @@ ROWS = [("compile s (all steps)", "compile_s", "{:.1f}"), ("  of it generate", "
         ("  trainable, all conversations", "all_trainable", "{:.0f}"),
         ("conversations dropped (adv 0)", "dropped_conv", "{:.1f}"),
         ("slots / trainable token", "slots_per_trainable", "{:.2f}"), ("reward mean", "reward", "{:.3f}"),
+        ("evaluations", "evaluations", "{:.1f}"), ("  result-cache hits", "cache_hits", "{:.1f}"),
+        *[(f"  env {stage} s (summed over evaluations)", f"env_{stage}_s", "{:.2f}") for stage in ENV_STAGES],
         ("trainer build s", "build_s", "{:.1f}")]
 
 

@@ -151,6 +151,7 @@ class _RunState:
         self.gen_rows = [0] * T
         self.gen_tokens = [0] * T
         self.env_evals = self.cache_hits = self.env_errors = self.scripted = 0
+        self.env_stage_s: dict[str, float] = {}  # the evaluations' stage seconds (worker time), summed
         self.preempted = 0  # responses a generate call returned unfinished, continued in a later call
         self.times = {k: 0.0 for k in ("generate", "evaluate_submit", "evaluate_wait", "evaluate_span",
                                        "feedback")}
@@ -269,6 +270,8 @@ class MultiTurnRollout:
         st.scripted += int(resp.scripted)
         st.env_evals += 1
         st.cache_hits += int(bool(res.cached))
+        for stage, sec in res.stage_seconds.items():
+            st.env_stage_s[stage] = st.env_stage_s.get(stage, 0.0) + float(sec)
         st.attempted[g, i, t - 1] = True
         if res.status is Status.ENV_ERROR:
             st.env_errors += 1
@@ -376,6 +379,8 @@ class MultiTurnRollout:
                 float(max(full - sum(gen_rows[1:]), 0) / full) if full else 0.0)
         for k, v in st.times.items():
             s[f"time/{k}"] = float(v)
+        for stage, sec in st.env_stage_s.items():  # e.g. env/stage_s/compile: where the evaluations' time went
+            s[f"env/stage_s/{stage}"] = sec
         return s
 
 

@@ -257,3 +257,25 @@ def test_set_params_reaches_the_policy_that_samples(tokenizer):
     assert sampled.params is params
     scripted.set_params(params)
     assert not hasattr(scripted, "params")
+
+
+def test_the_evaluations_stage_seconds_are_summed_into_the_stats(tokenizer):
+    """env/stage_s/<stage>: each result's stage_seconds summed over the step (where an evaluation wait
+    goes: compile against correctness), against the hand count."""
+    import dataclasses
+    from concurrent.futures import Future
+
+    class Timed(OracleEvaluator):
+        def submit(self, job):
+            fut: Future = Future()
+            fut.set_result(dataclasses.replace(super().submit(job).result(),
+                                               stage_seconds={"compile": 0.25, "correctness": 0.5}))
+            return fut
+
+    pol = ScriptedPolicy(tokenizer, p_good=1.0, end_ids=[ChatStreams(tokenizer).im_end])
+    out = make_rollout(tokenizer, Timed(), T=1).run(TASKS[:2], pol, seed=0)
+    n = out.stats["env/evaluations"]
+    assert n == 8
+    assert out.stats["env/stage_s/compile"] == pytest.approx(0.25 * n)
+    assert out.stats["env/stage_s/correctness"] == pytest.approx(0.5 * n)
+    assert "env/stage_s/timing" not in out.stats

@@ -47,4 +47,8 @@ def test_rollout_only_arms_generate_without_updating(tmp_path, capsys) -> None:
         assert r["update_s"] == 0.0 and r["rows"] == 0.0 and r["compile_update_s"] == 0.0
         assert r["gen_tokens"] > 0 and r["decode_calls"] >= 1 and r["decode_iterations"] >= 1
         assert r["step_s"] >= r["generate_s"] >= 0.0
+        # the step's evaluations reach the table, with a column per stage (the oracle evaluator's
+        # results carry no stage seconds: test_rollout checks the sums)
+        assert r["evaluations"] > 0
+        assert all(r[f"env_{stage}_s"] == 0.0 for stage in step_time.ENV_STAGES)
     assert "preempted_rows" in recs["pkvp"] and recs["after"]["preempted_rows"] == 0.0
