@@ -5,6 +5,9 @@ in the RL configuration (the generated family, correctness only) that is the cos
 evaluation (~80 ms of ~100 on the GPU host, where 12 compile workers share the cores). Arms:
   always     libcu++'s climits/cstdint/cfloat pre-included for every source (the former prelude)
   as-needed  only for sources that include a CUDA header (the current prelude)
+  pch        as-needed, with NVRTC's automatic precompiled headers (`-pch -pch-messages=false`,
+             NVRTC 12.8+; not the environment's setting: NVRTC writes the headers under /tmp and keeps a
+             256 MiB heap per process); the table says how many cubins equal as-needed's
 Rounds alternate the arms so drift hits both.
 
     python benchmarks/compile_time.py --workload gen --tasks 64 --rounds 2
@@ -29,17 +32,27 @@ def sources(workload: str, n: int) -> list[str]:
     return [parse_submission(t.solution).cuda_source for t in tasks]
 
 
-def time_arm(srcs: list[str], always: bool) -> list[float]:
+PCH_OPTIONS = ["-pch", "-pch-messages=false"]
+ARMS = ("always", "as-needed", "pch")
+
+
+def time_arm(srcs: list[str], always: bool, pch: bool = False, cubins: list[bytes] | None = None) -> list[float]:
+    """Seconds per compile_cuda of each source (`cubins`, when given, gets each cubin)."""
+    from kernels_env.build import compile as compile_mod
     from kernels_env.build import std_prelude
-    from kernels_env.build.compile import compile_cuda
-    patch = (mock.patch.object(std_prelude, "includes_cuda_headers", lambda s: True) if always
-             else contextlib.nullcontext())
-    out = []
-    with patch:
+    options = compile_mod.nvrtc_options
+    with contextlib.ExitStack() as stack:
+        if always:
+            stack.enter_context(mock.patch.object(std_prelude, "includes_cuda_headers", lambda s: True))
+        if pch:
+            stack.enter_context(mock.patch.object(compile_mod, "nvrtc_options", lambda a: options(a) + PCH_OPTIONS))
+        out = []
         for s in srcs:
             t0 = time.perf_counter()
-            compile_cuda(s)
+            module = compile_mod.compile_cuda(s)
             out.append(time.perf_counter() - t0)
+            if cubins is not None:
+                cubins.append(module.cubin)
     return out
 
 
@@ -51,14 +64,17 @@ def main() -> None:
     args = ap.parse_args()
     srcs = sources(args.workload, args.tasks)
     time_arm(srcs[:2], True)  # NVRTC's first call loads the library
-    times: dict[str, list[float]] = {"always": [], "as-needed": []}
+    times: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    cubins: dict[str, list[bytes]] = {arm: [] for arm in ARMS}
     for _ in range(args.rounds):
-        for arm in times:
-            times[arm] += time_arm(srcs, arm == "always")
+        for arm in ARMS:
+            times[arm] += time_arm(srcs, arm == "always", arm == "pch", cubins[arm])
     print(f"{args.workload}: {len(srcs)} solutions x {args.rounds} rounds, one process, ms per compile")
-    print(f"{'arm':10s} {'median':>8s} {'mean':>8s}")
+    print(f"{'arm':10s} {'median':>8s} {'mean':>8s} {'cubins equal to as-needed':>26s}")
     for arm, ts in times.items():
-        print(f"{arm:10s} {statistics.median(ts) * 1e3:8.1f} {statistics.mean(ts) * 1e3:8.1f}")
+        same = sum(a == b for a, b in zip(cubins[arm], cubins["as-needed"], strict=True))
+        print(f"{arm:10s} {statistics.median(ts) * 1e3:8.1f} {statistics.mean(ts) * 1e3:8.1f} "
+              f"{same:>19d} of {len(ts)}")
 
 
 if __name__ == "__main__":

@@ -19,3 +19,23 @@ def test_both_arms_compile_every_solution(monkeypatch):
         assert len(times) == 3 and all(t > 0 for t in times)
     cccl = std_prelude._have_cccl()
     assert seen == [cccl] * 3 + [False, cccl, False]  # as needed: only the source with a CUDA include
+
+
+def test_the_pch_arm_compiles_the_same_cubins_and_logs_no_paths():
+    """The `pch` arm (NVRTC's automatic precompiled headers) gives the cubins of the plain path, through
+    compile_cuda and its memory cap, and its log names no PCH file."""
+    nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    if nvrtc.getVersion() < (12, 8):
+        pytest.skip(f"NVRTC {nvrtc.getVersion()} has no automatic PCH (12.8+)")
+    srcs = compile_time.sources("gen", 3)
+    plain: list[bytes] = []
+    pch: list[bytes] = []
+    compile_time.time_arm(srcs, False, False, plain)
+    compile_time.time_arm(srcs * 2, False, True, pch)  # the second time round, the headers are reused
+    assert pch == plain * 2
+    from kernels_env.build import compile as compile_mod
+    from unittest import mock
+    options = compile_mod.nvrtc_options
+    with mock.patch.object(compile_mod, "nvrtc_options", lambda a: options(a) + compile_time.PCH_OPTIONS):
+        log = compile_mod.compile_cuda(srcs[0]).log
+    assert "pch" not in log.lower() and "/tmp" not in log
