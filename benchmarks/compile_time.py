@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import statistics
 import time
+from collections.abc import Iterator
 from unittest import mock
 
 
@@ -36,16 +37,24 @@ PCH_OPTIONS = ["-pch", "-pch-messages=false"]
 ARMS = ("always", "as-needed", "pch")
 
 
+@contextlib.contextmanager
+def pch_compiles() -> Iterator[None]:
+    """compile_cuda with PCH_OPTIONS added to NVRTC's options, inside the block."""
+    from kernels_env.build import compile as compile_mod
+    options = compile_mod.nvrtc_options
+    with mock.patch.object(compile_mod, "nvrtc_options", lambda arch: options(arch) + PCH_OPTIONS):
+        yield
+
+
 def time_arm(srcs: list[str], always: bool, pch: bool = False, cubins: list[bytes] | None = None) -> list[float]:
     """Seconds per compile_cuda of each source (`cubins`, when given, gets each cubin)."""
     from kernels_env.build import compile as compile_mod
     from kernels_env.build import std_prelude
-    options = compile_mod.nvrtc_options
     with contextlib.ExitStack() as stack:
         if always:
             stack.enter_context(mock.patch.object(std_prelude, "includes_cuda_headers", lambda s: True))
         if pch:
-            stack.enter_context(mock.patch.object(compile_mod, "nvrtc_options", lambda a: options(a) + PCH_OPTIONS))
+            stack.enter_context(pch_compiles())
         out = []
         for s in srcs:
             t0 = time.perf_counter()

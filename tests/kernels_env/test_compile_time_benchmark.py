@@ -33,9 +33,7 @@ def test_the_pch_arm_compiles_the_same_cubins_and_logs_no_paths():
     compile_time.time_arm(srcs, False, False, plain)
     compile_time.time_arm(srcs * 2, False, True, pch)  # the second time round, the headers are reused
     assert pch == plain * 2
-    from kernels_env.build import compile as compile_mod
-    from unittest import mock
-    options = compile_mod.nvrtc_options
-    with mock.patch.object(compile_mod, "nvrtc_options", lambda a: options(a) + compile_time.PCH_OPTIONS):
-        log = compile_mod.compile_cuda(srcs[0]).log
+    from kernels_env.build.compile import compile_cuda
+    with compile_time.pch_compiles():
+        log = compile_cuda(srcs[0]).log
     assert "pch" not in log.lower() and "/tmp" not in log
