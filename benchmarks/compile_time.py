@@ -3,8 +3,10 @@
 The environment compiles every new submission with NVRTC on a CPU core (`kernels_env/build/compile.py`);
 in the RL configuration (the generated family, correctness only) that is the costliest stage of an
 evaluation (~80 ms of ~100 on the GPU host, where 12 compile workers share the cores). Arms:
-  always     libcu++'s climits/cstdint/cfloat pre-included for every source (the former prelude)
-  as-needed  only for sources that include a CUDA header (the current prelude)
+  always     libcu++'s climits/cstdint/cfloat pre-included for every source (the first prelude)
+  any-cuda   only for sources that include any CUDA header (the second prelude)
+  as-needed  only for sources that `needs_libcudacxx`: a CUDA header other than cuda_fp16.h and
+             cuda_bf16.h (the current prelude)
   pch        as-needed, with NVRTC's automatic precompiled headers (`-pch -pch-messages=false`,
              NVRTC 12.8+; not the environment's setting: NVRTC writes the headers under /tmp and keeps a
              256 MiB heap per process); the table says how many cubins equal as-needed's
@@ -34,7 +36,7 @@ def sources(workload: str, n: int) -> list[str]:
 
 
 PCH_OPTIONS = ["-pch", "-pch-messages=false"]
-ARMS = ("always", "as-needed", "pch")
+ARMS = ("always", "any-cuda", "as-needed", "pch")
 
 
 @contextlib.contextmanager
@@ -46,14 +48,19 @@ def pch_compiles() -> Iterator[None]:
         yield
 
 
-def time_arm(srcs: list[str], always: bool, pch: bool = False, cubins: list[bytes] | None = None) -> list[float]:
-    """Seconds per compile_cuda of each source (`cubins`, when given, gets each cubin)."""
+def time_arm(srcs: list[str], arm: str, cubins: list[bytes] | None = None) -> list[float]:
+    """Seconds per compile_cuda of each source under `arm` (`cubins`, when given, gets each cubin)."""
     from kernels_env.build import compile as compile_mod
     from kernels_env.build import std_prelude
+    if arm not in ARMS:
+        raise ValueError(f"arm {arm!r}: expected one of {ARMS}")
     with contextlib.ExitStack() as stack:
-        if always:
-            stack.enter_context(mock.patch.object(std_prelude, "includes_cuda_headers", lambda s: True))
-        if pch:
+        rule = std_prelude.needs_libcudacxx
+        if arm == "always":
+            stack.enter_context(mock.patch.object(std_prelude, "needs_libcudacxx", lambda s: True))
+        elif arm == "any-cuda":  # no CUDA header counted as plain
+            stack.enter_context(mock.patch.object(std_prelude, "needs_libcudacxx", lambda s: rule(s, ())))
+        if arm == "pch":
             stack.enter_context(pch_compiles())
         out = []
         for s in srcs:
@@ -72,12 +79,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     srcs = sources(args.workload, args.tasks)
-    time_arm(srcs[:2], True)  # NVRTC's first call loads the library
+    time_arm(srcs[:2], "always")  # NVRTC's first call loads the library
     times: dict[str, list[float]] = {arm: [] for arm in ARMS}
     cubins: dict[str, list[bytes]] = {arm: [] for arm in ARMS}
     for _ in range(args.rounds):
         for arm in ARMS:
-            times[arm] += time_arm(srcs, arm == "always", arm == "pch", cubins[arm])
+            times[arm] += time_arm(srcs, arm, cubins[arm])
     print(f"{args.workload}: {len(srcs)} solutions x {args.rounds} rounds, one process, ms per compile")
     print(f"{'arm':10s} {'median':>8s} {'mean':>8s} {'cubins equal to as-needed':>26s}")
     for arm, ts in times.items():

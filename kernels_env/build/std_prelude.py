@@ -95,23 +95,30 @@ def prelude(source: str = "", cccl: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-_INCLUDE_RE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*include(?:_next)?\b[ \t]*(.*)$", re.M)
-_STD_TARGETS = frozenset(f"<{h}>" for h in STD_HEADERS) | frozenset(f'"{h}"' for h in STD_HEADERS)
+# CUDA headers that bring none of libcu++'s integer types or limits (their own includes are
+# vector_types.h, vector_functions.h and nv/target): a source whose only CUDA includes are these needs
+# no libcu++ in its prelude, which saves ~11 of the ~58 ms NVRTC takes for such a source on a CPU core
+# (tests/kernels_env/test_handwritten_kernels.py compiles every standard name next to them).
+PLAIN_CUDA_HEADERS = ("cuda_fp16.h", "cuda_bf16.h")
+
+_INCLUDE_RE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*include(_next)?\b[ \t]*(.*)$", re.M)
 
 
-def includes_cuda_headers(source: str) -> bool:
+def needs_libcudacxx(source: str, plain_headers: tuple[str, ...] = PLAIN_CUDA_HEADERS) -> bool:
     """Whether the source (comments removed) #includes anything but the standard headers the prelude
-    stands in for: only then can a CUDA header bring libcu++'s own integer types and limits."""
+    stands in for and `plain_headers`: only then can a header bring libcu++'s own integer types and
+    limits (an `#include_next`, or a header named by a macro, counts as such a header)."""
+    allowed = {f"{o}{h}{c}" for h in STD_HEADERS + plain_headers for o, c in ("<>", '""')}
     text = strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
-    return any(m.strip() not in _STD_TARGETS for m in _INCLUDE_RE.findall(text))
+    return any(nxt or target.strip() not in allowed for nxt, target in _INCLUDE_RE.findall(text))
 
 
 def nvrtc_headers(source: str) -> tuple[list[bytes], list[bytes], list[str]]:
     """(header contents, header names, extra NVRTC options) for `nvrtc.createProgram` and
     `compileProgram`: the prelude pre-included, each standard header an empty in-memory header.
-    libcu++'s headers go into the prelude only for a source that includes CUDA headers (parsing them
+    libcu++'s headers go into the prelude only for a source that `needs_libcudacxx` (parsing them
     is ~11 of a simple kernel's ~32 ms of NVRTC on a CPU core)."""
-    contents = [prelude(source, cccl=_have_cccl() and includes_cuda_headers(source)).encode()]
+    contents = [prelude(source, cccl=_have_cccl() and needs_libcudacxx(source)).encode()]
     names = [PRELUDE_NAME.encode()]
     for h in STD_HEADERS:
         contents.append(f"// <{h}>: provided by {PRELUDE_NAME}\n".encode())

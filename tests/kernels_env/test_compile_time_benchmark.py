@@ -1,4 +1,4 @@
-"""benchmarks/compile_time.py: both prelude arms compile the same solutions (NVRTC on the CPU)."""
+"""benchmarks/compile_time.py: every prelude arm compiles the same solutions (NVRTC on the CPU)."""
 from __future__ import annotations
 
 import pytest
@@ -6,19 +6,20 @@ import pytest
 from benchmarks import compile_time
 
 
-def test_both_arms_compile_every_solution(monkeypatch):
+def test_every_prelude_arm_compiles_every_solution(monkeypatch):
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     from kernels_env.build import std_prelude
     plain = next(s for s in compile_time.sources("gen", 8) if "#include" not in s)
-    srcs = [plain, "#include <cuda_fp16.h>\n" + plain, "// #include <cuda_fp16.h>\n" + plain]
+    srcs = [plain, "#include <cuda_fp16.h>\n" + plain, "#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n"
+            + plain, "// #include <cooperative_groups.h>\n" + plain]
     seen = []
     real = std_prelude.prelude
     monkeypatch.setattr(std_prelude, "prelude", lambda s, cccl=False: seen.append(cccl) or real(s, cccl))
-    for always in (True, False):
-        times = compile_time.time_arm(srcs, always)
-        assert len(times) == 3 and all(t > 0 for t in times)
-    cccl = std_prelude._have_cccl()
-    assert seen == [cccl] * 3 + [False, cccl, False]  # as needed: only the source with a CUDA include
+    for arm in ("always", "any-cuda", "as-needed"):
+        times = compile_time.time_arm(srcs, arm)
+        assert len(times) == 4 and all(t > 0 for t in times)
+    c = std_prelude._have_cccl()
+    assert seen == [c] * 4 + [False, c, c, False] + [False, False, c, False]  # as needed: only cooperative_groups
 
 
 def test_the_pch_arm_compiles_the_same_cubins_and_logs_no_paths():
@@ -30,8 +31,8 @@ def test_the_pch_arm_compiles_the_same_cubins_and_logs_no_paths():
     srcs = compile_time.sources("gen", 3)
     plain: list[bytes] = []
     pch: list[bytes] = []
-    compile_time.time_arm(srcs, False, False, plain)
-    compile_time.time_arm(srcs * 2, False, True, pch)  # the second time round, the headers are reused
+    compile_time.time_arm(srcs, "as-needed", plain)
+    compile_time.time_arm(srcs * 2, "pch", pch)  # the second time round, the headers are reused
     assert pch == plain * 2
     from kernels_env.build.compile import compile_cuda
     with compile_time.pch_compiles():

@@ -126,22 +126,27 @@ def test_prelude_names_compile_with_nvrtc_without_warnings():
     assert "std_names" in mod.kernels and "warning" not in mod.log
 
 
-def test_libcudacxx_goes_into_the_prelude_only_with_cuda_includes():
-    """Only a source that includes a CUDA header gets libcu++'s headers pre-included (CUDA headers may
-    bring its integer types, which the prelude's own typedefs must then not repeat); the standard names
-    compile either way, next to a CUDA header that includes libcu++ itself too."""
-    from kernels_env.build.std_prelude import includes_cuda_headers, nvrtc_headers
-    assert not includes_cuda_headers(STD_NAMES)  # only the standard headers the prelude stands in for
-    assert not includes_cuda_headers('// #include <cuda_fp16.h>\n/* #include "x.h" */\n#include <math.h> // m\n')
-    for src in ("#include <cuda_fp16.h>\n", '  #  include "cuda_bf16.h"\n', "%:include <cooperative_groups.h>\n",
-                "#include HEADER\n", "#include_next <cuda_fp16.h>\n"):
-        assert includes_cuda_headers(src), src
+def test_libcudacxx_goes_into_the_prelude_only_with_cuda_includes_that_may_need_it():
+    """Only a source that includes a CUDA header other than cuda_fp16.h / cuda_bf16.h gets libcu++'s
+    headers pre-included (such headers may bring its integer types, which the prelude's own typedefs
+    must then not repeat); the standard names compile either way: next to the plain CUDA headers
+    without libcu++, next to a CUDA header that includes libcu++ itself with it."""
+    from kernels_env.build.std_prelude import needs_libcudacxx, nvrtc_headers
+    assert not needs_libcudacxx(STD_NAMES)  # only the standard headers the prelude stands in for
+    assert not needs_libcudacxx('// #include <cooperative_groups.h>\n/* #include "x.h" */\n#include <math.h> // m\n')
+    for src in ("#include <cuda_fp16.h>\n", '  #  include "cuda_bf16.h"\n', "%:include <cuda_fp16.h>\n"):
+        assert not needs_libcudacxx(src), src
+        assert needs_libcudacxx(src, plain_headers=()), src
+    for src in ("%:include <cooperative_groups.h>\n", "#include HEADER\n", "#include_next <cuda_fp16.h>\n",
+                "#include <cuda_fp16.h>\n#include <mma.h>\n", "#include <cuda/std/cstdint>\n"):
+        assert needs_libcudacxx(src), src
     _nvrtc_or_skip()
     from kernels_env.build.compile import compile_cuda
     from kernels_env.build.std_prelude import _have_cccl
-    plain, with_cuda = nvrtc_headers(STD_NAMES)[0][0], nvrtc_headers("#include <cuda_fp16.h>\n" + STD_NAMES)[0][0]
-    assert b"cuda/std" not in plain and (b"cuda/std" in with_cuda) == _have_cccl()
-    for src in (STD_NAMES, "#include <cooperative_groups.h>\n" + STD_NAMES):
+    plain_cuda = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + STD_NAMES
+    plain, fp16, coop = (nvrtc_headers(s)[0][0] for s in (STD_NAMES, plain_cuda, "#include <cooperative_groups.h>\n"))
+    assert b"cuda/std" not in plain and b"cuda/std" not in fp16 and (b"cuda/std" in coop) == _have_cccl()
+    for src in (STD_NAMES, plain_cuda, "#include <cooperative_groups.h>\n" + STD_NAMES):
         mod = compile_cuda(src)
         assert "std_names" in mod.kernels and "warning" not in mod.log
 
