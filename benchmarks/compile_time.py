@@ -8,8 +8,10 @@ evaluation (~80 ms of ~100 on the GPU host, where 12 compile workers share the c
   as-needed  only for sources that `needs_libcudacxx`: a CUDA header other than cuda_fp16.h and
              cuda_bf16.h (the current prelude)
   pch        as-needed, with NVRTC's automatic precompiled headers (`-pch -pch-messages=false`,
-             NVRTC 12.8+; not the environment's setting: NVRTC writes the headers under /tmp and keeps a
-             256 MiB heap per process); the table says how many cubins equal as-needed's
+             NVRTC 12.8+); the table says how many cubins equal as-needed's. Not the environment's
+             setting: NVRTC reuses a precompiled header after the pre-included in-memory prelude has
+             changed (a stale prelude compiles the next source; tests/kernels_env/
+             test_compile_time_benchmark.py shows it), writes under /tmp, and keeps a 256 MiB heap
 Rounds alternate the arms so drift hits both.
 
     python benchmarks/compile_time.py --workload gen --tasks 64 --rounds 2

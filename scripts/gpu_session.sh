@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen env-readout step-grpo-readout sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen env-readout step-grpo-readout step-grpo-compile sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -99,6 +99,11 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
       stage step-grpo-readout ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
         --arms after --arm 'regen: env.input_checksums=false' --steps 4 --warmup 1 ;;
+    step-grpo-compile)  # issue 29: is GRPO's evaluation wait NVRTC's? The step with 12 compile workers (the
+      # config's), 15 and 8; the table's env stage rows sum each stage's seconds over the evaluations
+      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      stage step-grpo-compile ${STEP_GRPO_S:-300} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
+        --arms after --arm 'cw15: env.compile_workers=15' --arm 'cw8: env.compile_workers=8' --steps 4 --warmup 1 ;;
     decode-prof)  # issue 29: where a decode step of the generated family's shape goes (batch 128, a multi-turn
       # cache), kernel families per step: einsum against the cuDNN decode attention, and under XLA command buffers
       P='--shape generated --batch 128 --prompt 1024 --new 768 --top 20'

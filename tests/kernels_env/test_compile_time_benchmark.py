@@ -1,6 +1,9 @@
 """benchmarks/compile_time.py: every prelude arm compiles the same solutions (NVRTC on the CPU)."""
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 
 from benchmarks import compile_time
@@ -38,3 +41,32 @@ def test_the_pch_arm_compiles_the_same_cubins_and_logs_no_paths():
     with compile_time.pch_compiles():
         log = compile_cuda(srcs[0]).log
     assert "pch" not in log.lower() and "/tmp" not in log
+
+
+def test_automatic_pch_reuses_a_stale_pre_included_header(tmp_path):
+    """Why the environment leaves NVRTC's automatic PCH off: a precompiled header is reused when the
+    pre-included in-memory header (our per-source prelude) has changed, so one submission's prelude
+    would compile the next; the submission's own leading directives are compared, and do not leak.
+    If a future NVRTC checks in-memory headers, this test fails: time to look at PCH again."""
+    nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    if nvrtc.getVersion() < (12, 8):
+        pytest.skip(f"NVRTC {nvrtc.getVersion()} has no automatic PCH (12.8+)")
+    from kernels_env.build.compile import nvrtc_options
+
+    def stored(source: str, header: str = "") -> float:
+        prog = nvrtc.createProgram(source, "kernel.cu", [header.encode()] if header else [],
+                                   [b"pre.h"] if header else [])
+        try:
+            nvrtc.compileProgram(prog, nvrtc_options("sm_90") + ["-pch", f"--pch-dir={tmp_path}"]
+                                 + (["--pre-include=pre.h"] if header else []))
+            ptx = nvrtc.getPTX(prog)
+        finally:
+            nvrtc.destroyProgram(prog)
+        bits = int(re.search(r"mov\.u32\s+%r\d+, (\d+);", ptx.decode() if isinstance(ptx, bytes) else ptx)[1])
+        return float(np.array(bits, np.uint32).view(np.float32))
+
+    kernel = '#include <cuda_fp16.h>\nextern "C" __global__ void k(float* y) { y[0] = VAL; }\n'
+    assert stored(kernel, "#define VAL 1.5f\n") == 1.5
+    assert stored(kernel, "#define VAL 2.5f\n") == 1.5  # the first prelude's value: stale
+    for v in (3.5, 4.5):  # the source's own directives differ: a new PCH, the right value
+        assert stored(f"#define VAL {v}f\n" + kernel) == v
