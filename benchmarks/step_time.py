@@ -237,6 +237,7 @@ def summarise(name: str, recs: list[dict], warmup: int, build_s: float) -> dict:
         "step_s": step_s, "generate_s": gen_s, "evaluate_s": eval_s, "update_s": update_s,
         # the feedback texts, and the rest: the host's orchestration (prompts, DCP, credit, batch)
         "feedback_s": feedback_s, "rest_s": step_s - gen_s - eval_s - update_s - feedback_s,
+        "batch_s": mean("time/batch"),  # of the rest: credit and the update batch's packing
         "gen_tokens": gen_tok, "gen_tok_per_s": gen_tok / gen_s if gen_s > 0 else 0.0,
         "decode_calls": mean("sampler/decode_calls"), "decode_iterations": mean("sampler/decode_iterations"),
         "truncated_rows": mean("sampler/truncated_rows"), "preempted_rows": mean("sampler/preempted_rows"),
@@ -259,7 +260,8 @@ ROWS = [("compile s (all steps)", "compile_s", "{:.1f}"), ("  of it generate", "
         ("  of it update", "compile_update_s", "{:.1f}"), ("step s (steady, no compile)", "step_s", "{:.2f}"),
         ("  generate s", "generate_s", "{:.2f}"), ("  evaluate s", "evaluate_s", "{:.2f}"),
         ("  update s", "update_s", "{:.3f}"), ("  feedback s", "feedback_s", "{:.3f}"),
-        ("  rest s (host orchestration)", "rest_s", "{:.3f}"), ("generated tokens", "gen_tokens", "{:.0f}"),
+        ("  rest s (host orchestration)", "rest_s", "{:.3f}"), ("    of it credit and batch", "batch_s", "{:.3f}"),
+        ("generated tokens", "gen_tokens", "{:.0f}"),
         ("generate tokens/s", "gen_tok_per_s", "{:.0f}"), ("  decode calls", "decode_calls", "{:.1f}"),
         ("  decode loop iterations", "decode_iterations", "{:.0f}"),
         ("  rows cut at max_new_tokens", "truncated_rows", "{:.1f}"),

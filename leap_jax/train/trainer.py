@@ -417,6 +417,7 @@ class Trainer:
             self._update_history(out, tasks)
         metrics.update(self.step_metrics(out, credit))
         metrics["time/rollout"] = t_roll - t0
+        metrics["time/batch"] = t_upd0 - t_roll  # credit and build_batch (host)
         metrics["time/update"] = t_end - t_upd0
         metrics["time/step"] = t_end - t0
         # compilation is paid once per new shape: logged apart and left out of the training clock

@@ -19,7 +19,7 @@ def _record(generate: float, compile_generate: float, update: float, compile_upd
     step = generate + update + 0.5
     return {"time/step": step, "time/compile": compile_generate + compile_update,
             "time/compile_generate": compile_generate, "time/compile_update": compile_update,
-            "time/generate": generate, "time/update": update, "time/evaluate": 0.25,
+            "time/generate": generate, "time/update": update, "time/evaluate": 0.25, "time/batch": 0.1,
             "tokens/generated": tokens}
 
 
@@ -33,6 +33,7 @@ def test_generate_and_update_clocks_leave_compilation_out() -> None:
     assert out["step_s"] == pytest.approx(((8.0 - 4.5) + 3.5) / 2)
     assert out["gen_tok_per_s"] == pytest.approx(2000 / 2.0)
     assert out["compile_s"] == pytest.approx(57.0 + 4.5)
+    assert out["batch_s"] == pytest.approx(0.1) and out["rest_s"] == pytest.approx(out["step_s"] - 2.0 - 0.25 - 1.0)
 
 
 def test_rollout_only_arms_generate_without_updating(tmp_path, capsys) -> None:
