@@ -23,6 +23,8 @@ Dotted overrides apply to every arm, e.g. `rollout.prompts_per_step=4`. `--arms 
 subset; `--arm 'NAME: k=v ...'` adds an arm of the defaults plus overrides (it reuses after's compile
 cache, so its compile seconds count only its new programs), e.g. the options not on by default:
     --arm 'cudnn: optimizer.attention=cudnn' --arm 'seg4: sampling.decode_segments=4 sampling.steps_per_iter=4'
+Arms share one evaluation pool (no result cache, so each evaluates all its rows); an arm whose overrides
+change the pool's arguments (`env.compile_workers=15`) gets its own, started before its clock.
 `--trace ARMS` traces one more rollout of those arms after their steps (left out of the means) and
 prints the GPU's busy share of its wall time (kernels' union over streams) and the kernel families per
 decode iteration: a kernel-bound rollout keeps the GPU busy, a host-bound one leaves gaps.
@@ -177,6 +179,51 @@ def traced_rollout(tr) -> dict:
             "top_kernels": sorted(((k[1], us / iters, prof["kernel_count"][k] / iters)
                                    for k, us in prof["by_kernel"].items() if decode_profile.is_device(k[0])),
                                   key=lambda t: -t[1])[:TOP_KERNELS]}
+
+
+class ArmPools:
+    """The arms' evaluation pools: one for every arm with the same pool arguments (worker start-up
+    paid once), another where an arm's overrides change them (e.g. `env.compile_workers=15`); none
+    keeps a result cache, so every arm evaluates all its rows. A pool closes after its last arm."""
+
+    def __init__(self, cfg_path: str | None, overrides: list[str], arms: list[str], tiny: bool = False):
+        from leap_jax.train.config import load_config
+        self.tiny = tiny
+        self.cfgs = {a: load_config(cfg_path, overrides + ARMS[a]) for a in arms}
+        self.keys = {a: self.key(a) for a in arms}
+        self.left = list(arms)  # arms not yet done, in order
+        self.pools: dict[str, object] = {}
+
+    def key(self, arm: str) -> str:
+        return "oracle" if self.tiny else repr(sorted(self.cfgs[arm].env.pool_kwargs().items()))
+
+    def get(self, arm: str):
+        k = self.keys[arm]
+        if k not in self.pools:
+            if self.tiny:
+                from tests.leap_jax._trainer_helpers import OracleEvaluator
+                self.pools[k] = OracleEvaluator()
+            else:
+                from kernels_env.schedule.pool import EvalPool
+                from leap_jax.train.trainer import env_config
+                cfg = self.cfgs[arm]
+                self.pools[k] = EvalPool(**{**cfg.env.pool_kwargs(), "cache": False}, config=env_config(cfg))
+        return self.pools[k]
+
+    def done(self, arm: str) -> None:
+        self.left.remove(arm)
+        k = self.keys[arm]
+        if k in self.pools and all(self.keys[a] != k for a in self.left):
+            self._close(self.pools.pop(k))
+
+    def close(self) -> None:
+        while self.pools:
+            self._close(self.pools.popitem()[1])
+
+    @staticmethod
+    def _close(pool) -> None:
+        if hasattr(pool, "close"):
+            pool.close()
 
 
 def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, steps: int, warmup: int,
@@ -339,19 +386,15 @@ def main(argv=None) -> None:
     cache_dir = work / "jax_cache"
     shutil.rmtree(cache_dir, ignore_errors=True)  # `after` measures a cold cache, `resume` a warm one
 
-    if args.tiny:
-        from tests.leap_jax._trainer_helpers import OracleEvaluator
-        evaluator = OracleEvaluator()
-    else:  # one pool for every arm (worker start-up paid once); no result cache: equal work per arm
-        from kernels_env.schedule.pool import EvalPool
-        from leap_jax.train.trainer import env_config
-        evaluator = EvalPool(**{**cfg.env.pool_kwargs(), "cache": False}, config=env_config(cfg))
+    pools = ArmPools(cfg_path, overrides, arms, tiny=args.tiny)
     results = []
     try:
         for a in arms:
+            evaluator = pools.get(a)  # before the arm's clock: a new pool's start-up is not its step's
             t0 = time.perf_counter()
             res = run_arm(a, cfg_path, overrides, evaluator, args.steps, args.warmup, work, cache_dir,
                           rollout_only=args.rollout_only, trace=a in args.trace.split(","))
+            pools.done(a)
             res["wall_s"] = time.perf_counter() - t0
             results.append(res)
             # one line per finished arm, so a run cut short by a timeout still leaves its numbers
@@ -359,8 +402,7 @@ def main(argv=None) -> None:
                 f"{k}={v:.3g}" for k, v in res.items() if isinstance(v, float) and k != "wall_s"),
                 file=sys.stderr, flush=True)
     finally:
-        if hasattr(evaluator, "close"):
-            evaluator.close()
+        pools.close()
     if args.json:
         print(json.dumps(results, indent=2))
     else:

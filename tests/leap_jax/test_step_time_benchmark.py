@@ -53,3 +53,34 @@ def test_rollout_only_arms_generate_without_updating(tmp_path, capsys) -> None:
         assert r["evaluations"] > 0
         assert all(r[f"env_{stage}_s"] == 0.0 for stage in step_time.ENV_STAGES)
     assert "preempted_rows" in recs["pkvp"] and recs["after"]["preempted_rows"] == 0.0
+
+
+def test_an_arm_that_changes_the_pool_gets_its_own(monkeypatch) -> None:
+    """Arms with the same pool arguments share one pool; `env.compile_workers=...` in an arm's
+    overrides starts another (else the override would not reach the workers); each closes after
+    its last arm, and none keeps a result cache."""
+    from kernels_env.schedule import pool as pool_mod
+    made: list = []
+
+    class FakePool:
+        def __init__(self, **kw):
+            self.kw, self.closed = kw, False
+            made.append(self)
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(pool_mod, "EvalPool", FakePool)
+    monkeypatch.setitem(step_time.ARMS, "cw3", ["env.compile_workers=3"])
+    arms = ["after", "cw3", "resume"]
+    pools = step_time.ArmPools("configs/generated/grpo.yaml", [], arms)
+    first = pools.get("after")
+    pools.done("after")
+    assert not first.closed  # `resume` uses it again
+    cw3 = pools.get("cw3")
+    assert cw3 is not first and cw3.kw["compile_workers"] == 3 and first.kw["compile_workers"] == 12
+    pools.done("cw3")
+    assert cw3.closed and pools.get("resume") is first
+    pools.done("resume")
+    assert first.closed and len(made) == 2 and all(p.kw["cache"] is False for p in made)
+    pools.close()
