@@ -12,6 +12,7 @@ fail there, while the cpu backend's host compiler has them all. Kernels ported f
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -95,19 +96,52 @@ def prelude(source: str = "", cccl: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-# CUDA headers that bring none of libcu++'s integer types or limits (their own includes are
+# CUDA headers that bring none of libcu++'s integer types or limits (CUDA 13's include
 # vector_types.h, vector_functions.h and nv/target): a source whose only CUDA includes are these needs
-# no libcu++ in its prelude, which saves ~11 of the ~58 ms NVRTC takes for such a source on a CPU core
-# (tests/kernels_env/test_handwritten_kernels.py compiles every standard name next to them).
+# no libcu++ in its prelude, which saves ~11 of the ~58 ms NVRTC takes for such a source on a CPU core.
+# Each process checks them once against its own NVRTC and headers (`plain_cuda_headers`).
 PLAIN_CUDA_HEADERS = ("cuda_fp16.h", "cuda_bf16.h")
 
 _INCLUDE_RE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*include(_next)?\b[ \t]*(.*)$", re.M)
 
 
-def needs_libcudacxx(source: str, plain_headers: tuple[str, ...] = PLAIN_CUDA_HEADERS) -> bool:
+@functools.cache
+def plain_cuda_headers() -> tuple[str, ...]:
+    """The PLAIN_CUDA_HEADERS that, with this NVRTC and these CUDA headers, compile next to the
+    prelude without libcu++ and without a warning, every standard name used (a probe compile of
+    ~50 ms each, once per process). A header that brings libcu++'s types or limits (say in another
+    CUDA version) fails the probe and gets libcu++ again: never a wrong or conflicting definition."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except Exception:  # no NVRTC: nothing compiles here, every CUDA include keeps libcu++
+        return ()
+    uses = "".join(f"__device__ {n} leap_probe_{n};\n" for n, _ in TYPEDEFS)
+    uses += "__device__ double leap_probe_m() { return " + " + ".join(f"(double)({n})" for n, _ in MACROS) + "; }\n"
+    opts = ["-std=c++17", "--gpu-architecture=compute_90", f"--pre-include={PRELUDE_NAME}",
+            *(f"--include-path={d}" for d in cuda_include_dirs())]
+    plain = []
+    for header in PLAIN_CUDA_HEADERS:
+        source = f"#include <{header}>\n{uses}"
+        prog = nvrtc.createProgram(source, "probe.cu", [prelude(source, cccl=False).encode()], [PRELUDE_NAME.encode()])
+        try:
+            nvrtc.compileProgram(prog, opts)
+            log = nvrtc.getProgramLog(prog)
+            if "warning" not in (log.decode("utf-8", "replace") if isinstance(log, bytes) else log):
+                plain.append(header)
+        except nvrtc.NVRTCError:
+            pass
+        finally:
+            nvrtc.destroyProgram(prog)
+    return tuple(plain)
+
+
+def needs_libcudacxx(source: str, plain_headers: tuple[str, ...] | None = None) -> bool:
     """Whether the source (comments removed) #includes anything but the standard headers the prelude
-    stands in for and `plain_headers`: only then can a header bring libcu++'s own integer types and
-    limits (an `#include_next`, or a header named by a macro, counts as such a header)."""
+    stands in for and `plain_headers` (default: `plain_cuda_headers()`): only then can a header bring
+    libcu++'s own integer types and limits (an `#include_next`, or a header named by a macro, counts
+    as such a header)."""
+    if plain_headers is None:
+        plain_headers = plain_cuda_headers() if _INCLUDE_RE.search(source) else ()
     allowed = {f"{o}{h}{c}" for h in STD_HEADERS + plain_headers for o, c in ("<>", '""')}
     text = strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
     return any(nxt or target.strip() not in allowed for nxt, target in _INCLUDE_RE.findall(text))

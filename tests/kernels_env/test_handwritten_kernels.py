@@ -6,6 +6,8 @@ The ported kernels below are this project's own code written the way llm.c write
 each must score `correct` on the cpu backend at small sizes."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -131,16 +133,19 @@ def test_libcudacxx_goes_into_the_prelude_only_with_cuda_includes_that_may_need_
     headers pre-included (such headers may bring its integer types, which the prelude's own typedefs
     must then not repeat); the standard names compile either way: next to the plain CUDA headers
     without libcu++, next to a CUDA header that includes libcu++ itself with it."""
-    from kernels_env.build.std_prelude import needs_libcudacxx, nvrtc_headers
+    from kernels_env.build.std_prelude import PLAIN_CUDA_HEADERS, needs_libcudacxx, nvrtc_headers
+    plain_rule = functools.partial(needs_libcudacxx, plain_headers=PLAIN_CUDA_HEADERS)
     assert not needs_libcudacxx(STD_NAMES)  # only the standard headers the prelude stands in for
     assert not needs_libcudacxx('// #include <cooperative_groups.h>\n/* #include "x.h" */\n#include <math.h> // m\n')
-    for src in ("#include <cuda_fp16.h>\n", '  #  include "cuda_bf16.h"\n', "%:include <cuda_fp16.h>\n"):
-        assert not needs_libcudacxx(src), src
+    plain_srcs = ("#include <cuda_fp16.h>\n", '  #  include "cuda_bf16.h"\n', "%:include <cuda_fp16.h>\n")
+    for src in plain_srcs:
+        assert not plain_rule(src), src
         assert needs_libcudacxx(src, plain_headers=()), src
     for src in ("%:include <cooperative_groups.h>\n", "#include HEADER\n", "#include_next <cuda_fp16.h>\n",
                 "#include <cuda_fp16.h>\n#include <mma.h>\n", "#include <cuda/std/cstdint>\n"):
-        assert needs_libcudacxx(src), src
+        assert plain_rule(src) and needs_libcudacxx(src), src
     _nvrtc_or_skip()
+    assert not any(needs_libcudacxx(src) for src in plain_srcs)  # this NVRTC's probe passes both headers
     from kernels_env.build.compile import compile_cuda
     from kernels_env.build.std_prelude import _have_cccl
     plain_cuda = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + STD_NAMES
@@ -149,6 +154,24 @@ def test_libcudacxx_goes_into_the_prelude_only_with_cuda_includes_that_may_need_
     for src in (STD_NAMES, plain_cuda, "#include <cooperative_groups.h>\n" + STD_NAMES):
         mod = compile_cuda(src)
         assert "std_names" in mod.kernels and "warning" not in mod.log
+
+
+def test_a_plain_header_that_brings_libcudacxx_fails_the_probe_and_keeps_it(monkeypatch):
+    """`plain_cuda_headers` compiles each candidate next to the prelude without libcu++: one whose
+    own includes bring libcu++'s limits (cooperative_groups.h, standing in for a plain header of
+    another CUDA version) fails the probe, and a source including it gets libcu++ again."""
+    _nvrtc_or_skip()
+    from kernels_env.build import std_prelude
+    if not std_prelude._have_cccl():
+        pytest.skip("no libcu++ headers: no header can bring its types")
+    monkeypatch.setattr(std_prelude, "PLAIN_CUDA_HEADERS", ("cuda_fp16.h", "cooperative_groups.h"))
+    std_prelude.plain_cuda_headers.cache_clear()
+    try:
+        assert std_prelude.plain_cuda_headers() == ("cuda_fp16.h",)
+        assert std_prelude.needs_libcudacxx("#include <cooperative_groups.h>\n")
+        assert not std_prelude.needs_libcudacxx("#include <cuda_fp16.h>\n")
+    finally:
+        std_prelude.plain_cuda_headers.cache_clear()
 
 
 @pytest.mark.slow
