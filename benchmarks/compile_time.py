@@ -12,9 +12,12 @@ evaluation (~80 ms of ~100 on the GPU host, where 12 compile workers share the c
              setting: NVRTC reuses a precompiled header after the pre-included in-memory prelude has
              changed (a stale prelude compiles the next source; tests/kernels_env/
              test_compile_time_benchmark.py shows it), writes under /tmp, and keeps a 256 MiB heap
-Rounds alternate the arms so drift hits both.
+Rounds alternate the arms so drift hits both. `--phases` prints NVRTC's own clock instead (front end,
+NVVM, ptxas, and the parse of the built-in header, the prelude and cuda_fp16.h), for the sources with and
+without a CUDA #include, under the previous rule and the current one.
 
     python benchmarks/compile_time.py --workload gen --tasks 64 --rounds 2
+    python benchmarks/compile_time.py --workload gen --tasks 32 --phases
 """
 from __future__ import annotations
 
@@ -74,13 +77,60 @@ def time_arm(srcs: list[str], arm: str, cubins: list[bytes] | None = None) -> li
     return out
 
 
+PHASES = ("CUDA C++ Front-End", "LibNVVM", "Total PTXAS Time")  # NVRTC's own top-level phases
+HEADERS = ("__nv_nvrtc_builtin_header.h", "leap_std_prelude.h", "cuda_fp16.h")  # headers' parse time
+
+
+def phase_ms(source: str, arm: str, trace_dir: str) -> dict[str, float]:
+    """NVRTC's own time per phase and per header (ms) for one compile under `arm`, from its
+    `--fdevice-time-trace` (Chrome trace events; a header counts with the headers it includes)."""
+    import json
+    import os
+    from kernels_env.build import compile as compile_mod
+    path = os.path.join(trace_dir, "trace")
+    options = compile_mod.nvrtc_options
+    with mock.patch.object(compile_mod, "nvrtc_options", lambda a: options(a) + [f"--fdevice-time-trace={path}"]):
+        time_arm([source], arm)
+    trace = next(os.path.join(trace_dir, f) for f in os.listdir(trace_dir) if f.startswith("trace"))
+    with open(trace) as f:
+        data = json.load(f)
+    os.remove(trace)
+    events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"]
+    out = {p: sum(e["dur"] for e in events if e["name"] == p) / 1e3 for p in PHASES}
+    for h in HEADERS:  # the outermost event of each header
+        out[h] = max((e["dur"] / 1e3 for e in events if e["name"] == "Processing Header File"
+                      and str(e.get("args", {}).get("detail", "")).endswith(h)), default=0.0)
+    return out
+
+
+def print_phases(srcs: list[str]) -> None:
+    """Mean NVRTC phase and header times per arm, sources with and without a CUDA #include apart."""
+    import tempfile
+    print("NVRTC's phases (--fdevice-time-trace), mean ms per compile")
+    groups = {"with #include": [s for s in srcs if "#include" in s], "without": [s for s in srcs if "#include" not in s]}
+    cols = PHASES + HEADERS
+    print(f"{'sources':20s} {'arm':10s} " + " ".join(f"{c[:18]:>18s}" for c in cols))
+    with tempfile.TemporaryDirectory() as d:
+        for label, group in groups.items():
+            for arm in ("any-cuda", "as-needed"):
+                rows = [phase_ms(s, arm, d) for s in group]
+                if rows:
+                    print(f"{label + f' ({len(rows)})':20s} {arm:10s} "
+                          + " ".join(f"{statistics.mean(r[c] for r in rows):18.1f}" for c in cols))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", choices=["gen", "suite"], default="gen")
     ap.add_argument("--tasks", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--phases", action="store_true", help="print NVRTC's own phase times instead")
     args = ap.parse_args()
     srcs = sources(args.workload, args.tasks)
+    if args.phases:
+        time_arm(srcs[:2], "always")
+        print_phases(srcs)
+        return
     time_arm(srcs[:2], "always")  # NVRTC's first call loads the library
     times: dict[str, list[float]] = {arm: [] for arm in ARMS}
     cubins: dict[str, list[bytes]] = {arm: [] for arm in ARMS}

@@ -15,6 +15,7 @@ def test_every_prelude_arm_compiles_every_solution(monkeypatch):
     plain = next(s for s in compile_time.sources("gen", 8) if "#include" not in s)
     srcs = [plain, "#include <cuda_fp16.h>\n" + plain, "#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n"
             + plain, "// #include <cooperative_groups.h>\n" + plain]
+    std_prelude.plain_cuda_headers()  # its probe compiles once per process, before the count below
     seen = []
     real = std_prelude.prelude
     monkeypatch.setattr(std_prelude, "prelude", lambda s, cccl=False: seen.append(cccl) or real(s, cccl))
@@ -22,7 +23,8 @@ def test_every_prelude_arm_compiles_every_solution(monkeypatch):
         times = compile_time.time_arm(srcs, arm)
         assert len(times) == 4 and all(t > 0 for t in times)
     c = std_prelude._have_cccl()
-    assert seen == [c] * 4 + [False, c, c, False] + [False, False, c, False]  # as needed: only cooperative_groups
+    fp16 = c and "cuda_fp16.h" not in std_prelude.plain_cuda_headers()  # libcu++ for cuda_fp16.h too
+    assert seen == [c] * 4 + [False, c, c, False] + [False, fp16, c, False]  # as needed: cooperative_groups
 
 
 def test_the_pch_arm_compiles_the_same_cubins_and_logs_no_paths():
@@ -70,3 +72,19 @@ def test_automatic_pch_reuses_a_stale_pre_included_header(tmp_path):
     assert stored(kernel, "#define VAL 2.5f\n") == 1.5  # the first prelude's value: stale
     for v in (3.5, 4.5):  # the source's own directives differ: a new PCH, the right value
         assert stored(f"#define VAL {v}f\n" + kernel) == v
+
+
+def test_phase_times_come_from_nvrtc_and_show_the_prelude_only_where_it_is_parsed(tmp_path):
+    """`--phases`: NVRTC's own trace gives each phase a positive time; the prelude's libcu++ parse
+    shows for a cuda_fp16.h source under the previous rule (any-cuda) and not under the current one."""
+    nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from kernels_env.build import std_prelude
+    if not std_prelude._have_cccl() or "cuda_fp16.h" not in std_prelude.plain_cuda_headers():
+        pytest.skip(f"NVRTC {nvrtc.getVersion()}: no libcu++ or cuda_fp16.h is not plain here")
+    src = next(s for s in compile_time.sources("gen", 16) if "#include <cuda_fp16.h>" in s)
+    before = compile_time.phase_ms(src, "any-cuda", str(tmp_path))
+    after = compile_time.phase_ms(src, "as-needed", str(tmp_path))
+    assert all(before[p] > 0 and after[p] > 0 for p in compile_time.PHASES)
+    assert before["cuda_fp16.h"] > 0 and after["cuda_fp16.h"] > 0
+    assert before["leap_std_prelude.h"] > 5 * after["leap_std_prelude.h"]  # libcu++ parsed only before
+    assert not list(tmp_path.iterdir())  # each trace read and removed
