@@ -122,13 +122,17 @@ def plain_cuda_headers() -> tuple[str, ...]:
     plain = []
     for header in PLAIN_CUDA_HEADERS:
         source = f"#include <{header}>\n{uses}"
-        prog = nvrtc.createProgram(source, "probe.cu", [prelude(source, cccl=False).encode()], [PRELUDE_NAME.encode()])
+        try:
+            prog = nvrtc.createProgram(source, "probe.cu", [prelude(source, cccl=False).encode()],
+                                       [PRELUDE_NAME.encode()])
+        except Exception:  # NVRTC unusable here: keep libcu++ (compile_cuda reports NVRTC's failure)
+            continue
         try:
             nvrtc.compileProgram(prog, opts)
             log = nvrtc.getProgramLog(prog)
             if "warning" not in (log.decode("utf-8", "replace") if isinstance(log, bytes) else log):
                 plain.append(header)
-        except nvrtc.NVRTCError:
+        except Exception:  # the header does not compile so: it keeps libcu++
             pass
         finally:
             nvrtc.destroyProgram(prog)
