@@ -78,7 +78,8 @@ def compile_worker_read_paths() -> list[str]:
 def _confine_compile_worker() -> bool:
     """Landlock the compile worker after warming NVRTC up: whatever a submission's `#include`,
     `__has_include` or `#pragma` names, NVRTC can open only what compile_worker_read_paths() lists
-    (a path elsewhere is "not found"). LEAP_COMPILE_LANDLOCK=0 turns it off."""
+    (a path elsewhere is "not found"). LEAP_COMPILE_LANDLOCK=0 turns it off. The warm-up's cuda_fp16.h
+    include also runs std_prelude's once-per-process plain-header probe, so no job pays for it."""
     if os.environ.get("LEAP_COMPILE_LANDLOCK", "1") == "0":
         return False
     from kernels_env.build import landlock

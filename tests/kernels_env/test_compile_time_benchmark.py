@@ -40,7 +40,7 @@ def test_the_pch_arm_compiles_the_same_cubins_and_logs_no_paths():
     compile_time.time_arm(srcs * 2, "pch", pch)  # the second time round, the headers are reused
     assert pch == plain * 2
     from kernels_env.build.compile import compile_cuda
-    with compile_time.pch_compiles():
+    with compile_time.extra_nvrtc_options(compile_time.PCH_OPTIONS):
         log = compile_cuda(srcs[0]).log
     assert "pch" not in log.lower() and "/tmp" not in log
 
@@ -59,7 +59,7 @@ def test_automatic_pch_reuses_a_stale_pre_included_header(tmp_path):
         prog = nvrtc.createProgram(source, "kernel.cu", [header.encode()] if header else [],
                                    [b"pre.h"] if header else [])
         try:
-            nvrtc.compileProgram(prog, nvrtc_options("sm_90") + ["-pch", f"--pch-dir={tmp_path}"]
+            nvrtc.compileProgram(prog, nvrtc_options("sm_90") + compile_time.PCH_OPTIONS + [f"--pch-dir={tmp_path}"]
                                  + (["--pre-include=pre.h"] if header else []))
             ptx = nvrtc.getPTX(prog)
         finally:
