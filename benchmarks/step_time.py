@@ -53,6 +53,9 @@ an update of larger micro-batches for a run that has the GPU alone:
         rollout.overlap_chunks=1 optimizer.micro_batch_tokens=16384' --steps 2 --warmup 1
 (the decode loop is bound by its kernels' count, not its rows: one call of all a turn's rows runs
 about as fast per step as one of half of them, so `pkv1c` halves the sequential decode loops)
+Update lag (`lag1`: rollout.update_lag=1, off-policy by one update; a run's first step updates
+nothing, so keep --warmup >= 1) against the on-policy step, e.g. on GRPO's config:
+    python benchmarks/step_time.py --config configs/generated/grpo.yaml --arms after,lag1 --steps 4 --warmup 1
 Preemption on top (`pkvp`, `pkv1cp`: a call ends once a quarter of its rows still generate, and those
 continue in the next call next to newly ready turns, so a few long rows stop holding back the rest):
     timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml \
@@ -97,6 +100,9 @@ ARMS = {
     # of its rows still generate; they continue next to newly ready turns
     "pkvp": PIPELINED + KV_REUSE + PREEMPT,
     "pkv1cp": PIPELINED + KV_REUSE + PREEMPT + ["rollout.overlap_chunks=1"],
+    # opt-in update lag (rollout.update_lag=1, with pipelined turns): a step's last evaluations run while
+    # the next step generates; each step updates on the previous step's rollouts (one update stale)
+    "lag1": PIPELINED + ["rollout.update_lag=1"],
 }
 SHAPES = {
     "experiment": dict(hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8, num_kv_heads=4,

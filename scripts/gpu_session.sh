@@ -100,12 +100,13 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-grpo-readout ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
         --arms after --arm 'regen: env.input_checksums=false' --steps 4 --warmup 1 ;;
     step-grpo-compile)  # issue 29: is GRPO's evaluation wait NVRTC's? The step with 12 compile workers (the
-      # config's), 15 and 8, and with a call ending once half its rows still generate (their evaluations
-      # start sooner); the table's env stage rows sum each stage's seconds over the evaluations
+      # config's), 15 and 8, with the update one step behind (rollout.update_lag=1: the last evaluations
+      # run while the next step generates), and with a call ending once half its rows still generate
+      # (their evaluations start sooner); the table's env stage rows sum each stage's seconds over the evaluations
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
-      stage step-grpo-compile ${STEP_GRPO_S:-300} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
-        --arms after --arm 'pre50: rollout.preempt=0.5' --arm 'cw15: env.compile_workers=15' \
-        --arm 'cw8: env.compile_workers=8' --steps 4 --warmup 1 ;;
+      stage step-grpo-compile ${STEP_GRPO_S:-420} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
+        --arms after,lag1 --arm 'cw15: env.compile_workers=15' --arm 'cw8: env.compile_workers=8' \
+        --arm 'pre50: rollout.preempt=0.5' --steps 4 --warmup 1 ;;
     decode-prof)  # issue 29: where a decode step of the generated family's shape goes (batch 128, a multi-turn
       # cache), kernel families per step: einsum against the cuDNN decode attention, and under XLA command buffers
       P='--shape generated --batch 128 --prompt 1024 --new 768 --top 20'

@@ -14,6 +14,10 @@ is generated as soon as its group's DCP decision (turn 1) or its own result (lat
 alongside other rows' earlier turns, instead of after the whole turn; same outputs for a policy
 whose answer depends on the request only (see that module for the exact guarantee).
 
+`start` and `finish` split `run` for a caller that generates the next step while this one's last
+evaluations run (`rollout.update_lag`): with pipeline_turns, `start` returns once nothing is left to
+generate and only turn-T evaluations are outstanding, `finish` collects them; the output is `run`'s.
+
 Each row's requests carry one conversation id for the run (`GenRequest.conversation`); a policy
 with `release_conversations` (the sampler with sampling.kv_reuse, which keeps a conversation's KV
 cache between turns) is told when a row takes no further turn, and at the end of the run.
@@ -24,7 +28,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -101,6 +105,17 @@ class RolloutOutput:
     speedup: np.ndarray  # float32 [P, G, T] (nan where unknown)
     row_mask: np.ndarray  # bool [P, G]: False for env_error rows
     stats: dict[str, float]
+
+
+@dataclass
+class StartedRollout:
+    """A rollout whose generation is done; its last evaluations may still run (`MultiTurnRollout.start`).
+    `start_times` are its phase seconds up to `start`'s return; `finish` collects the rest."""
+    tasks: list[str]
+    state: _RunState
+    release: Callable[[list], None] | None
+    rest: Iterator[None] | None  # the pipelined loop, resumed by `finish`; None when nothing is left
+    start_times: dict[str, float]
 
 
 class ChatStreams:
@@ -299,6 +314,14 @@ class MultiTurnRollout:
 
     def run(self, tasks: Sequence[str], policy: Policy, seed: int, step: int = 0) -> RolloutOutput:
         """Roll out G rows for each task in `tasks`; `seed` and `step` make it reproducible."""
+        return self.finish(self._begin(tasks, policy, seed, step, defer=False))
+
+    def start(self, tasks: Sequence[str], policy: Policy, seed: int, step: int = 0) -> StartedRollout:
+        """`run` up to the point where nothing is left to generate: with pipeline_turns, the turn-T
+        evaluations may still run (the policy is not called again); `finish` gives `run`'s output."""
+        return self._begin(tasks, policy, seed, step, defer=True)
+
+    def _begin(self, tasks: Sequence[str], policy: Policy, seed: int, step: int, defer: bool) -> StartedRollout:
         P, G, T = len(tasks), self.G, self.T
         t_start = time.perf_counter()
         st = _RunState(P, G, T, step)
@@ -309,16 +332,30 @@ class MultiTurnRollout:
             row.context_limited = len(row.tokens) + self.max_new_tokens > self.max_context
         active = [r for r in range(P * G) if not st.rows[r].context_limited]
         release = getattr(policy, "release_conversations", None)
+        rest: Iterator[None] | None = None
         if self.pipeline_turns:
             from leap_jax.rollout.pipelined import run_pipelined
-            run_pipelined(self, st, active, policy, seed, release)
+            rest = run_pipelined(self, st, active, policy, seed, release, defer=defer)
+            if next(rest, StopIteration) is StopIteration:
+                rest = None
         else:
             self._run_sequential(st, active, policy, seed, release)
-        if release is not None:
-            release([(st.run_id, r) for r in range(P * G)])
         st.times["rollout_total"] = time.perf_counter() - t_start
+        return StartedRollout(list(tasks), st, release, rest, dict(st.times))
+
+    def finish(self, started: StartedRollout) -> RolloutOutput:
+        """Collect a started rollout's outstanding evaluations (waiting for them); its RolloutOutput."""
+        t0 = time.perf_counter()
+        st, G, T = started.state, self.G, self.T
+        if started.rest is not None:
+            for _ in started.rest:
+                pass
+            started.rest = None
+        if started.release is not None:
+            started.release([(st.run_id, r) for r in range(len(st.rows))])
+        st.times["rollout_total"] += time.perf_counter() - t0
         stats = self._stats(st)
-        return RolloutOutput(list(tasks), st.rows, G, T, st.decisions, st.correct, st.attempted,
+        return RolloutOutput(list(started.tasks), st.rows, G, T, st.decisions, st.correct, st.attempted,
                              st.status_rank, st.speedup, st.row_mask, stats)
 
     def _run_sequential(self, st: _RunState, active: list[int], policy: Policy, seed: int,

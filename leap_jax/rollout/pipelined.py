@@ -36,6 +36,13 @@ the next call with newly ready turns. A continuation samples from the same condi
 distribution, so a row's response is distributed as if it had not been interrupted; with greedy
 decoding it is the same response up to rounding (tests/leap_jax/test_preemption.py). Each row is
 evaluated once, when its response is whole.
+
+Deferred collection (`defer=True`, `MultiTurnRollout.start`; `rollout.update_lag`). Once nothing
+is left to generate and every evaluation still running is of a turn-T response (no result can start
+another turn), the loop yields instead of waiting: the caller may generate the next step meanwhile,
+and resumes the loop (`MultiTurnRollout.finish`) to collect those results. What is collected is
+what the loop without the yield collects; every conversation is released at the yield (none can
+take a further turn).
 """
 from __future__ import annotations
 
@@ -43,7 +50,7 @@ import concurrent.futures as cf
 import hashlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from leap_jax.rollout.policy import GenRequest, GenResponse, Policy, continue_request
@@ -61,8 +68,9 @@ def call_seed(seed: int, call: int) -> int:
 
 
 def run_pipelined(ro: MultiTurnRollout, st: _RunState, active: list[int], policy: Policy, seed: int,
-                  release: Callable[[list], None] | None) -> None:
-    """Fill `st` for the rows `active` on turn 1 (the module docstring says how)."""
+                  release: Callable[[list], None] | None, defer: bool = False) -> Iterator[None]:
+    """Fill `st` for the rows `active` on turn 1 (the module docstring says how) as the generator is
+    run to its end; with `defer`, it yields once when only turn-T evaluations are left to collect."""
     G, T, times = ro.G, ro.T, st.times
     if not active:
         return
@@ -80,6 +88,11 @@ def run_pipelined(ro: MultiTurnRollout, st: _RunState, active: list[int], policy
     calls = 0
     t_eval_start = None
     while ready or pending:
+        if defer and not ready and all(p[1] == T for p in pending):
+            defer = False
+            if release is not None:
+                release([(st.run_id, r) for r in range(len(st.rows))])
+            yield  # the caller generates meanwhile; it resumes the loop to collect the rest
         if ready:
             batch = [ready.popleft() for _ in range(min(chunk, len(ready)))]
             requests = [continuing.pop(b) if b in continuing else ro._request(st, *b) for b in batch]

@@ -73,6 +73,12 @@ class RolloutCfg:
     # fraction of its rows still generate; those continue from their tokens so far in a later call,
     # next to newly ready turns, instead of holding back the rows that stopped (0 = off)
     preempt: float = 0.0
+    # opt-in 1, with pipeline_turns: a step's turn-T evaluations finish while the next step generates,
+    # and the update on its rollouts comes one step later, from a policy one update newer than the one
+    # that sampled them (the loss's ratio to the sampler's log-probs, clipped, corrects for it); the
+    # first step of a run (or of a resumed run) updates nothing, and the last step's rollouts are not
+    # trained on. 0: each step updates on its own rollouts (on-policy)
+    update_lag: int = 0
     scripted_mix: ScriptedMixCfg = field(default_factory=ScriptedMixCfg)
 
     def check(self) -> None:
@@ -88,6 +94,10 @@ class RolloutCfg:
         if self.preempt and not self.pipeline_turns:
             raise ConfigError(f"rollout.preempt={self.preempt} continues cut rows in later calls of the "
                               "pipelined rollout; it needs rollout.pipeline_turns=true")
+        choice(self.update_lag, (0, 1), "rollout.update_lag")
+        if self.update_lag and not self.pipeline_turns:
+            raise ConfigError(f"rollout.update_lag={self.update_lag} lets the next step generate while the "
+                              "pipelined rollout's last evaluations run; it needs rollout.pipeline_turns=true")
         self.scripted_mix.check()
 
 

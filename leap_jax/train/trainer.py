@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections import deque
 from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,8 @@ import numpy as np
 from kernels_env.core.config import EnvConfig
 from leap_jax.models.config import ModelConfig
 from leap_jax.parallel.placement import MeshPlacement
-from leap_jax.rollout.multiturn import (ChatStreams, MultiTurnRollout, RolloutOutput, outcome_metrics, select_groups,
+from leap_jax.rollout.multiturn import (ChatStreams, MultiTurnRollout, RolloutOutput, StartedRollout, outcome_metrics,
+                                       select_groups,
                                         solved_turns_by_task)
 from leap_jax.rollout.policy import MixedPolicy, Policy, SamplerPolicy, ScriptedPolicy
 from leap_jax.sampling.buckets import batch_buckets, prompt_buckets
@@ -266,6 +268,8 @@ class Trainer:
         self._sampler: Sampler | None = None
         self._sampler_counters_seen: dict[str, int] = {}  # Sampler.counters at this step's start
         self._pool_counters_seen: dict[str, int] = {}  # the pool's host counters at the last record
+        # rollout.update_lag: rollouts generated and not yet updated on, oldest first
+        self._lagged: deque[tuple[MultiTurnRollout, StartedRollout]] = deque()
         self.streams = ChatStreams(self.tokenizer)
         self.logprob_fn = make_logprob_fn(self.model_config, cfg.optimizer.attention)
         self.value_fn = make_value_fn(self.model_config) if self.ppo else None
@@ -353,24 +357,88 @@ class Trainer:
         """This step's training rollouts: the next tasks, rolled out by the algorithm's rollout with
         the current params (env_error share checked). `train_step` updates on them; a benchmark of
         generation alone (benchmarks/step_time.py --rollout-only) calls this instead."""
+        return self._finish_rollout(*self._start_rollout())
+
+    def _start_rollout(self) -> tuple[MultiTurnRollout, StartedRollout]:
+        """The next tasks' training rollouts with the current params, until nothing is left to
+        generate (`MultiTurnRollout.start`: the last evaluations may still run)."""
         cfg = self.cfg
         self._sampler_counters_seen = dict(self._sampler.counters) if self._sampler is not None else {}
         self.rng, k_roll = jax.random.split(self.rng)
         tasks = self.next_tasks()
         rollout = self._rollout(cfg.rollout.group_size, cfg.rollout.max_turns,
                                 self.spec.dcp_mode)
-        out = rollout.run(tasks, self._policy(self._sampling()), seed=_seed_from_key(k_roll), step=self.step)
-        check_env_errors(out, cfg.env.max_env_error_fraction, self.step, getattr(self.evaluator, "stats", None),
+        return rollout, rollout.start(tasks, self._policy(self._sampling()), seed=_seed_from_key(k_roll),
+                                      step=self.step)
+
+    def _finish_rollout(self, rollout: MultiTurnRollout, started: StartedRollout) -> tuple[list[str], RolloutOutput]:
+        out = rollout.finish(started)
+        check_env_errors(out, self.cfg.env.max_env_error_fraction, self.step, getattr(self.evaluator, "stats", None),
                          log=lambda line: print(f"[leap_jax] {line}", flush=True))
-        return tasks, out
+        return started.tasks, out
+
+    def drop_lagged(self) -> None:
+        """Wait for the rollouts that rollout.update_lag left without an update, and drop them."""
+        while self._lagged:
+            rollout, started = self._lagged.popleft()
+            rollout.finish(started)
 
     def train_step(self) -> dict[str, Any]:
+        """Generate the next tasks' rollouts and update on them; with rollout.update_lag = 1, update
+        on the previous step's rollouts instead (none at a run's first step), whose last evaluations
+        ran while this step generated. The rollout stats are those of the rollouts updated on; the
+        `time/*` phases are this step's."""
         cfg = self.cfg
         c0 = compile_seconds()
         t0 = time.perf_counter()
-        tasks, out = self.rollout_step()
+        rollout, started = self._start_rollout()
+        self._lagged.append((rollout, started))
+        finished: StartedRollout | None = None
+        if len(self._lagged) > cfg.rollout.update_lag:
+            tasks, out = self._finish_rollout(*self._lagged[0])
+            finished = self._lagged.popleft()[1]
         t_roll = time.perf_counter()
         c_roll = compile_seconds()
+        metrics: dict[str, Any] = {}
+        if finished is None:  # rollout.update_lag: nothing generated earlier to update on yet
+            metrics["update/skipped"] = 1.0
+            t_upd0 = t_end = time.perf_counter()
+        else:
+            t_upd0, t_end = self._update_on(tasks, out, metrics)
+        metrics.update(self._phase_clocks(started, finished, out if finished is not None else None))
+        metrics["time/rollout"] = t_roll - t0
+        metrics["time/batch"] = t_upd0 - t_roll  # credit and build_batch (host)
+        metrics["time/update"] = t_end - t_upd0
+        metrics["time/step"] = t_end - t0
+        # compilation is paid once per new shape: logged apart and left out of the training clock
+        c_end = compile_seconds()
+        metrics["time/compile"] = min(c_end - c0, t_end - t0)
+        metrics["time/compile_generate"] = c_roll - c0  # rollout: prefill / decode programs
+        metrics["time/compile_update"] = c_end - c_roll  # old log-probs, (values,) update programs
+        self.train_time += metrics["time/step"] - metrics["time/compile"]
+        metrics["time/train_total"] = self.train_time
+        metrics.update(self.sampler_counter_deltas())
+        metrics.update(pool_counter_deltas(self.evaluator, self._pool_counters_seen))
+        self.step += 1
+        return metrics
+
+    @staticmethod
+    def _phase_clocks(started: StartedRollout, finished: StartedRollout | None,
+                      out: RolloutOutput | None) -> dict[str, float]:
+        """This step's rollout phase seconds: `started`'s generation up to `start`'s return, plus the
+        collection of `finished` (the same rollout without rollout.update_lag)."""
+        phases = ("generate", "evaluate_submit", "evaluate_wait", "feedback", "rollout_total")
+        t = {k: started.start_times[k] for k in phases}
+        if finished is not None and out is not None:
+            for k in phases:
+                t[k] += out.stats[f"time/{k}"] - finished.start_times[k]
+        clocks = {f"time/{k}": v for k, v in t.items()}
+        clocks["time/evaluate"] = t["evaluate_wait"] + t["evaluate_submit"]
+        return clocks
+
+    def _update_on(self, tasks: list[str], out: RolloutOutput, metrics: dict[str, Any]) -> tuple[float, float]:
+        """Credit, batch and update on `out` (metrics filled in); the update's start and end clocks."""
+        cfg = self.cfg
         a = cfg.algorithm
         credit = algorithms.compute_credit(
             self.algorithm, out.correct, out.attempted, out.speedup, out.status_rank, out.row_mask,
@@ -384,7 +452,6 @@ class Trainer:
                             pack_len=cfg.optimizer.pack_len,
                             drop_zero_advantage=cfg.optimizer.drop_zero_advantage,
                             aggregation=cfg.loss.aggregation, stats=batch_stats)
-        metrics: dict[str, Any] = {}
         t_upd0 = time.perf_counter()
         if batch is not None:
             metrics["update/recomputed_old_logprobs"] = fill_old_logprobs(
@@ -416,23 +483,7 @@ class Trainer:
         if self.dcp_history is not None:
             self._update_history(out, tasks)
         metrics.update(self.step_metrics(out, credit))
-        metrics["time/rollout"] = t_roll - t0
-        metrics["time/batch"] = t_upd0 - t_roll  # credit and build_batch (host)
-        metrics["time/update"] = t_end - t_upd0
-        metrics["time/step"] = t_end - t0
-        # compilation is paid once per new shape: logged apart and left out of the training clock
-        c_end = compile_seconds()
-        metrics["time/compile"] = min(c_end - c0, t_end - t0)
-        metrics["time/compile_generate"] = c_roll - c0  # rollout: prefill / decode programs
-        metrics["time/compile_update"] = c_end - c_roll  # old log-probs, (values,) update programs
-        self.train_time += metrics["time/step"] - metrics["time/compile"]
-        metrics["time/train_total"] = self.train_time
-        metrics["time/generate"] = out.stats["time/generate"]
-        metrics.update(self.sampler_counter_deltas())
-        metrics.update(pool_counter_deltas(self.evaluator, self._pool_counters_seen))
-        metrics["time/evaluate"] = out.stats["time/evaluate_wait"] + out.stats["time/evaluate_submit"]
-        self.step += 1
-        return metrics
+        return t_upd0, t_end
 
     def sampler_counter_deltas(self) -> dict[str, float]:
         """sampler/<counter> since the last rollout_step began: its decode calls, loop iterations,
@@ -576,6 +627,7 @@ class Trainer:
                         print(f"\n[leap_jax] train.max_wall_s={budget:g} s reached after step {step_done}: "
                               "checkpoint saved, stopping (continue with --resume)", flush=True)
                     break
+            self.drop_lagged()  # rollout.update_lag: the last rollouts are not trained on
             if self.finished:
                 self.final_evaluation()
                 self._mark_finished()
@@ -728,6 +780,9 @@ class Trainer:
         return result
 
     def close(self) -> None:
-        if self._owned_pool and self.evaluator is not None and hasattr(self.evaluator, "close"):
-            self.evaluator.close()
-        self.checkpointer.close()
+        try:
+            self.drop_lagged()
+        finally:
+            if self._owned_pool and self.evaluator is not None and hasattr(self.evaluator, "close"):
+                self.evaluator.close()
+            self.checkpointer.close()
