@@ -54,7 +54,7 @@ an update of larger micro-batches for a run that has the GPU alone:
 (the decode loop is bound by its kernels' count, not its rows: one call of all a turn's rows runs
 about as fast per step as one of half of them, so `pkv1c` halves the sequential decode loops)
 Update lag (`lag1`: rollout.update_lag=1, off-policy by one update; a run's first step updates
-nothing, so keep --warmup >= 1) against the on-policy step, e.g. on GRPO's config:
+nothing, so such an arm warms up one step more than --warmup) against the on-policy step, e.g. on GRPO's config:
     python benchmarks/step_time.py --config configs/generated/grpo.yaml --arms after,lag1 --steps 4 --warmup 1
 Preemption on top (`pkvp`, `pkv1cp`: a call ends once a quarter of its rows still generate, and those
 continue in the next call next to newly ready turns, so a few long rows stop holding back the rest):
@@ -240,6 +240,8 @@ def run_arm(name: str, cfg_path: str | None, overrides: list[str], evaluator, st
                                    f"train.compile_cache_dir={cache_dir}", "train.steps=1000",
                                    "train.time_budget_s=null"]
     cfg = load_config(cfg_path, ov)
+    # with rollout.update_lag the first update (and its compilation) comes that many steps later
+    warmup += 0 if rollout_only else cfg.rollout.update_lag
     reset_compile_cache(None)  # each arm decides: before none, after a fresh dir, resume the same
     t0 = time.perf_counter()
     tr = Trainer(cfg, evaluator=evaluator, resume=False)

@@ -84,3 +84,14 @@ def test_an_arm_that_changes_the_pool_gets_its_own(monkeypatch) -> None:
     pools.done("resume")
     assert first.closed and len(made) == 2 and all(p.kw["cache"] is False for p in made)
     pools.close()
+
+
+def test_a_lagged_arm_warms_up_until_its_first_update(tmp_path, capsys) -> None:
+    """rollout.update_lag=1 updates nothing at a run's first step: the `lag1` arm runs one warm-up
+    step more than --warmup, so its timed steps all update (and its first update compiles in warm-up)."""
+    import json
+    step_time.main(["--tiny", "--arms", "lag1", "--steps", "1", "--warmup", "1", "--json",
+                    "--workdir", str(tmp_path)])
+    (rec,) = json.loads(capsys.readouterr().out)
+    assert rec["arm"] == "lag1" and rec["steps"] == 3
+    assert rec["rows"] > 0 and rec["trainable"] > 0 and rec["update_s"] > 0.0
