@@ -22,8 +22,11 @@ default behaviour is exactly the paper's.
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -103,6 +106,27 @@ def dcp_decision(correct_t1: Array, group_mask: Array | None = None, t_min: Arra
             raise ValueError("dcp_decision: history mode needs task_ids [num_groups] (int task index)")
         decision = apply_history(decision, history, task_ids, rule or HistoryRule())
     return decision
+
+
+def decide_on_host(correct_t1: np.ndarray, t_min: float | int, t_max: float | int | None,
+                   row_mask: np.ndarray | None = None) -> np.ndarray:
+    """`dcp_decision` for Python-scalar thresholds, compiled once per thresholds and shape and run on
+    the host's CPU device; a NumPy int32 array. The rollout decides one group at a time as its turn-1
+    results come in: eagerly on an accelerator each of the decision's ~20 ops would cost a dispatch,
+    and reading the answer a sync, per group."""
+    correct_t1 = np.asarray(correct_t1, bool)
+    mask = np.ones(correct_t1.shape, bool) if row_mask is None else np.asarray(row_mask, bool)
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:  # JAX_PLATFORMS without cpu: the default device
+        return np.asarray(dcp_decision(correct_t1, None, t_min, t_max, row_mask=mask), np.int32)
+    with jax.default_device(cpu):
+        return np.asarray(_jitted_decision(t_min, t_max)(correct_t1, mask), np.int32)
+
+
+@functools.lru_cache(maxsize=64, typed=True)  # typed: the count 1 and the fraction 1.0 are other rules
+def _jitted_decision(t_min: float | int, t_max: float | int | None) -> Callable[..., jnp.ndarray]:
+    return jax.jit(lambda correct, mask: dcp_decision(correct, None, t_min, t_max, row_mask=mask))
 
 
 def attempt_schedule(decision: Array, correct: Array, row_mask: Array | None = None) -> jnp.ndarray:

@@ -373,7 +373,8 @@ class Trainer:
 
     def _finish_rollout(self, rollout: MultiTurnRollout, started: StartedRollout) -> tuple[list[str], RolloutOutput]:
         out = rollout.finish(started)
-        check_env_errors(out, self.cfg.env.max_env_error_fraction, self.step, getattr(self.evaluator, "stats", None),
+        check_env_errors(out, self.cfg.env.max_env_error_fraction, started.state.step,  # the step that generated it
+                         getattr(self.evaluator, "stats", None),
                          log=lambda line: print(f"[leap_jax] {line}", flush=True))
         return started.tasks, out
 

@@ -317,3 +317,24 @@ def test_one_band_rule_for_config_and_decision_over_the_whole_grid():
             else:
                 cfg.check(g, uses_dcp=True)
     assert dcp_band(0.28, None, 25) == (7, 24)  # the case the two copies used to disagree on
+
+
+def test_the_host_decision_is_the_array_rule():
+    """decide_on_host (the rollout's per-group path, jitted on the CPU device) gives dcp_decision's
+    decisions and the NumPy reference's, for counts and fractions (the count 1 and the fraction 1.0
+    are different rules, compiled apart), with random row masks and one-group calls."""
+    from leap_jax.rl.dcp import decide_on_host
+    rng = np.random.default_rng(3)
+    for g in (4, 8):
+        c = _groups_with_every_n_fail(g, seed=g)
+        mask = rng.random(c.shape) < 0.8
+        for t_min, t_max in _THRESHOLDS + [(1, None), (1.0, None)]:
+            want = np.asarray(rl.dcp_decision(c, None, t_min, t_max, row_mask=mask))
+            got = decide_on_host(c, t_min, t_max, mask)
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(decide_on_host(c, t_min, t_max), ref.dcp_decision(c, t_min, t_max))
+            for k in (0, g // 2, g):  # the rollout's one-group calls
+                np.testing.assert_array_equal(decide_on_host(c[k:k + 1], t_min, t_max, mask[k:k + 1]), want[k:k + 1])
+    c = _groups_with_every_n_fail(8)
+    assert not np.array_equal(decide_on_host(c, 1, None), decide_on_host(c, 1.0, None))
