@@ -76,8 +76,8 @@ class RolloutCfg:
     # opt-in 1, with pipeline_turns: a step's turn-T evaluations finish while the next step generates,
     # and the update on its rollouts comes one step later, from a policy one update newer than the one
     # that sampled them (the loss's ratio to the sampler's log-probs, clipped, corrects for it); the
-    # first step of a run (or of a resumed run) updates nothing, and the last step's rollouts are not
-    # trained on. 0: each step updates on its own rollouts (on-policy)
+    # first step of each train() call (a run, a resumed run) updates nothing, and its last step's
+    # rollouts are not trained on. 0: each step updates on its own rollouts (on-policy)
     update_lag: int = 0
     scripted_mix: ScriptedMixCfg = field(default_factory=ScriptedMixCfg)
 

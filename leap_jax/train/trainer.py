@@ -23,9 +23,8 @@ import numpy as np
 from kernels_env.core.config import EnvConfig
 from leap_jax.models.config import ModelConfig
 from leap_jax.parallel.placement import MeshPlacement
-from leap_jax.rollout.multiturn import (ChatStreams, MultiTurnRollout, RolloutOutput, StartedRollout, outcome_metrics,
-                                       select_groups,
-                                        solved_turns_by_task)
+from leap_jax.rollout.multiturn import (ChatStreams, MultiTurnRollout, RolloutOutput, StartedRollout,
+                                        outcome_metrics, select_groups, solved_turns_by_task)
 from leap_jax.rollout.policy import MixedPolicy, Policy, SamplerPolicy, ScriptedPolicy
 from leap_jax.sampling.buckets import batch_buckets, prompt_buckets
 from leap_jax.train import algorithms, stopping
