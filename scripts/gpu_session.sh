@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen env-readout step-grpo-readout step-grpo-compile sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen env-readout step-grpo-readout step-grpo-compile sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen lag-exp validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -142,6 +142,15 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         tar cf - -C "$EXP_OUT" policy | split -b 15M - "$OUT/policy.tar.part-"
       fi
       (cd "$EXP_OUT" && tar czf "$OUT/${s}_runs.tgz" --exclude-from="$EXCLUDES" .) ;;
+    lag-exp)  # issue 29: does rollout.update_lag learn as well? grpo and grpo_lag from the repository's SFT
+      # policy, launched together so they share the GPU alike (seeds LAG_SEEDS, default 0); call again
+      # while the machine is held to continue the runs (runs/lag stays on it); brings back lag_runs.tgz
+      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      EXP_S=${EXP_S:-540}
+      stage lag-exp "$EXP_S" python3 -m leap_jax.experiment --out runs/lag --budget-s $((EXP_S - 20)) \
+        --config-dir configs/generated --metric heldout/acc@1 --arms grpo,grpo_lag --seeds "${LAG_SEEDS:-0}" \
+        --policy runs/gen/policy --parallel 2
+      (cd runs/lag && tar czf "$OUT/lag_runs.tgz" --exclude-from="$EXCLUDES" .) ;;
     validate)  # every kernels_env GPU test (three groups in parallel: no timing asserted), then the timed
       # suite, the env benchmark against .bench_before (`git archive c7dc096 kernels_env | tar -x -C
       # .bench_before`, carried) and the step-time arms, each alone on the GPU
