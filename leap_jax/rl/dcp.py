@@ -108,17 +108,20 @@ def dcp_decision(correct_t1: Array, group_mask: Array | None = None, t_min: Arra
     return decision
 
 
-def decide_on_host(correct_t1: np.ndarray, t_min: float | int, t_max: float | int | None,
+def decide_on_host(correct_t1: np.ndarray, t_min: Array = 0.5, t_max: Array | None = None,
                    row_mask: np.ndarray | None = None) -> np.ndarray:
-    """`dcp_decision` for Python-scalar thresholds, compiled once per thresholds and shape and run on
-    the host's CPU device; a NumPy int32 array. The rollout decides one group at a time as its turn-1
-    results come in: eagerly on an accelerator each of the decision's ~20 ops would cost a dispatch,
-    and reading the answer a sync, per group."""
+    """`dcp_decision` as a NumPy int32 array; for Python-scalar thresholds compiled once per
+    thresholds and shape and run on the host's CPU device. The rollout decides one group at a time as
+    its turn-1 results come in: eagerly on an accelerator each of the decision's ~20 ops would cost a
+    dispatch, and reading the answer a sync, per group. Array thresholds run eagerly."""
     correct_t1 = np.asarray(correct_t1, bool)
     mask = np.ones(correct_t1.shape, bool) if row_mask is None else np.asarray(row_mask, bool)
+    scalars = all(isinstance(t, (int, float, type(None))) for t in (t_min, t_max))
     try:
-        cpu = jax.devices("cpu")[0]
+        cpu = jax.devices("cpu")[0] if scalars else None
     except RuntimeError:  # JAX_PLATFORMS without cpu: the default device
+        cpu = None
+    if cpu is None:
         return np.asarray(dcp_decision(correct_t1, None, t_min, t_max, row_mask=mask), np.int32)
     with jax.default_device(cpu):
         return np.asarray(_jitted_decision(t_min, t_max)(correct_t1, mask), np.int32)

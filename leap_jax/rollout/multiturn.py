@@ -263,11 +263,8 @@ class MultiTurnRollout:
     def _decide(self, correct_t1: np.ndarray, row_mask: np.ndarray) -> np.ndarray:
         if self.dcp_mode == "all":
             return np.where(row_mask.any(axis=1), DEBUG, PAD).astype(np.int32)
-        from leap_jax.rl.dcp import dcp_decision, decide_on_host
-        if all(isinstance(t, (int, float, type(None))) for t in (self.t_min, self.t_max)):
-            return decide_on_host(correct_t1, self.t_min, self.t_max, row_mask)
-        return np.asarray(dcp_decision(correct_t1, None, self.t_min, self.t_max, row_mask=row_mask),
-                          dtype=np.int32)
+        from leap_jax.rl.dcp import decide_on_host
+        return decide_on_host(correct_t1, self.t_min, self.t_max, row_mask)
 
     def _request(self, st: _RunState, r: int, t: int) -> GenRequest:
         """Row r's turn-t request (the key and conversation id identify it in both rollouts)."""

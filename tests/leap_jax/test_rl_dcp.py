@@ -338,3 +338,5 @@ def test_the_host_decision_is_the_array_rule():
                 np.testing.assert_array_equal(decide_on_host(c[k:k + 1], t_min, t_max, mask[k:k + 1]), want[k:k + 1])
     c = _groups_with_every_n_fail(8)
     assert not np.array_equal(decide_on_host(c, 1, None), decide_on_host(c, 1.0, None))
+    lo, hi = np.arange(9) % 4, np.full(9, 6)  # per-group array thresholds run eagerly, the same rule
+    np.testing.assert_array_equal(decide_on_host(c, lo, hi), np.asarray(rl.dcp_decision(c, None, lo, hi)))
