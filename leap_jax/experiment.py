@@ -18,7 +18,8 @@
    others' contention, which OUT/launch.json records and the report states.
 3. Report: `leap_jax.report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
    (leap_jax.experiment_report: per-arm accuracies over seeds, time per phase, time to the
-   `multiturn` arm's best accuracy, and the headline ratio).
+   baseline arm's best accuracy, and the headline ratio; `--compare ARM/BASELINE` picks the pair,
+   leap/multiturn by default).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from leap_jax.train.algorithms import ALGORITHMS
+from leap_jax.train.algorithms import ALGORITHMS, HEADLINE_ARM, HEADLINE_BASELINE
 
 ARMS = tuple(name for name, spec in ALGORITHMS.items() if spec.experiment_arm)  # in the table's order
 MAX_SHARD_BYTES = 15 * 2 ** 20  # under the GPU machine's 16 MiB per returned file
@@ -81,6 +82,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "lose their companion (and a GPU window its time)")
     p.add_argument("--metric", default=None, help="accuracy for time-to-target (default train_eval/acc@3)")
     p.add_argument("--report-only", action="store_true", help="only write the report of the runs in OUT")
+    p.add_argument("--compare", default=f"{HEADLINE_ARM}/{HEADLINE_BASELINE}", metavar="ARM/BASELINE",
+                   help="the headline pair: time for ARM to reach BASELINE's best accuracy "
+                        f"(default {HEADLINE_ARM}/{HEADLINE_BASELINE})")
     p.add_argument("overrides", nargs="*", help="dotted overrides for every arm, e.g. train.time_budget_s=120")
     args = p.parse_args(argv)
     args.arm_list = _csv(args.arms, "--arms")
@@ -96,7 +100,17 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise ExperimentError(f"--max-runs={args.max_runs}: expected >= 0")
     if args.parallel < 1:
         raise ExperimentError(f"--parallel={args.parallel}: expected >= 1")
+    args.compare_pair = _compare_pair(args.compare)
     return args
+
+
+def _compare_pair(text: str) -> tuple[str, str]:
+    """('grpo_lag', 'grpo') from 'grpo_lag/grpo': the headline's arm and its baseline."""
+    parts = [x.strip() for x in text.split("/")]
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise ExperimentError(f"--compare={text!r}: expected ARM/BASELINE, two different arm names "
+                              f"(e.g. {HEADLINE_ARM}/{HEADLINE_BASELINE})")
+    return parts[0], parts[1]
 
 
 # ---- the shared policy --------------------------------------------------------------------------
@@ -224,6 +238,7 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
         for r in done:
             name, proc, t0, _ = r
             rc = _finish(proc, 0.0 if proc.poll() is None else None)
+            record_end(out, name)
             after = run_state(out / name)
             states[name] = after if rc == 0 else f"{after} (exit {rc}; see {out / 'logs' / (name + '.log')})"
             log(f"[experiment] {name}: {states[name]} after {time.perf_counter() - t0:.0f} s")
@@ -243,6 +258,7 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
             proc.terminate()
         for other, proc, t0, _ in running:
             rc = _finish(proc, 30.0)
+            record_end(out, other)
             states[other] = f"{run_state(out / other)} (stopped: {name} failed, --fail-fast; exit {rc})"
             log(f"[experiment] {other}: {states[other]} after {time.perf_counter() - t0:.0f} s")
         running.clear()
@@ -331,32 +347,63 @@ LAUNCH_FILE = "launch.json"
 
 def record_launch(out: Path, name: str, parallel: int, overrides: Sequence[str], fresh: bool = False,
                   call: str | None = None) -> None:
-    """OUT/launch.json: per run, each call's concurrency and overrides (the report states them).
-    `fresh`: the run starts from scratch, so earlier launches (attempts that left no checkpoint,
-    e.g. out of memory) contributed nothing to its results and are dropped. `call`: the experiment
-    call's start time (UTC), the same for every run it launched, so the report can say which runs
-    shared the machine."""
-    path = out / LAUNCH_FILE
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, json.JSONDecodeError):
-        data = {}
+    """OUT/launch.json: per run, each call's concurrency, overrides and start time (the report states
+    them; `record_end` adds the end). `fresh`: the run starts from scratch, so earlier launches
+    (attempts that left no checkpoint, e.g. out of memory) contributed nothing to its results and
+    are dropped. `call`: the experiment call's start time (UTC), the same for every run it launched,
+    so the report can say which runs shared the machine."""
+    data = _read_launches(out)
     if fresh:
         data.pop(name, None)
-    entry: dict[str, Any] = {"parallel": parallel, "overrides": list(overrides)}
+    entry: dict[str, Any] = {"parallel": parallel, "overrides": list(overrides), "started": round(time.time(), 1)}
     if call is not None:
         entry["call"] = call
     data.setdefault(name, []).append(entry)
-    path.write_text(json.dumps(data, indent=2))
+    (out / LAUNCH_FILE).write_text(json.dumps(data, indent=2))
+
+
+def record_end(out: Path, name: str) -> None:
+    """Stamp the end time on the run's last launch in OUT/launch.json (for `shared_seconds`)."""
+    data = _read_launches(out)
+    if data.get(name):
+        data[name][-1]["ended"] = round(time.time(), 1)
+        (out / LAUNCH_FILE).write_text(json.dumps(data, indent=2))
+
+
+def _read_launches(out: Path) -> dict[str, list[dict[str, Any]]]:
+    path = out / LAUNCH_FILE
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def shared_seconds(data: dict[str, list[dict[str, Any]]], name: str) -> tuple[float, float] | None:
+    """(wall seconds the run's launches lasted, of them the seconds another run of OUT was also
+    running), from the launches' start and end stamps; None when a launch of the run lacks them
+    (older records, or a launch still going)."""
+    def spans(n: str) -> list[tuple[float, float]]:
+        return [(c["started"], c["ended"]) for c in data.get(n, []) if "started" in c and "ended" in c]
+    mine = spans(name)
+    if not mine or len(mine) != len(data.get(name, [])):
+        return None
+    others = sorted(sp for n in data if n != name for sp in spans(n))
+    total = shared = 0.0
+    for a, b in mine:
+        total += b - a
+        covered_to = a  # the union of the others' spans within [a, b], swept left to right
+        for c, d in others:
+            lo, hi = max(c, covered_to), min(d, b)
+            if hi > lo:
+                shared += hi - lo
+                covered_to = hi
+    return total, shared
 
 
 def launch_notes(out: Path, names: Sequence[str]) -> list[str]:
-    """Report lines saying which runs shared the machine with others (from OUT/launch.json)."""
-    path = out / LAUNCH_FILE
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, json.JSONDecodeError):
-        return []
+    """Report lines saying which runs shared the machine with others (from OUT/launch.json), and
+    for how many of their seconds where the launches' times were recorded."""
+    data = _read_launches(out)
     shared = {n: max(c["parallel"] for c in data[n]) for n in names if n in data
               and any(c.get("parallel", 1) > 1 for c in data[n])}
     if not shared:
@@ -366,12 +413,21 @@ def launch_notes(out: Path, names: Sequence[str]) -> list[str]:
         by_n.setdefault((k, str(data[n][-1].get("call", ""))), []).append(n)
     parts = "; ".join(f"up to {k} at once: {', '.join(sorted(v))}" + (f" (call of {call})" if call else "")
                       for (k, call), v in sorted(by_n.items()))
-    return [f"Concurrency: runs were launched together on one machine ({parts}). Their clocks include "
-            "the other runs' contention for the GPU and CPU cores, the same for every arm launched together."]
+    line = (f"Concurrency: runs were launched together on one machine ({parts}). Their clocks include "
+            "the other runs' contention for the GPU and CPU cores, the same for every arm launched together.")
+    walls = {n: shared_seconds(data, n) for n in sorted(shared)}
+    timed = [f"{n} {sh:.0f} of {tot:.0f} s" + (f" ({tot - sh:.0f} s alone)" if tot - sh >= 1.0 else "")
+             for n, w in walls.items() if w is not None for tot, sh in [w]]
+    if timed:
+        line += (" Wall seconds each run spent with another run of this experiment going (launch to end, "
+                 "evaluations included): " + ", ".join(timed) + ".")
+    return [line]
 
 
-def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: str | None) -> list[Path]:
-    """OUT/report: the generic report of every run with metrics, plus experiment.md."""
+def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: str | None,
+                  compare: tuple[str, str] = (HEADLINE_ARM, HEADLINE_BASELINE)) -> list[Path]:
+    """OUT/report: the generic report of every run with metrics, plus experiment.md (its headline
+    compares `compare` = (arm, baseline))."""
     from leap_jax.experiment_plots import seed_curves_plot
     from leap_jax.experiment_report import DEFAULT_METRIC, load_experiment
     from leap_jax.experiment_sections import experiment_page, load_final_evals, read_final_eval
@@ -387,7 +443,8 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
                      default=3)
     metric = metric or DEFAULT_METRIC
     written.append(seed_curves_plot(runs, metric, report / f"seeds_{metric.replace('/', '_')}.png"))
-    page = experiment_page(runs, metric, load_final_evals(dirs), read_final_eval(out / "start_eval"), turns=turns)
+    page = experiment_page(runs, metric, load_final_evals(dirs), read_final_eval(out / "start_eval"), turns=turns,
+                           compare=compare)
     notes = launch_notes(out, [d.name for d in dirs])
     shared = sorted(f"{arm}-s{seed}" for arm, by_seed in runs.items() for seed, rows in by_seed.items()
                     if any(r.get("step") == -1 and r.get("eval/start_shared") for r in rows))
@@ -411,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExperimentError as e:
         print(f"experiment error: {e}", file=sys.stderr)
         return 2
-    paths = write_reports(out, args.arm_list, args.seed_list, args.metric)
+    paths = write_reports(out, args.arm_list, args.seed_list, args.metric, args.compare_pair)
     if not args.report_only:  # a report alone leaves the last launch's record of its runs as it was
         (out / "state.json").write_text(json.dumps(states, indent=2))
     for name, st in states.items():

@@ -233,7 +233,7 @@ def experiment_markdown(runs: dict[str, dict[int, list[dict[str, Any]]]], metric
         ratios = ", ".join(f"s{s}: {_fmt(v['ratio'])}" for s, v in h["per_seed"].items())
         out.append(f"**Headline: `{baseline}` time to target / `{arm}` time to target = "
                    f"{_fmt_ms([v['ratio'] for v in h['per_seed'].values()])}** (per seed: {ratios}; "
-                   "> 1 means LEAP reached the baseline's best accuracy sooner).")
+                   f"> 1 means `{arm}` reached the baseline's best accuracy sooner).")
         notes = [f"s{s}: {v['note']}" for s, v in h["per_seed"].items() if v["note"]]
         if notes:
             out += ["", "Where the ratio is n/a: " + "; ".join(notes) + "."]

@@ -165,18 +165,19 @@ def ratio_lines(h: dict[str, Any]) -> list[str]:
 
 
 def experiment_page(runs: Runs, metric: str, finals: Finals | None = None, start_final: dict[str, Any] | None = None,
-                    turns: int = 3) -> str:
+                    turns: int = 3, compare: tuple[str, str] | None = None) -> str:
     """The whole experiment page: experiment_report's table, learning and headline, then the
     per-seed targets with the ratios in seconds, steps and tokens, the final accuracy with feedback,
-    and DCP's shares."""
+    and DCP's shares. `compare` = (arm, baseline): the headline's pair (default leap, multiturn)."""
     from leap_jax.experiment_report import experiment_markdown, headline
     from leap_jax.train.algorithms import HEADLINE_ARM, HEADLINE_BASELINE
-    order = (HEADLINE_ARM, HEADLINE_BASELINE)
-    page = [experiment_markdown(runs, metric, turns=turns)]
-    h = headline(runs, metric)
+    arm, baseline = compare or (HEADLINE_ARM, HEADLINE_BASELINE)
+    order = (arm, baseline)
+    page = [experiment_markdown(runs, metric, baseline, arm, turns=turns)]
+    h = headline(runs, metric, baseline, arm)
     if h["per_seed"]:
         page += [f"## Time, steps and generated tokens to the target ({metric})", "",
-                 f"Target per seed: the best `{metric}` of the `{HEADLINE_BASELINE}` run of that seed. Steps and "
+                 f"Target per seed: the best `{metric}` of the `{baseline}` run of that seed. Steps and "
                  "tokens do not depend on how busy the machine was; seconds are net training time.", "",
                  targets_markdown(h, runs, order), *ratio_lines(h), ""]
     page += ["## Final accuracy with turns of real feedback", "",

@@ -143,13 +143,15 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       fi
       (cd "$EXP_OUT" && tar czf "$OUT/${s}_runs.tgz" --exclude-from="$EXCLUDES" .) ;;
     lag-exp)  # issue 29: does rollout.update_lag learn as well? grpo and grpo_lag from the repository's SFT
-      # policy, launched together so they share the GPU alike (seeds LAG_SEEDS, default 0); call again
-      # while the machine is held to continue the runs (runs/lag stays on it); brings back lag_runs.tgz
+      # policy, launched together so they share the GPU alike (seeds LAG_SEEDS, default 0; LAG_PARALLEL runs
+      # at once, default 2; LAG_OVERRIDES for every run, e.g. train.time_budget_s=300); call again while the
+      # machine is held to continue the runs (runs/lag stays on it); brings back lag_runs.tgz. Seed 0 at the
+      # configs' 600 s took four calls, ~1,400 s of lease (docs/results/session25_h100_2026-12-07/)
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
       EXP_S=${EXP_S:-540}
       stage lag-exp "$EXP_S" python3 -m leap_jax.experiment --out runs/lag --budget-s $((EXP_S - 20)) \
-        --config-dir configs/generated --metric heldout/acc@1 --arms grpo,grpo_lag --seeds "${LAG_SEEDS:-0}" \
-        --policy runs/gen/policy --parallel 2
+        --config-dir configs/generated --metric heldout/acc@1 --arms grpo,grpo_lag --seeds "${LAG_SEEDS:-0}" --compare grpo_lag/grpo \
+        --policy runs/gen/policy --parallel "${LAG_PARALLEL:-2}" ${LAG_OVERRIDES:-}
       (cd runs/lag && tar czf "$OUT/lag_runs.tgz" --exclude-from="$EXCLUDES" .) ;;
     validate)  # every kernels_env GPU test (three groups in parallel: no timing asserted), then the timed
       # suite, the env benchmark against .bench_before (`git archive c7dc096 kernels_env | tar -x -C

@@ -177,6 +177,9 @@ def test_parallel_runs_overlap_up_to_the_limit_and_the_report_says_so(tmp_path, 
     assert {launch[n][0]["call"] for n in states} == {entry["call"]}  # one call launched all three
     note = experiment.launch_notes(out, ["leap-s0", "multiturn-s0", "grpo-s0"])
     assert len(note) == 1 and f"up to 2 at once: grpo-s0, leap-s0, multiturn-s0 (call of {entry['call']})" in note[0]
+    assert entry["ended"] - entry["started"] >= 0.6  # stamped by the driver around the 0.6 s sleep
+    # leap and multiturn ran together, grpo partly alone after the first of them ended
+    assert "Wall seconds each run spent with another run" in note[0] and "grpo-s0 " in note[0]
     assert experiment.launch_notes(out, ["trloo-s0"]) == []
 
 
@@ -237,10 +240,33 @@ def test_a_fresh_restart_drops_the_failed_attempts_launches(tmp_path):
     experiment.record_launch(out, "leap-s0", 5, ["a=2"], fresh=True)  # started again from scratch
     experiment.record_launch(out, "grpo-s0", 5, ["a=2"], fresh=False)  # resumed from its checkpoint
     launch = json.loads((out / experiment.LAUNCH_FILE).read_text())
-    assert launch["leap-s0"] == [{"parallel": 5, "overrides": ["a=2"]}]
+    assert [(c["parallel"], c["overrides"]) for c in launch["leap-s0"]] == [(5, ["a=2"])]
     assert [c["parallel"] for c in launch["grpo-s0"]] == [8, 5]
     note = experiment.launch_notes(out, ["leap-s0", "grpo-s0"])[0]
     assert "up to 5 at once: leap-s0" in note and "up to 8 at once: grpo-s0" in note
+
+
+def test_shared_seconds_is_the_overlap_with_the_union_of_other_runs():
+    """A run's seconds with any other run going: overlapping others count once, gaps not at all, and
+    a launch without an end stamp (older records, or still going) gives no figure."""
+    data = {"a": [{"started": 0.0, "ended": 100.0}, {"started": 200.0, "ended": 260.0}],
+            "b": [{"started": 10.0, "ended": 50.0}, {"started": 190.0, "ended": 230.0}],
+            "c": [{"started": 40.0, "ended": 70.0}],        # overlaps b: [10, 70] counted once
+            "d": [{"started": 120.0, "ended": 150.0}],      # between a's launches: no overlap
+            "old": [{"parallel": 2}]}
+    assert experiment.shared_seconds(data, "a") == (160.0, 60.0 + 30.0)
+    assert experiment.shared_seconds(data, "d") == (30.0, 0.0)
+    assert experiment.shared_seconds(data, "old") is None
+    assert experiment.shared_seconds({"a": [{"started": 0.0, "ended": 5.0}, {"started": 9.0}]}, "a") is None
+
+
+def test_the_note_says_how_long_each_run_ran_alone(tmp_path):
+    """grpo ended first; grpo_lag's last 115 s ran alone, and the note says so."""
+    data = {"grpo-s0": [{"parallel": 2, "overrides": [], "call": "w1", "started": 0.0, "ended": 1000.0}],
+            "grpo_lag-s0": [{"parallel": 2, "overrides": [], "call": "w1", "started": 0.0, "ended": 1115.0}]}
+    (tmp_path / experiment.LAUNCH_FILE).write_text(json.dumps(data))
+    note = experiment.launch_notes(tmp_path, ["grpo-s0", "grpo_lag-s0"])[0]
+    assert "grpo-s0 1000 of 1000 s, grpo_lag-s0 1000 of 1115 s (115 s alone)." in note
 
 
 def test_runs_of_different_calls_are_named_apart(tmp_path):
@@ -265,3 +291,24 @@ def test_report_only_keeps_the_launchs_state_record(tmp_path):
     assert experiment.main(["--out", str(out), "--arms", "leap,multiturn", "--seeds", "2",
                             "--metric", "heldout/acc@1", "--report-only"]) == 0
     assert json.loads((out / "state.json").read_text()) == record
+
+
+@pytest.mark.parametrize("bad", ["grpo", "grpo/grpo", "/grpo", "a/b/c"])
+def test_compare_must_name_two_arms(bad, capsys):
+    assert experiment.main(["--compare", bad, "--report-only"]) == 2
+    assert f"--compare={bad!r}: expected ARM/BASELINE" in capsys.readouterr().err
+
+
+def test_report_only_with_compare_heads_the_page_with_that_pair(tmp_path):
+    from leap_jax.train.metrics import METRICS_FILE
+    out = tmp_path / "exp"
+    for arm, accs in (("grpo", [0.2, 0.3, 0.5]), ("grpo_lag", [0.2, 0.5, 0.5])):
+        (out / f"{arm}-s0").mkdir(parents=True)
+        (out / f"{arm}-s0" / METRICS_FILE).write_text("".join(
+            json.dumps({"step": step, "time/train_total": 10.0 * (step + 1), "heldout/acc@1": acc}) + "\n"
+            for step, acc in enumerate(accs, start=-1)))
+    assert experiment.main(["--out", str(out), "--arms", "grpo,grpo_lag", "--seeds", "0", "--metric",
+                            "heldout/acc@1", "--compare", "grpo_lag/grpo", "--report-only",
+                            "--config-dir", str(experiment.ROOT / "configs" / "generated")]) == 0
+    page = (out / "report" / "experiment.md").read_text()
+    assert "`grpo` time to target / `grpo_lag` time to target = 2" in page

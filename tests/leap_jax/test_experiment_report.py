@@ -208,3 +208,21 @@ def test_experiment_page_holds_every_section_and_the_seed_plot(tmp_path):
     x, y = ep.mean_curve([[(0, 0.0), (10, 1.0)], [(0, 1.0), (5, 1.0), (20, 1.0)]], grid_points=3)
     assert x.tolist() == [0.0, 5.0, 10.0] and y.tolist() == [0.5, 0.75, 1.0]
     assert ep.seed_curves_plot(runs, "heldout/acc@1", tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_experiment_page_compares_the_named_pair():
+    """--compare grpo_lag/grpo: the target is grpo's best, the ratio grpo's time over grpo_lag's."""
+    from leap_jax import experiment_sections as es
+    m = "heldout/acc@1"
+    runs = {"grpo": {0: _run([0.2, 0.3, 0.4, 0.5], step_s=12.0)},  # 0.5 (its best) at step 3: 36 s
+            "grpo_lag": {0: _run([0.2, 0.3, 0.5], step_s=10.0)}}    # 0.5 at step 2: 20 s
+    page = es.experiment_page(runs, m, {}, None, compare=("grpo_lag", "grpo"))
+    assert "Target per seed: the best `heldout/acc@1` of the `grpo` run of that seed." in page
+    assert "**Headline: `grpo` time to target / `grpo_lag` time to target = 1.8**" in page
+    assert "> 1 means `grpo_lag` reached the baseline's best accuracy sooner" in page
+    assert "- training seconds to target, `grpo` / `grpo_lag`: **1.8** over 1 seed(s)" in page
+    assert "- steps to target, `grpo` / `grpo_lag`: **1.5** over 1 seed(s)" in page
+    # the pair's arm leads every table
+    assert page.index("| grpo_lag | 0 |") < page.index("| grpo | 0 |")
+    # without compare the default pair (leap/multiturn) is absent: no target, no ratio
+    assert "No `multiturn` run: no target, no headline ratio." in es.experiment_page(runs, m, {}, None)
