@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen env-readout step-grpo-readout step-grpo-compile sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen lag-exp validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen env-readout step-grpo-readout step-grpo-compile sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen lag-exp validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray host-reach
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -153,6 +153,11 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         --config-dir configs/generated --metric heldout/acc@1 --arms grpo,grpo_lag --seeds "${LAG_SEEDS:-0}" --compare grpo_lag/grpo \
         --policy runs/gen/policy --parallel "${LAG_PARALLEL:-2}" ${LAG_OVERRIDES:-}
       (cd runs/lag && tar czf "$OUT/lag_runs.tgz" --exclude-from="$EXCLUDES" .) ;;
+    host-reach)  # can device code read the exec worker's host memory (HMM)? The facts that decide it and a
+      # trusted kernel on a heap, executable and fixed address, then the hostile corpus case that submits
+      # the fixed-address read through the pool (docs/THREAT_MODEL.md, "Not guaranteed")
+      stage host-reach 200 bash -c 'python3 scripts/host_memory_probe.py; python3 -m pytest -q -rfE -m gpu \
+        --timeout=150 -p no:cacheprovider tests/kernels_env/test_hostile_corpus.py -k reads_host_memory' ;;
     validate)  # every kernels_env GPU test (three groups in parallel: no timing asserted), then the timed
       # suite, the env benchmark against .bench_before (`git archive c7dc096 kernels_env | tar -x -C
       # .bench_before`, carried) and the step-time arms, each alone on the GPU

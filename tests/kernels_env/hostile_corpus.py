@@ -305,6 +305,13 @@ CASES: tuple[HCase, ...] = (
           _leak_include('#line 1 "/home/secret/user/thing.cu"\nint bad = ;'), FAILS_TO_BUILD, must_not_leak=True),
     HCase("error_quotes_file_macro", "C", "corpus_affine",
           _leak_include("static_assert(sizeof(__FILE__) == 0, __FILE__);"), FAILS_TO_BUILD, must_not_leak=True),
+    # device code dereferencing a host address: with HMM (open kernel modules, Linux 6.1+) a kernel
+    # reaches its process's host memory wherever it can name an address, and an interpreter built
+    # without PIE loads its ELF header at 0x400000 in every process (scripts/host_memory_probe.py)
+    HCase("reads_host_memory_at_a_fixed_address", "C", "corpus_affine", _affine_body(
+        "    unsigned int magic = *(volatile const unsigned int*)0x400000ULL;  /* \\x7fELF if readable */\n"
+        "    if (i < n) y[i] = magic == 0x464c457fu ? 2.0f * x[i] + 1.0f : 0.0f;"), NOT_CORRECT,
+        backends=("cupy",), note="correct only if the kernel read the exec worker's host memory"),
 )
 
 CASES_BY_ID = {c.id: c for c in CASES}
