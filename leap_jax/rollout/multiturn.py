@@ -168,6 +168,7 @@ class _RunState:
         self.env_evals = self.cache_hits = self.env_errors = self.scripted = 0
         self.env_stage_s: dict[str, float] = {}  # the evaluations' stage seconds (worker time), summed
         self.preempted = 0  # responses a generate call returned unfinished, continued in a later call
+        self.released_all = False  # every conversation released (a deferred rollout does so at its yield)
         self.times = {k: 0.0 for k in ("generate", "evaluate_submit", "evaluate_wait", "evaluate_span",
                                        "feedback")}
 
@@ -350,8 +351,9 @@ class MultiTurnRollout:
             for _ in started.rest:
                 pass
             started.rest = None
-        if started.release is not None:
+        if started.release is not None and not st.released_all:
             started.release([(st.run_id, r) for r in range(len(st.rows))])
+            st.released_all = True
         st.times["rollout_total"] += time.perf_counter() - t0
         stats = self._stats(st)
         return RolloutOutput(list(started.tasks), st.rows, G, T, st.decisions, st.correct, st.attempted,

@@ -24,7 +24,8 @@ temperature > 0, `ScriptedPolicy`, `MixedPolicy`'s routing) draws from the same 
 the same samples; each call gets its own seed (a hash of the run's seed and the call's index), and
 which requests share a call depends on evaluation timing, so such runs are not bit-reproducible.
 A conversation is released (`release_conversations`) once it takes no further turn, turn-T rows
-included (the sequential rollout releases those at the end), and every one again at the end.
+included (the sequential rollout releases those at the end), and every one again at the end
+(once: a deferred rollout releases them all at its yield, and `finish` then does not).
 
 Preemption (`preempt` > 0, `rollout.preempt`, opt-in). A generate call otherwise lasts as long as
 its longest row: a few long rows hold back the rows that stopped early (their evaluations, and the
@@ -92,6 +93,7 @@ def run_pipelined(ro: MultiTurnRollout, st: _RunState, active: list[int], policy
             defer = False
             if release is not None:
                 release([(st.run_id, r) for r in range(len(st.rows))])
+                st.released_all = True
             yield  # the caller generates meanwhile; it resumes the loop to collect the rest
         if ready:
             batch = [ready.popleft() for _ in range(min(chunk, len(ready)))]
@@ -142,7 +144,7 @@ def run_pipelined(ro: MultiTurnRollout, st: _RunState, active: list[int], policy
                 ready.append((r, t + 1))
             else:
                 stopped.append((st.run_id, r))
-        if release is not None and stopped:
+        if release is not None and stopped and not st.released_all:
             release(stopped)
         times["feedback"] += time.perf_counter() - t0
         if t_eval_start is not None and not pending:

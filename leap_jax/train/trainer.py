@@ -393,19 +393,19 @@ class Trainer:
         t0 = time.perf_counter()
         rollout, started = self._start_rollout()
         self._lagged.append((rollout, started))
-        finished: StartedRollout | None = None
+        collected: tuple[StartedRollout, RolloutOutput] | None = None  # the rollout updated on, finished
         if len(self._lagged) > cfg.rollout.update_lag:
             tasks, out = self._finish_rollout(*self._lagged[0])
-            finished = self._lagged.popleft()[1]
+            collected = (self._lagged.popleft()[1], out)
         t_roll = time.perf_counter()
         c_roll = compile_seconds()
         metrics: dict[str, Any] = {}
-        if finished is None:  # rollout.update_lag: nothing generated earlier to update on yet
+        if collected is None:  # rollout.update_lag: nothing generated earlier to update on yet
             metrics["update/skipped"] = 1.0
             t_upd0 = t_end = time.perf_counter()
         else:
-            t_upd0, t_end = self._update_on(tasks, out, metrics)
-        metrics.update(self._phase_clocks(started, finished, out if finished is not None else None))
+            t_upd0, t_end = self._update_on(tasks, collected[1], metrics)
+        metrics.update(self._phase_clocks(started, collected))
         metrics["time/rollout"] = t_roll - t0
         metrics["time/batch"] = t_upd0 - t_roll  # credit and build_batch (host)
         metrics["time/update"] = t_end - t_upd0
@@ -423,13 +423,15 @@ class Trainer:
         return metrics
 
     @staticmethod
-    def _phase_clocks(started: StartedRollout, finished: StartedRollout | None,
-                      out: RolloutOutput | None) -> dict[str, float]:
+    def _phase_clocks(started: StartedRollout,
+                      collected: tuple[StartedRollout, RolloutOutput] | None) -> dict[str, float]:
         """This step's rollout phase seconds: `started`'s generation up to `start`'s return, plus the
-        collection of `finished` (the same rollout without rollout.update_lag)."""
+        collection of `collected` = (a started rollout, its finished output): the same rollout
+        without rollout.update_lag, the previous step's with it, None at a lagged run's first step."""
         phases = ("generate", "evaluate_submit", "evaluate_wait", "feedback", "rollout_total")
         t = {k: started.start_times[k] for k in phases}
-        if finished is not None and out is not None:
+        if collected is not None:
+            finished, out = collected
             for k in phases:
                 t[k] += out.stats[f"time/{k}"] - finished.start_times[k]
         clocks = {f"time/{k}": v for k, v in t.items()}

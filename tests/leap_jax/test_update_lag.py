@@ -45,7 +45,9 @@ def test_start_then_finish_is_run(streams, T, mode, seed):
     out = ro.finish(started)
     assert len(pol_lag.calls) == calls  # collecting generates nothing
     assert_same_output(ref, out)
-    assert pol_lag.releases[-1] == set(range(len(TASKS) * G))
+    everyone = set(range(len(TASKS) * G))
+    assert pol_lag.releases[-1] == everyone and pol_run.releases[-1] == everyone
+    assert sum(r == everyone for r in pol_lag.releases) == 1  # at the yield (or the end), once
     assert ref.stats["env/evaluations"] > 0
 
 
@@ -61,6 +63,8 @@ def test_start_returns_before_the_last_evaluations(streams):
     assert pol.releases and pol.releases[-1] == set(range(len(TASKS) * G))
     out = ro.finish(started)
     assert len(ev.log) == ev.n == out.stats["env/evaluations"] > 0
+    everyone = set(range(len(TASKS) * G))
+    assert sum(r == everyone for r in pol.releases) == 1  # released at the yield, not again by finish
     assert out.stats["time/evaluate_wait"] > 0
 
 
