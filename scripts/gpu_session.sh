@@ -252,13 +252,14 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
           --steps 2 --warmup 1
         continue
       fi
+      # (lag1: rollout.update_lag=1 on top of the defaults; it reuses the after arm's compiled programs)
       [ "$s" = step-speed-rest ] || stage step-multiturn ${STEP_MT_S:-330} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
-        --arms after --arm "$H" --arm 'einsum: sampling.attention=einsum' --steps 2 --warmup 1
+        --arms after,lag1 --arm "$H" --steps 2 --warmup 1
       [ "$s" = step-speed-mt ] && continue
-      stage step-leap ${STEP_LEAP_S:-160} python3 benchmarks/step_time.py --config configs/generated/leap.yaml \
-        --arms after --arm "$H" --steps 2 --warmup 1
-      stage step-grpo ${STEP_GRPO_S:-140} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
-        --arms after --arm "$H" --arm 'mesh1: mesh.force=true' --steps 2 --warmup 1 ;;
+      stage step-leap ${STEP_LEAP_S:-200} python3 benchmarks/step_time.py --config configs/generated/leap.yaml \
+        --arms after,lag1 --arm "$H" --steps 2 --warmup 1
+      stage step-grpo ${STEP_GRPO_S:-200} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
+        --arms after,lag1 --arm "$H" --arm 'mesh1: mesh.force=true' --steps 2 --warmup 1 ;;
     ray)  # issue 22: a local Ray cluster with one GPU host (this machine) scores the suite with the statuses
       # of process mode, then the env benchmark's ray-vs-process arm. Carry Ray as a wheel in .whl/
       # (docs/DISTRIBUTED_EVAL.md); RAY_ARGS e.g. "--level 1"
