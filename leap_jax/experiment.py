@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -82,6 +83,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "lose their companion (and a GPU window its time)")
     p.add_argument("--metric", default=None, help="accuracy for time-to-target (default train_eval/acc@3)")
     p.add_argument("--report-only", action="store_true", help="only write the report of the runs in OUT")
+    p.add_argument("--lower-targets", default="", metavar="D,D,...",
+                   help="also compare at the baseline's best minus each margin, e.g. 1/256,2/256 "
+                        "(one and two held-out tasks of 256)")
     p.add_argument("--compare", default=f"{HEADLINE_ARM}/{HEADLINE_BASELINE}", metavar="ARM/BASELINE",
                    help="the headline pair: time for ARM to reach BASELINE's best accuracy "
                         f"(default {HEADLINE_ARM}/{HEADLINE_BASELINE})")
@@ -101,7 +105,25 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.parallel < 1:
         raise ExperimentError(f"--parallel={args.parallel}: expected >= 1")
     args.compare_pair = _compare_pair(args.compare)
+    args.lower_target_list = _margins(args.lower_targets)
     return args
+
+
+def _margins(text: str) -> list[float]:
+    """[1/256, 2/256] from '1/256,2/256' (fractions or decimals, each in (0, 1))."""
+    from fractions import Fraction
+    out = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        try:
+            v = float(Fraction(item))
+        except (ValueError, ZeroDivisionError):
+            v = math.nan
+        if not 0.0 < v < 1.0:
+            raise ExperimentError(f"--lower-targets: {item!r} is not a margin in (0, 1); expected e.g. 1/256 or 0.01")
+        out.append(v)
+    return out
 
 
 def _compare_pair(text: str) -> tuple[str, str]:
@@ -425,9 +447,10 @@ def launch_notes(out: Path, names: Sequence[str]) -> list[str]:
 
 
 def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: str | None,
-                  compare: tuple[str, str] = (HEADLINE_ARM, HEADLINE_BASELINE)) -> list[Path]:
+                  compare: tuple[str, str] = (HEADLINE_ARM, HEADLINE_BASELINE),
+                  lower_targets: Sequence[float] = ()) -> list[Path]:
     """OUT/report: the generic report of every run with metrics, plus experiment.md (its headline
-    compares `compare` = (arm, baseline))."""
+    compares `compare` = (arm, baseline), also at `lower_targets` below the baseline's best)."""
     from leap_jax.experiment_plots import seed_curves_plot
     from leap_jax.experiment_report import DEFAULT_METRIC, load_experiment
     from leap_jax.experiment_sections import experiment_page, load_final_evals, read_final_eval
@@ -444,7 +467,7 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
     metric = metric or DEFAULT_METRIC
     written.append(seed_curves_plot(runs, metric, report / f"seeds_{metric.replace('/', '_')}.png"))
     page = experiment_page(runs, metric, load_final_evals(dirs), read_final_eval(out / "start_eval"), turns=turns,
-                           compare=compare)
+                           compare=compare, lower_targets=lower_targets)
     notes = launch_notes(out, [d.name for d in dirs])
     shared = sorted(f"{arm}-s{seed}" for arm, by_seed in runs.items() for seed, rows in by_seed.items()
                     if any(r.get("step") == -1 and r.get("eval/start_shared") for r in rows))
@@ -468,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExperimentError as e:
         print(f"experiment error: {e}", file=sys.stderr)
         return 2
-    paths = write_reports(out, args.arm_list, args.seed_list, args.metric, args.compare_pair)
+    paths = write_reports(out, args.arm_list, args.seed_list, args.metric, args.compare_pair, args.lower_target_list)
     if not args.report_only:  # a report alone leaves the last launch's record of its runs as it was
         (out / "state.json").write_text(json.dumps(states, indent=2))
     for name, st in states.items():

@@ -150,7 +150,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
       EXP_S=${EXP_S:-540}
       stage lag-exp "$EXP_S" python3 -m leap_jax.experiment --out runs/lag --budget-s $((EXP_S - 20)) \
-        --config-dir configs/generated --metric heldout/acc@1 --arms grpo,grpo_lag --seeds "${LAG_SEEDS:-0}" --compare grpo_lag/grpo \
+        --config-dir configs/generated --metric heldout/acc@1 --arms grpo,grpo_lag --seeds "${LAG_SEEDS:-0}" --compare grpo_lag/grpo --lower-targets 1/256,2/256,3/256 \
         --policy runs/gen/policy --parallel "${LAG_PARALLEL:-2}" ${LAG_OVERRIDES:-}
       (cd runs/lag && tar czf "$OUT/lag_runs.tgz" --exclude-from="$EXCLUDES" .) ;;
     host-reach)  # can device code read the exec worker's host memory (HMM)? The facts that decide it and a

@@ -312,3 +312,11 @@ def test_report_only_with_compare_heads_the_page_with_that_pair(tmp_path):
                             "--config-dir", str(experiment.ROOT / "configs" / "generated")]) == 0
     page = (out / "report" / "experiment.md").read_text()
     assert "`grpo` time to target / `grpo_lag` time to target = 2" in page
+
+
+def test_lower_targets_are_margins_in_the_unit_interval(capsys):
+    args = experiment._parse_args(["--lower-targets", "1/256, 0.01,,"])
+    assert args.lower_target_list == [1 / 256, 0.01]
+    for bad in ("0", "1", "x", "1/0", "-0.1"):
+        assert experiment.main(["--lower-targets", bad, "--report-only"]) == 2
+        assert f"--lower-targets: {bad!r} is not a margin in (0, 1)" in capsys.readouterr().err

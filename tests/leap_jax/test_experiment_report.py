@@ -226,3 +226,21 @@ def test_experiment_page_compares_the_named_pair():
     assert page.index("| grpo_lag | 0 |") < page.index("| grpo | 0 |")
     # without compare the default pair (leap/multiturn) is absent: no target, no ratio
     assert "No `multiturn` run: no target, no headline ratio." in es.experiment_page(runs, m, {}, None)
+
+
+def test_lower_targets_compare_below_the_baselines_best():
+    """At best - d the crossing moves: each row's ratio and who got there first, per seed."""
+    from leap_jax import experiment_sections as es
+    m = "heldout/acc@1"
+    runs = {"multiturn": {0: _run([0.2, 0.3, 0.4, 0.5], step_s=20.0),    # 0.4 at 40 s, 0.5 at 60 s
+                          1: _run([0.2, 0.3, 0.3, 0.4], step_s=20.0)},   # 0.3 at 20 s, 0.4 at 60 s
+            "leap": {0: _run([0.2, 0.4, 0.4, 0.4], step_s=10.0),         # 0.4 at 10 s, never 0.5
+                     1: _run([0.2, 0.2, 0.4], step_s=10.0)}}             # 0.4 at 20 s (0.3 too)
+    table = es.lower_targets_markdown(runs, m, "multiturn", "leap", [0.1])
+    rows = [line for line in table.splitlines() if line.startswith("| 0")]
+    # d = 0: seed 0 leap never reaches 0.5 (no ratio), seed 1 60 / 20 = 3
+    assert rows[0].startswith("| 0 | 3 | 1.5 | s0: 0.5, 60 / - s, 3 / - steps; s1: 0.4, 60 / 20 s, 3 / 2 steps |")
+    assert rows[0].endswith("| 1 of 2 |")
+    # d = 0.1: seed 0 40 / 10 = 4, seed 1 20 / 20 = 1 (a tie is not first)
+    assert rows[1].startswith("| 0.1 | 2.5 ± 2.1 | 1.25 ± 1.1 | s0: 0.4, 40 / 10 s, 2 / 1 steps; s1: 0.3, 20 / 20 s, 1 / 2 steps |")
+    assert rows[1].endswith("| 1 of 2 |")
