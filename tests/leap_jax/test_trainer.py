@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import time
 
 import jax
 import jax.numpy as jnp
@@ -323,4 +324,22 @@ def test_trainer_sends_correctness_only_jobs_for_grpo(tmp_path):
     tr = _trainer(tmp_path / "g", ["algorithm.name=grpo", "rollout.max_turns=1"])
     assert tr._rollout(4, 1, "all").env_config.timing is False
     assert tr._rollout(1, 2, "all", evaluation=True).env_config.timing is True
+    tr.close()
+
+
+def test_the_step_clock_covers_the_dcp_history(tmp_path, monkeypatch):
+    """With dcp.history on, each step is folded into the history after the update: that work is part of
+    time/step (so of the net training clock the headline compares), not left between steps."""
+    tr = _trainer(tmp_path / "h", ["algorithm.name=leap", "dcp.history=true"])
+    assert tr.dcp_history is not None
+    slow = 0.2
+    update_history = tr._update_history
+
+    def slow_history(out, tasks):
+        time.sleep(slow)
+        update_history(out, tasks)
+
+    monkeypatch.setattr(tr, "_update_history", slow_history)
+    m = tr.train_step()
+    assert m["time/step"] - (m["time/rollout"] + m["time/batch"] + m["time/update"]) >= slow
     tr.close()
