@@ -36,6 +36,7 @@ from typing import Any
 
 WORKLOADS = ("suite", "small", "mix", "gen")
 GEN_TASKS = 128
+# kernels_env.core.result.EVAL_STAGES after parse, restated: the arms may run older trees without it
 STAGES = ("compile", "load", "correctness", "timing")
 FAIL_KINDS = {"wrong": "wrong_output", "compile": "compile_error", "illegal": "runtime_error"}
 FAIL_SHARE = {"wrong": 0.12, "compile": 0.12, "illegal": 0.06}  # 30% failing in all

@@ -133,7 +133,7 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
             "first_round_evals_per_s": len(tasks) / round_wall[0] if round_wall[0] > 0 else float("nan"),
             "steady_evals_per_s": (len(tasks) * (repeat - 1) / steady_wall if steady_wall > 0
                                    else float("nan")),
-            "stage_ms_mean": {k: statistics.fmean(stage(k)) for k in ("compile", "load", "correctness", "timing")
+            "stage_ms_mean": {k: statistics.fmean(stage(k)) for k in env_compare.STAGES
                               if stage(k)},
             "statuses": statuses, "not_correct": not_correct[:20],
             "pool_compile_ms_p50": percentile(stage("compile"), 50),

@@ -75,6 +75,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kernels_env.core.result import EVAL_STAGES  # noqa: E402  (the repository root is on the path now)
+
 PIPELINED = ["rollout.pipeline_turns=true"]
 KV_REUSE = ["sampling.kv_reuse=true"]
 PREEMPT = ["rollout.preempt=0.25"]
@@ -306,11 +308,10 @@ def summarise(name: str, recs: list[dict], warmup: int, build_s: float) -> dict:
         "reward": mean("reward/mean"),
         # the step's evaluations and their workers' seconds per stage, summed (not wall: they overlap)
         "evaluations": mean("env/evaluations"), "cache_hits": mean("env/cache_hits"),
-        **{f"env_{stage}_s": mean(f"env/stage_s/{stage}") for stage in ENV_STAGES},
+        **{f"env_{stage}_s": mean(f"env/stage_s/{stage}") for stage in EVAL_STAGES},
     }
 
 
-ENV_STAGES = ("parse", "compile", "load", "correctness", "timing")  # a Result's stage_seconds keys
 ROWS = [("compile s (all steps)", "compile_s", "{:.1f}"), ("  of it generate", "compile_generate_s", "{:.1f}"),
         ("  of it update", "compile_update_s", "{:.1f}"), ("step s (steady, no compile)", "step_s", "{:.2f}"),
         ("  generate s", "generate_s", "{:.2f}"), ("  evaluate s", "evaluate_s", "{:.2f}"),
@@ -330,7 +331,7 @@ ROWS = [("compile s (all steps)", "compile_s", "{:.1f}"), ("  of it generate", "
         ("conversations dropped (adv 0)", "dropped_conv", "{:.1f}"),
         ("slots / trainable token", "slots_per_trainable", "{:.2f}"), ("reward mean", "reward", "{:.3f}"),
         ("evaluations", "evaluations", "{:.1f}"), ("  result-cache hits", "cache_hits", "{:.1f}"),
-        *[(f"  env {stage} s (summed over evaluations)", f"env_{stage}_s", "{:.2f}") for stage in ENV_STAGES],
+        *[(f"  env {stage} s (summed over evaluations)", f"env_{stage}_s", "{:.2f}") for stage in EVAL_STAGES],
         ("trainer build s", "build_s", "{:.1f}")]
 
 

@@ -8,6 +8,10 @@ from typing import Any
 from kernels_env.core.status import Status
 
 
+# The stages of an evaluation, in the order it runs them: the keys of Result.stage_seconds
+EVAL_STAGES = ("parse", "compile", "load", "correctness", "timing")
+
+
 @dataclass
 class KernelResources:
     """Per-kernel resource usage reported by the compiler (ptxas)."""
@@ -80,7 +84,7 @@ class Result:
     resources: dict[str, KernelResources] = field(default_factory=dict)
     mismatch: Mismatch | None = None
     timing: Timing | None = None
-    stage_seconds: dict[str, float] = field(default_factory=dict)  # parse/compile/correctness/timing
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # seconds per EVAL_STAGES entry it reached
     trials: int = 0
     cached: bool = False
     key: str = ""  # content hash used by the cache

@@ -51,7 +51,7 @@ def test_rollout_only_arms_generate_without_updating(tmp_path, capsys) -> None:
         # the step's evaluations reach the table, with a column per stage (the oracle evaluator's
         # results carry no stage seconds: test_rollout checks the sums)
         assert r["evaluations"] > 0
-        assert all(r[f"env_{stage}_s"] == 0.0 for stage in step_time.ENV_STAGES)
+        assert all(r[f"env_{stage}_s"] == 0.0 for stage in step_time.EVAL_STAGES)
     assert "preempted_rows" in recs["pkvp"] and recs["after"]["preempted_rows"] == 0.0
 
 
