@@ -149,6 +149,13 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # configs' 600 s took four calls, ~1,400 s of lease (docs/results/session25_h100_2026-12-07/)
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
       EXP_S=${EXP_S:-540}
+      # the shared start evaluation of this policy (~80 s) from the results page, where it measured this path
+      # (only under train.* overrides: others may change what it measured, and every run would refuse it)
+      SEEDED=docs/results/session25_h100_2026-12-07/runs/start_eval
+      NON_TRAIN=$(for o in ${LAG_OVERRIDES:-}; do case $o in train.*) ;; *) echo "$o" ;; esac; done)
+      if [ -z "$NON_TRAIN" ] && [ ! -f runs/lag/start_eval/start_eval.json ] && grep -q "\"policy\": \"$PWD/runs/gen/policy\"" "$SEEDED/start_eval.json"; then
+        mkdir -p runs/lag && cp -r "$SEEDED" runs/lag/start_eval && echo "lag-exp: start evaluation reused from $SEEDED"
+      fi
       stage lag-exp "$EXP_S" python3 -m leap_jax.experiment --out runs/lag --budget-s $((EXP_S - 20)) \
         --config-dir configs/generated --metric heldout/acc@1 --arms grpo,grpo_lag --seeds "${LAG_SEEDS:-0}" --compare grpo_lag/grpo --lower-targets 1/256,2/256,3/256 \
         --policy runs/gen/policy --parallel "${LAG_PARALLEL:-2}" ${LAG_OVERRIDES:-}
