@@ -165,6 +165,10 @@ def ratio_lines(h: dict[str, Any]) -> list[str]:
     return out
 
 
+def _or_dash(x: float | None) -> str:
+    return "-" if x is None else _fmt(x, 4)
+
+
 def lower_targets_markdown(runs: Runs, metric: str, baseline: str, arm: str, offsets: Sequence[float]) -> str:
     """The headline at targets below the baseline's best: the best sits on the flat end of the curves,
     where one task more or less moves the crossing by many steps. Per offset d (0 first): each
@@ -185,9 +189,7 @@ def lower_targets_markdown(runs: Runs, metric: str, baseline: str, arm: str, off
             t_ratios.append(tb / ta if tb is not None and ta else None)
             s_ratios.append(sb / sa if sb is not None and sa else None)
             first += ta is not None and (tb is None or ta < tb)
-            def shown(x: float | None) -> str:
-                return "-" if x is None else _fmt(x, 4)
-            cells.append(f"s{s}: {_fmt(target)}, {shown(tb)} / {shown(ta)} s, {shown(sb)} / {shown(sa)} steps")
+            cells.append(f"s{s}: {_fmt(target)}, {_or_dash(tb)} / {_or_dash(ta)} s, {_or_dash(sb)} / {_or_dash(sa)} steps")
         lines.append(f"| {_fmt(d)} | {_fmt_ms(t_ratios)} | {_fmt_ms(s_ratios)} | {'; '.join(cells)} | "
                      f"{first} of {len(seeds)} |")
     return "\n".join(lines) + "\n"
