@@ -93,7 +93,7 @@ def timing_breakdown(prep: Any, device: Any, config: Any, task: Any) -> dict[str
     targets = [(type(device), "time_runs", "t_time_runs"), (timing_stage._TimedBuffers, "load", "t_load"),
                (timing_stage._TimedBuffers, "count_into", "t_counts"),
                # every full comparison goes through _verify_run (the kept runs' too, after unmasking)
-               (timing_stage._Stage, "_verify_run", "t_verify"), (timing_stage, "launch_all", "t_launch")]
+               (timing_stage.TimingStage, "_verify_run", "t_verify"), (timing_stage, "launch_all", "t_launch")]
     with _timed_calls(spent, targets):
         result, _ = execute(prep, device, config, task=task)
     stage = result.stage_seconds.get("timing", 0.0) * 1e3

@@ -8,7 +8,8 @@ inputs. Policy code can only cause statuses here; environment faults (a broken r
 bug) become `env_error`. This module holds `evaluate` and the correctness stage (`_Run`); the rest:
   execute/launching.py     bind_plan, launch_args, launch_all: the plan on the device;
   execute/buffers.py       poisoned outputs and scratch between guard regions;
-  execute/timing_stage.py  time_plan: the adaptive timing on verified runs, the reference's timing;
+  execute/timing_stage.py  TimingStage: the adaptive timing on verified runs (measure, GPU alone) and
+                           their full comparisons (verify, GPU shared); the reference's timing;
   judge/compare.py         compare_output, check_input_unchanged: what a wrong output is;
   judge/poison.py          the poison, and counting what survives of it;
   judge/expected_cache.py  reference outputs cached masked per trial;
@@ -42,7 +43,7 @@ from kernels_env.execute import domain_draws, input_cache
 from kernels_env.execute.inputs import describe_distributions, make_inputs
 from kernels_env.execute import launching
 from kernels_env.execute.launching import bind_plan, launch_all
-from kernels_env.execute.timing_stage import time_plan, timing_details, timing_message
+from kernels_env.execute.timing_stage import TimingStage, timing_details, timing_message
 from kernels_env.judge import expected_cache
 from kernels_env.judge.compare import check_input_unchanged, compare_output, mismatch_message
 from kernels_env.judge.faults import EnvFault, Failed
@@ -487,10 +488,15 @@ def _evaluate(run: _Run, submission: Submission) -> Result:
         return failure
     if not config.timing:
         return run.result(Status.CORRECT, f"correct on {run.trials} trials (timing off)")
+    stage = TimingStage(run)
     with gpu_access(run.device, exclusive=True):  # no other GPU work while timing
-        timing = time_plan(run)
+        timing = stage.measure()
     if isinstance(timing, Result):
         return timing
+    with gpu_access(run.device, exclusive=False):  # the timed runs' full comparisons: nothing timed
+        failure = stage.verify()
+    if failure is not None:
+        return failure
     if timing.speedup is not None and timing.speedup > config.suspicious_speedup:
         timing.suspicious = True
         with gpu_access(run.device, exclusive=False):

@@ -2,9 +2,13 @@
 
 `time_plan` times the whole launch plan on verified runs: every run gets fresh inputs, poisoned
 outputs and guards, zeroed scratch (`_TimedBuffers`), device-side counts of surviving poison and
-changed guards, and one run per batch (picked with `secrets`; its outputs kept masked until the
-comparison after the batch) plus the last is compared in full with the reference. Batches follow
-`judge/timing_stats.py` until the median is known well enough.
+changed guards, and one run per batch (picked with `secrets`; its outputs kept masked) plus the last
+is compared in full with the reference. Batches follow `judge/timing_stats.py` until the median is
+known well enough. `TimingStage.measure` runs the timed runs (the caller holds the GPU alone);
+`TimingStage.verify` then makes the full comparisons, which need the GPU but not alone (the harness
+runs them under the shared lock, so other workers' trials proceed): regenerating a run's inputs and
+computing its reference is most of a comparison's cost and none of the measurement. Kept copies
+wait for `verify` up to DEFER_BYTES; past that a batch's copy is compared right after its batch.
 The reference (and torch eager, informational) is timed the same way, trusted, and cached per
 device, task, sizes and timing settings (judge/reference_cache.py `cache_of(device)`; the pool
 shares a worker's numbers with every worker of its GPU). The reference gets REFERENCE_OPINIONS
@@ -46,6 +50,7 @@ from kernels_env.tasks.spec import Task
 # slow reference may use 1 - KERNEL_SHARE of the stage time when it is measured (before the kernel).
 TIMING_METHOD = "verified-adaptive-median/v3"
 MAX_BATCH_RUNS = 64
+DEFER_BYTES = 512 << 20  # kept outputs held for TimingStage.verify at most (the rest compared at once)
 KERNEL_SHARE = 0.5
 REFERENCE_OPINIONS = 2
 
@@ -74,26 +79,61 @@ class Evaluation(Protocol):
 
 def time_plan(run: Evaluation) -> Timing | Result:
     """Time the plan on verified runs (fresh inputs every run, outputs checked) and the reference,
-    adaptively (DESIGN 3.3 step 4); a Result when a timed run fails or hangs."""
-    return _Stage(run).timing()
+    adaptively (DESIGN 3.3 step 4); a Result when a timed run fails or hangs. Measure and verify in
+    one go: the harness calls TimingStage's two steps itself, under different GPU locks."""
+    stage = TimingStage(run)
+    timing = stage.measure()
+    if isinstance(timing, Result):
+        return timing
+    failure = stage.verify()
+    return timing if failure is None else failure
 
 
-class _Stage:
-    """The timing stage of one evaluation: the run's state and the measurements' steps."""
+class TimingStage:
+    """The timing stage of one evaluation: the run's state and the measurements' steps. `measure`,
+    then (unless it returned a Result) `verify`."""
 
     def __init__(self, run: Evaluation) -> None:
         self.run = run
         self.device, self.program, self.task, self.plan = run.device, run.program, run.task, run.plan
         self.sizes, self.config, self.xp = run.sizes, run.config, run.xp
+        # the full comparisons `verify` makes: (kept outputs, run index); None = the live buffers
+        self.deferred: list[tuple[list[Any] | None, int]] = []
+        self.deferred_bytes = 0
+        self.buffers: _TimedBuffers | None = None
 
-    def timing(self) -> Timing | Result:
-        """time_plan's stage; the run's stage name and stage seconds updated."""
+    def verify(self) -> Result | None:
+        """The measured runs' full comparisons with the reference (kept copies, then the last run on
+        the live buffers): None when all agree, else the failing Result. Counted in the timing
+        stage's seconds."""
+        start = time.monotonic()
+        try:
+            for kept, index in self.deferred:
+                if kept is None:
+                    assert self.buffers is not None
+                    self._verify_run(self.buffers.arrays, index)
+                else:
+                    self._verify_kept(kept, index)
+            return None
+        except Failed as f:
+            return f.result
+        except FatalDeviceError:
+            raise
+        except (KernelRuntimeError, KernelTimeout) as e:
+            return self.run.device_failure(e, "timing")
+        finally:
+            self.deferred, self.deferred_bytes, self.buffers = [], 0, None
+            self.run.stage_seconds["timing"] = self.run.stage_seconds.get("timing", 0.0) + time.monotonic() - start
+
+    def measure(self) -> Timing | Result:
+        """The timed runs and the reference's timing; the run's stage name and stage seconds updated.
+        The full comparisons are left for `verify`."""
         cfg, dev, run = self.config, self.device, self.run
         run.stage = "timing"
         start = time.monotonic()
         deadline = start + cfg.limits.timing
         try:
-            buffers = _TimedBuffers(self)
+            buffers = self.buffers = _TimedBuffers(self)
             # The reference first (once per worker and task: cached), before any timed run of the
             # candidate, so what the candidate leaves behind (a GPU it heated or power-throttled)
             # cannot slow the reference's one measurement and inflate every later speedup of the task;
@@ -148,7 +188,7 @@ class _Stage:
                                     check, warmup, runs, deadline)
             self._verify_counts(buffers, first, dev.to_host(counts))
             for index, snap in snaps.items():
-                self._verify_kept(snap, index)
+                self._defer_kept(snap, index)
             last = getattr(dev, "last_timing", {})
             measured.flush_ms += last.get("flush_ms", [])
             measured.late_ms += last.get("late_ms", [])
@@ -158,10 +198,19 @@ class _Stage:
             return times
 
         measured.times, measured.warmup = self._adaptive(batch, deadline, share)
-        if measured.last >= 0:  # the final run, always compared in full: its outputs are still there
-            self._verify_run(buffers.arrays, measured.last)
+        if measured.last >= 0:  # the final run, always compared in full (by verify): its outputs stay
+            self.deferred.append((None, measured.last))
             measured.verified += 1
         return measured
+
+    def _defer_kept(self, kept: list[Any], index: int) -> None:
+        """Leave run `index`'s kept outputs for `verify`, or compare them now once DEFER_BYTES are held."""
+        size = sum(int(getattr(k, "nbytes", 0)) for k in kept)
+        if self.deferred_bytes + size > DEFER_BYTES:
+            self._verify_kept(kept, index)
+            return
+        self.deferred.append((kept, index))
+        self.deferred_bytes += size
 
     def _adaptive(self, batch: Callable[[int, int, int], list[float]], deadline: float,
                   share: float) -> tuple[list[float], int]:
@@ -340,7 +389,7 @@ class _TimedBuffers:
     guards, zeroed scratch. Same pointers every run, new contents: memoising on either
     buys nothing, and a run that skips its work leaves the poison."""
 
-    def __init__(self, stage: _Stage) -> None:
+    def __init__(self, stage: TimingStage) -> None:
         self.stage = stage
         dev, sizes = stage.device, stage.sizes
         self.inputs = {b.name: dev.empty(b.resolve_shape(sizes), b.dtype) for b in stage.task.inputs}
@@ -379,7 +428,7 @@ class _TimedBuffers:
                 row[j] = sum(v.size - poison_count(xp, v, dtype) for v in views)
 
     def keep_outputs(self) -> list[Any]:
-        """The run's outputs, kept for a full comparison after the batch (`_Stage._verify_kept`) out
+        """The run's outputs, kept for a full comparison after the batch (`TimingStage._verify_kept`) out
         of later runs' reach: where kernels share the judge's memory (backends.base.launches_xp_arrays)
         masked under a fresh key with a checksum held on the host (judge/expected_cache.py: a later
         run can neither recognise the copy nor repair it unnoticed; computing the checksum
@@ -408,7 +457,7 @@ def _costed(batch: Callable[[int, int, int], list[float]], first: int, warmup: i
     return times, max(time.monotonic() - t0, sum(times) / 1e3)
 
 
-def _trusted_batch(stage: _Stage, fn: Callable[[Any], None], deadline: float) -> Callable[[int, int, int], list[float]]:
+def _trusted_batch(stage: TimingStage, fn: Callable[[Any], None], deadline: float) -> Callable[[int, int, int], list[float]]:
     """A batch of the trusted reference (or torch baseline): nothing to prepare or check."""
     def batch(first: int, warmup: int, runs: int) -> list[float]:
         return stage._time_runs(lambda i: None, fn, lambda i, state: None, warmup, runs, deadline)

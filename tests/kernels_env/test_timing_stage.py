@@ -13,6 +13,7 @@ import pytest
 from kernels_env.core.config import TIMING_TRIAL_BASE, EnvConfig
 from kernels_env.core.program import Name, ScratchDecl, Num
 from kernels_env.core.status import Status
+from kernels_env.execute import timing_stage
 from kernels_env.judge.timing_stats import SLOWDOWN_MARGIN, Plan, ci_rel_width, median_ci, next_batch
 from tests.kernels_env.test_harness import (ADD_SIG, ADD_SUB, FAST, add_kernel, add_task, device_with, launch,
                                             ptr, run, submission, val)
@@ -177,7 +178,7 @@ def test_a_kernel_that_repairs_or_tampers_with_the_kept_copy_of_a_run_is_caught(
 
     dev.register("add", cheating, 0.01)
     dev.in_stage, dev.untimed = False, 0
-    original = timing_stage._Stage._time_kernel
+    original = timing_stage.TimingStage._time_kernel
 
     def marking(self, *args):  # launches before the kernel's timing are the correctness trials'
         dev.in_stage, dev.untimed = True, len(dev.launches)
@@ -186,7 +187,7 @@ def test_a_kernel_that_repairs_or_tampers_with_the_kept_copy_of_a_run_is_caught(
         finally:
             dev.in_stage = False
 
-    monkeypatch.setattr(timing_stage._Stage, "_time_kernel", marking)
+    monkeypatch.setattr(timing_stage.TimingStage, "_time_kernel", marking)
     monkeypatch.setattr(timing_stage.secrets, "randbelow", lambda n: n // 2)  # a skipped run is picked
     res = run(dev, add_task(), ADD_SUB)
     assert "timed runs disagreed" in res.message, res.message
@@ -392,3 +393,77 @@ def test_the_kept_outputs_come_back_in_the_outputs_own_dtype(monkeypatch):
     assert res.status is Status.CORRECT, res.message
     timed = [dtype for trial, dtype in seen if trial >= TIMING_TRIAL_BASE]
     assert len(timed) >= 2 and set(timed) == {"int32"}, seen
+
+
+def _record_lock_modes(monkeypatch):
+    """Patch the harness's GPU lock and the timing stage's steps: a list of (step, lock mode held)."""
+    import contextlib
+    from kernels_env.execute import harness
+    held: list[str] = []
+    calls: list[tuple[str, str]] = []
+
+    @contextlib.contextmanager
+    def access(device, exclusive):
+        held.append("exclusive" if exclusive else "shared")
+        try:
+            yield
+        finally:
+            held.pop()
+
+    monkeypatch.setattr(harness, "gpu_access", access)
+    for name in ("_time_runs", "_verify_run", "_verify_kept"):
+        original = getattr(timing_stage.TimingStage, name)
+
+        def wrapped(self, *args, _name=name, _original=original, **kw):
+            calls.append((_name, held[-1] if held else "none"))
+            return _original(self, *args, **kw)
+        monkeypatch.setattr(timing_stage.TimingStage, name, wrapped)
+    return calls
+
+
+def test_full_comparisons_run_after_the_timed_runs_under_the_shared_lock(monkeypatch):
+    """The timed runs hold the GPU alone; their full comparisons with the reference (the kept copies
+    and the last run) need it but time nothing, so they wait until the measurement is done and run
+    next to other workers' trials (the shared lock)."""
+    calls = _record_lock_modes(monkeypatch)
+    res = run(device_with(add=add_kernel), add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT, res.message
+    timed = [mode for step, mode in calls if step == "_time_runs"]
+    verified = [i for i, (step, _) in enumerate(calls) if step != "_time_runs"]
+    assert timed and set(timed) == {"exclusive"}
+    # every full comparison ends in _verify_run (a kept copy's through _verify_kept): the probe's run,
+    # each batch's pick and the last run
+    assert sum(step == "_verify_run" for step, _ in calls) == res.timing.verified_runs >= 2
+    assert {calls[i][1] for i in verified} == {"shared"}
+    assert min(verified) > max(i for i, (step, _) in enumerate(calls) if step == "_time_runs")
+
+
+def test_kept_copies_past_the_deferral_budget_are_compared_at_once(monkeypatch):
+    """With no room to hold kept copies, each batch's copy is compared right after its batch, still
+    inside the measurement; only the last run's comparison (live buffers, no copy) waits."""
+    monkeypatch.setattr(timing_stage, "DEFER_BYTES", 0)
+    calls = _record_lock_modes(monkeypatch)
+    res = run(device_with(add=add_kernel), add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT, res.message
+    assert {mode for step, mode in calls if step == "_verify_kept"} == {"exclusive"}
+    assert [mode for step, mode in calls if step == "_verify_run"][-1] == "shared"
+
+
+@pytest.mark.parametrize("defer_bytes", [0, timing_stage.DEFER_BYTES])
+def test_a_skipped_timed_run_fails_whether_its_comparison_waits_or_not(monkeypatch, defer_bytes):
+    """A kernel that does the work only in the correctness trials, the probe and the stage's last run
+    is caught by a batch's kept copy, compared at once or after the measurement."""
+    monkeypatch.setattr(timing_stage, "DEFER_BYTES", defer_bytes)
+    monkeypatch.setattr(timing_stage.secrets, "randbelow", lambda n: n // 2)
+    dev = device_with(add=add_kernel)
+    state = {"launches": 0}
+
+    def lazy(grid, block, shared, a, b, y, n):
+        state["launches"] += 1
+        if state["launches"] <= FAST.correctness_trials + 1:  # the trials and the timing probe
+            add_kernel(grid, block, shared, a, b, y, n)
+        else:
+            y[...] = 2.0 * y  # leaves the poison scaled: unwritten looks written, values wrong
+    dev.register("add", lazy, 0.01)
+    res = run(dev, add_task(), ADD_SUB)
+    assert res.status is not Status.CORRECT and "timed runs disagreed" in res.message, res.message
