@@ -1,6 +1,6 @@
 """The timing stage of an evaluation (DESIGN 3.3.1): the plan and the reference, timed adaptively.
 
-`time_plan` times the whole launch plan on verified runs: every run gets fresh inputs, poisoned
+`TimingStage` times the whole launch plan on verified runs: every run gets fresh inputs, poisoned
 outputs and guards, zeroed scratch (`_TimedBuffers`), device-side counts of surviving poison and
 changed guards, and one run per batch (picked with `secrets`; its outputs kept masked) plus the last
 is compared in full with the reference. Batches follow `judge/timing_stats.py` until the median is
@@ -77,29 +77,17 @@ class Evaluation(Protocol):
                        prefix: str) -> None: ...
 
 
-def time_plan(run: Evaluation) -> Timing | Result:
-    """Time the plan on verified runs (fresh inputs every run, outputs checked) and the reference,
-    adaptively (DESIGN 3.3 step 4); a Result when a timed run fails or hangs. Measure and verify in
-    one go: the harness calls TimingStage's two steps itself, under different GPU locks."""
-    stage = TimingStage(run)
-    timing = stage.measure()
-    if isinstance(timing, Result):
-        return timing
-    failure = stage.verify()
-    return timing if failure is None else failure
-
-
 class TimingStage:
-    """The timing stage of one evaluation: the run's state and the measurements' steps. `measure`,
-    then (unless it returned a Result) `verify`."""
+    """The timing stage of one evaluation (DESIGN 3.3 step 4): the plan timed adaptively on verified
+    runs (fresh inputs every run, outputs checked) and the reference. `measure` (a Result when a
+    timed run fails or hangs), then, unless it returned a Result, `verify`."""
 
     def __init__(self, run: Evaluation) -> None:
         self.run = run
         self.device, self.program, self.task, self.plan = run.device, run.program, run.task, run.plan
         self.sizes, self.config, self.xp = run.sizes, run.config, run.xp
-        # the full comparisons `verify` makes: (kept outputs, run index); None = the live buffers
-        self.deferred: list[tuple[list[Any] | None, int]] = []
-        self.deferred_bytes = 0
+        self.kept: list[tuple[list[Any], int]] = []  # (kept outputs, run index) left for `verify`
+        self.last: int | None = None  # the last run, compared by `verify` on the live buffers
         self.buffers: _TimedBuffers | None = None
 
     def verify(self) -> Result | None:
@@ -108,12 +96,10 @@ class TimingStage:
         stage's seconds."""
         start = time.monotonic()
         try:
-            for kept, index in self.deferred:
-                if kept is None:
-                    assert self.buffers is not None
-                    self._verify_run(self.buffers.arrays, index)
-                else:
-                    self._verify_kept(kept, index)
+            for kept, index in self.kept:
+                self._verify_kept(kept, index)
+            if self.last is not None and self.buffers is not None:
+                self._verify_run(self.buffers.arrays, self.last)
             return None
         except Failed as f:
             return f.result
@@ -122,7 +108,7 @@ class TimingStage:
         except (KernelRuntimeError, KernelTimeout) as e:
             return self.run.device_failure(e, "timing")
         finally:
-            self.deferred, self.deferred_bytes, self.buffers = [], 0, None
+            self.kept, self.last, self.buffers = [], None, None
             self.run.stage_seconds["timing"] = self.run.stage_seconds.get("timing", 0.0) + time.monotonic() - start
 
     def measure(self) -> Timing | Result:
@@ -199,18 +185,17 @@ class TimingStage:
 
         measured.times, measured.warmup = self._adaptive(batch, deadline, share)
         if measured.last >= 0:  # the final run, always compared in full (by verify): its outputs stay
-            self.deferred.append((None, measured.last))
+            self.last = measured.last
             measured.verified += 1
         return measured
 
     def _defer_kept(self, kept: list[Any], index: int) -> None:
         """Leave run `index`'s kept outputs for `verify`, or compare them now once DEFER_BYTES are held."""
-        size = sum(int(getattr(k, "nbytes", 0)) for k in kept)
-        if self.deferred_bytes + size > DEFER_BYTES:
+        held = sum(int(k.nbytes) for copies, _ in self.kept for k in copies)
+        if held + sum(int(k.nbytes) for k in kept) > DEFER_BYTES:
             self._verify_kept(kept, index)
             return
-        self.deferred.append((kept, index))
-        self.deferred_bytes += size
+        self.kept.append((kept, index))
 
     def _adaptive(self, batch: Callable[[int, int, int], list[float]], deadline: float,
                   share: float) -> tuple[list[float], int]:
