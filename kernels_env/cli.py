@@ -44,6 +44,8 @@ def _config(args: argparse.Namespace) -> EnvConfig:
         cfg = cfg.replace(correctness_trials=args.trials)
     if getattr(args, "legacy_inputs", False):
         cfg = cfg.replace(input_domains=False)
+    if getattr(args, "allow_host_memory_access", False):
+        cfg = cfg.replace(allow_host_memory_access=True)
     return cfg
 
 
@@ -186,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--trials", type=int, default=None, help="correctness trials (default: config)")
         sp.add_argument("--legacy-inputs", action="store_true",
                         help="the draws from before input domains (EnvConfig.input_domains=false)")
+        sp.add_argument("--allow-host-memory-access", action="store_true",
+                        help="score on a GPU whose kernels can read this process's host memory (HMM/ATS; "
+                             "trusted kernels only: EnvConfig.allow_host_memory_access)")
         sp.add_argument("--ray-address", default=None, metavar="ADDR",
                         help="score on the evaluation hosts of this Ray cluster (HEAD:6379, ray://HEAD:10001, or "
                              "'local' for a Ray started here); needs the dist extra, docs/DISTRIBUTED_EVAL.md")

@@ -4,6 +4,7 @@ Backend modules are imported lazily: importing this package never touches CUDA.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any
 
@@ -37,11 +38,32 @@ def _construct(cls: Any, config: EnvConfig | None) -> Any:
     return cls(config=config) if takes_config and config is not None else cls()
 
 
+class HostMemoryReachable(RuntimeError):
+    """The GPU lets device code read and write its process's host memory, and the config forbids it."""
+
+
+def check_host_isolation(device: Any, config: EnvConfig | None) -> Any:
+    """`device`, unless its kernels can dereference the process's host memory (`host_memory_reachable`)
+    and `config` does not allow it: then it is closed and HostMemoryReachable raised. Every device that
+    runs submitted kernels is created through here (get_device)."""
+    allowed = (config or EnvConfig()).allow_host_memory_access
+    if getattr(device, "host_memory_reachable", None) is True and not allowed:
+        with contextlib.suppress(Exception):
+            device.close()
+        raise HostMemoryReachable(
+            f"GPU {getattr(device, 'device_id', '?')} lets device code read and write this process's host "
+            "memory (cudaDevAttrPageableMemoryAccess = 1: HMM or ATS), so a submitted kernel could reach "
+            "the judge's keys. Turn HMM off on this host (load nvidia_uvm with uvm_disable_hmm=1), or, for "
+            "trusted kernels only, set EnvConfig.allow_host_memory_access=True (docs/THREAT_MODEL.md)")
+    return device
+
+
 def get_device(name: str = "auto", config: EnvConfig | None = None) -> Any:
-    """A Device for backend `name` ("auto" | "cupy" | "cpu")."""
+    """A Device for backend `name` ("auto" | "cupy" | "cpu"); refuses a GPU whose kernels can reach the
+    host's memory unless `config` allows it (check_host_isolation)."""
     resolved = resolve_backend(name)
     if resolved == "cupy":
         from kernels_env.backends.cupy_backend import CupyDevice
-        return _construct(CupyDevice, config)
+        return check_host_isolation(_construct(CupyDevice, config), config)
     from kernels_env.backends.cpu import CpuDevice
     return _construct(CpuDevice, config)

@@ -58,6 +58,7 @@ SPIN_S = 2e-3  # synchronize(timeout_s): poll this long without sleeping, then b
 
 
 DEVICE_HEAP_BYTES = 8 << 20  # cudaLimitMallocHeapSize for device-side malloc
+PAGEABLE_MEMORY_ACCESS_ATTR = 88  # cudaDevAttrPageableMemoryAccess
 KEEP_POOL_BYTES = 2 << 30  # end_job frees the memory pool only when it holds more than this
 GPU_SCRATCH_ENV = "LEAP_GPU_SCRATCH_BYTES"  # max_scratch_bytes: the scratch one evaluation may declare
 
@@ -92,6 +93,16 @@ extern "C" __global__ void leap_timing_hold(unsigned long long ns) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }'''
+
+
+def pageable_memory_access(runtime: Any, device_id: int) -> bool | None:
+    """Whether device code on GPU `device_id` can dereference any pageable host address of its process
+    (cudaDevAttrPageableMemoryAccess: HMM with NVIDIA's open kernel modules, ATS on Grace hosts); None
+    when the driver does not answer. `runtime`: cupy.cuda.runtime."""
+    try:
+        return bool(runtime.deviceGetAttribute(PAGEABLE_MEMORY_ACCESS_ATTR, device_id))
+    except Exception:
+        return None
 
 
 def hold_seconds(enqueue_s: float, max_s: float = HOLD_MAX_S) -> float:
@@ -142,6 +153,8 @@ class CupyDevice:
         self.l2_bytes = int(rt.deviceGetAttribute(rt.cudaDevAttrL2CacheSize, device_id))
         self.flush_bytes = max(2 * self.l2_bytes, 2**20)
         self.max_smem_optin = int(rt.deviceGetAttribute(rt.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id))
+        # device code here may read and write this process's host memory (docs/THREAT_MODEL.md)
+        self.host_memory_reachable = pageable_memory_access(rt, device_id)
         self.healthy = True
         self.hung = False  # a kernel may still be running (DeviceHang): keep the GPU lock until this process exits
         self.flushes = 0  # L2 flushes done by time_ms, for tests and reports

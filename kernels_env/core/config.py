@@ -18,9 +18,10 @@ POOL_MODES = ("process", "inline", "ray")
 # The shortest heartbeat timeout of EvalPool(mode="ray"): a host silent that long counts as hung, and a
 # shorter one would kill busy hosts. Here so the run config checks it without importing the pool.
 RAY_MIN_HEARTBEAT_S = 1.0
-# Fields that change how fast a result is computed, never the result: left out of the result cache's
-# key (kernels_env/schedule/result_cache.py), so cached results are shared and keys stay as they were.
-RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes", "input_checksums")
+# Fields that never change a result (how fast it is computed, whether a host may score at all): left
+# out of the result cache's key (kernels_env/schedule/result_cache.py), so cached results are shared
+# and keys stay as they were.
+RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes", "input_checksums", "allow_host_memory_access")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class EnvConfig:
     # edges, extremes and a structured (duplicated/correlated/sorted rows) trial besides the legacy
     # distributions (execute/domain_draws.py). False reproduces the legacy draws bit for bit.
     input_domains: bool = True
+    # Score on a GPU whose device code can dereference its process's host memory (HMM or ATS:
+    # cudaDevAttrPageableMemoryAccess = 1), where a submitted kernel could reach the judge's keys.
+    # False (the default) refuses such a GPU when its device is created (backends.check_host_isolation).
+    allow_host_memory_access: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -77,7 +82,7 @@ class EnvConfig:
             raise ValueError(f"EnvConfig.correctness_trials={self.correctness_trials}; expected 1 .. "
                              f"{TIMING_TRIAL_BASE} (trials from {TIMING_TRIAL_BASE} on are the timing runs')")
         self._check_timing()
-        for name in ("cache_expected", "input_checksums", "input_domains"):
+        for name in ("cache_expected", "input_checksums", "input_domains", "allow_host_memory_access"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"EnvConfig.{name}={getattr(self, name)!r}; expected true or false")
         if (isinstance(self.expected_cache_bytes, bool) or not isinstance(self.expected_cache_bytes, int)

@@ -25,6 +25,9 @@ class EnvCfg:
     # judge a trial's inputs by a keyed checksum read back with its other checks (EnvConfig.input_checksums,
     # CuPy only); false draws them again and compares: same results, more host round trips
     input_checksums: bool = True
+    # score on a GPU whose kernels can read the process's host memory (HMM/ATS; EnvConfig's field of the
+    # same name): false refuses such a host, true accepts the risk (trusted kernels only)
+    allow_host_memory_access: bool = False
     # "auto": training rollouts are timed only when the algorithm's reward reads speedups
     # (algorithms.reward_reads_speedup); evaluations are always timed (fast_p). true/false: all
     timing: bool | str = "auto"
@@ -60,7 +63,7 @@ class EnvCfg:
         choice(self.pool_mode, POOL_MODES, "env.pool_mode")
         choice(self.sizes, SIZE_SETS, "env.sizes")
         positive(self.correctness_trials, "env.correctness_trials")
-        for name in ("input_domains", "input_checksums"):
+        for name in ("input_domains", "input_checksums", "allow_host_memory_access"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"env.{name}={getattr(self, name)!r}: expected true or false")
         for name in ("gpu_workers", "exec_workers_per_gpu", "compile_workers"):
@@ -99,7 +102,7 @@ class EnvCfg:
         return EnvConfig(backend=self.backend, arch=self.arch, sizes=self.sizes,
                          correctness_trials=self.correctness_trials, input_domains=self.input_domains,
                          input_checksums=self.input_checksums,
-                         timing=timing, warmup_runs=self.warmup_runs,
+                         allow_host_memory_access=self.allow_host_memory_access, timing=timing, warmup_runs=self.warmup_runs,
                          min_timed_runs=self.min_timed_runs, timed_runs=self.timed_runs,
                          timing_ci_rel_width=self.timing_ci_rel_width, timing_budget_s=self.timing_budget_s,
                          seed=seed, limits=StageLimits(compile=self.compile_timeout,
