@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched session on the GPU machine: GPU tests, the suite on cupy, benchmarks, trainer runs.
-#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen env-readout step-grpo-readout step-grpo-compile sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen lag-exp validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill ray host-reach
+#   bash scripts/gpu_session.sh STAGE [STAGE...]   stages: info nvrtc tests tests-all suite envbench env31 env31-torch env31-sticky env31-workers draw-cost envprof envprof-gen env-readout step-grpo-readout step-grpo-compile sampler sampler-attn sampler-xla decode-prof decode-prof-compact kenv kenv-patched env31-patched kenv-fix train experiment gen lag-exp validate step-speed step-speed-mt step-speed-rest step-speed-cudec step-speed-preempt step-speed-compact step-speed-grpo step-speed-trace draft-potential step-speed-spec step-speed-prefill step-speed-mesh ray host-reach
 # Writes logs under $OUT (or ./gpu_out); each stage has its own time limit so one hang costs little.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -88,7 +88,8 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage kenv 480 python3 -m pytest -q -rfE -m gpu --timeout=120 -p no:cacheprovider tests/kernels_env/test_counter_rng.py \
         tests/kernels_env/test_broken_corpus.py tests/kernels_env/test_cupy_backend.py tests/kernels_env/test_pool.py \
         tests/kernels_env/test_pipeline.py tests/kernels_env/test_hostile_corpus.py tests/kernels_env/test_input_domains.py \
-        tests/kernels_env/test_timing_cheats.py tests/kernels_env/test_expected_cache.py tests/kernels_env/test_trial_readout.py ;;
+        tests/kernels_env/test_timing_cheats.py tests/kernels_env/test_expected_cache.py tests/kernels_env/test_trial_readout.py \
+        tests/kernels_env/test_host_isolation.py ;;
     env-readout)  # issue 29/31: a trial's checks read back once and inputs judged by checksums (this tree)
       # against .bench_before (carried: `git archive <commit> kernels_env | tar -x -C .bench_before`): the
       # generated family correctness-only (RL's configuration), the suite and the mix, no independent clock
@@ -164,7 +165,8 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # trusted kernel on a heap, executable and fixed address, then the hostile corpus case that submits
       # the fixed-address read through the pool (docs/THREAT_MODEL.md, "Not guaranteed")
       stage host-reach 200 bash -c 'python3 scripts/host_memory_probe.py; python3 -m pytest -q -rfE -m gpu \
-        --timeout=150 -p no:cacheprovider tests/kernels_env/test_hostile_corpus.py -k reads_host_memory' ;;
+        --timeout=150 -p no:cacheprovider tests/kernels_env/test_host_isolation.py \
+        tests/kernels_env/test_hostile_corpus.py -k "reads_host_memory or host_read"' ;;
     validate)  # every kernels_env GPU test (three groups in parallel: no timing asserted), then the timed
       # suite, the env benchmark against .bench_before (`git archive c7dc096 kernels_env | tar -x -C
       # .bench_before`, carried) and the step-time arms, each alone on the GPU
@@ -183,6 +185,11 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       stage step-time 240 python3 benchmarks/step_time.py --config configs/experiment/grpo.yaml --model-shape experiment \
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
+    step-speed-mesh)  # issue 29: the grpo config on a one-device mesh (mesh.force) against the plain path,
+      # 8 timed steps an arm (two steps an arm could not resolve the goal's 5%: docs/results/session26_h100_2026-12-07/)
+      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      stage step-mesh ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
+        --arms after --arm 'mesh1: mesh.force=true' --steps 8 --warmup 1 ;;
     step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo|step-speed-trace|draft-potential|step-speed-spec|step-speed-prefill)  # issue 29: the generated-family configs'
       # defaults against the headline's rollout and update settings, the real SFT policy (carried in artifacts/),
       # each config in its own process, alone on the GPU. The stages sum to more than one 600 s device command:
@@ -190,7 +197,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # multiturn config's decode attention (default auto = cuDNN on a GPU, reading each row's written cache
       # only and skipping stopped rows) against no skipping, einsum, and cuDNN over the whole cache
       mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
-      H='headline: rollout.pipeline_turns=false sampling.kv_reuse=false rollout.overlap_chunks=2 optimizer.attention=einsum sampling.attention=einsum sampling.compact_factor=1'
+      H=${STEP_H:-'headline: rollout.pipeline_turns=false sampling.kv_reuse=false sampling.speculate=0 rollout.preempt=0 rollout.overlap_chunks=2 optimizer.attention=einsum sampling.attention=einsum sampling.compact_factor=1'}
       if [ "$s" = step-speed-preempt ]; then  # preemption (0.25 by default in configs/generated since
         # 2026-12-06) against none and 0.1, the multiturn config; then LEAP's against none
         stage step-preempt-mt ${STEP_MT_S:-300} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
