@@ -238,6 +238,33 @@ def run_state(run_dir: Path) -> str:
     return "new"
 
 
+def memory_overcommit(args: argparse.Namespace) -> str | None:
+    """A warning when `--parallel` runs may together claim more than one GPU's memory, else None. Each
+    run's JAX may take up to `env.jax_mem_fraction` of the GPU it uses ($XLA_PYTHON_CLIENT_MEM_FRACTION
+    wins when set), preallocated or not; on a CPU machine the warning is moot."""
+    at_once = min(args.parallel, len(args.seed_list) * len(args.arm_list))
+    if at_once < 2:
+        return None
+    from_env = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    try:
+        if from_env:
+            top, source = float(from_env), "$XLA_PYTHON_CLIENT_MEM_FRACTION"
+        else:
+            from leap_jax.train.config import load_config
+            top = max(load_config(Path(args.config_dir) / f"{a}.yaml", list(args.overrides)).env.jax_mem_fraction
+                      for a in args.arm_list)
+            source = "env.jax_mem_fraction"
+    except Exception:  # a config that does not load fails its run with its own message
+        return None
+    if at_once * top <= 1.0:
+        return None
+    fits = max(1, math.floor(1.0 / top))
+    return (f"[experiment] warning: --parallel {args.parallel} runs {at_once} at once, each of whose JAX may take "
+            f"up to {top:.2f} of its GPU's memory ({source}): {at_once * top:.2f} of one GPU together, besides "
+            f"the environment's CuPy workers. On one GPU, run at most {fits} at once or lower "
+            f"env.jax_mem_fraction (four runs at 0.3 ran out of memory on an 80 GB H100)")
+
+
 def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: float,
              log: Any = print) -> dict[str, str]:
     """Start, resume or skip every (seed, arm) run, up to `args.parallel` at once; returns
@@ -249,6 +276,9 @@ def run_arms(args: argparse.Namespace, out: Path, policy: Path | None, t_start: 
     parallel = args.parallel
     env_extra = compilation_cache_env(out)
     call = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # names the runs this call launched together
+    warning = memory_overcommit(args)
+    if warning:
+        log(warning)
 
     def left_in_call() -> float | None:
         return None if args.budget_s is None else args.budget_s - (time.perf_counter() - t_start)

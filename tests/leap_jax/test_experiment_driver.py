@@ -320,3 +320,26 @@ def test_lower_targets_are_margins_in_the_unit_interval(capsys):
     for bad in ("0", "1", "x", "1/0", "-0.1"):
         assert experiment.main(["--lower-targets", bad, "--report-only"]) == 2
         assert f"--lower-targets: {bad!r} is not a margin in (0, 1)" in capsys.readouterr().err
+
+
+def test_parallel_runs_that_may_overcommit_one_gpus_memory_are_warned_about(tmp_path, monkeypatch):
+    """The generated configs give each run's JAX 0.3 of a GPU (env.jax_mem_fraction): four at once are
+    warned about with the numbers, three are not, and the environment variable wins over the configs."""
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+
+    def parsed(*extra: str) -> object:
+        return experiment._parse_args(["--out", str(tmp_path), "--config-dir", "configs/generated",
+                                       "--arms", "grpo,grpo_lag", "--seeds", "1,2", *extra])
+
+    warning = experiment.memory_overcommit(parsed("--parallel", "4"))
+    assert warning is not None
+    assert "--parallel 4 runs 4 at once" in warning and "up to 0.30" in warning and "1.20 of one GPU" in warning
+    assert "run at most 3 at once" in warning
+    assert experiment.memory_overcommit(parsed("--parallel", "3")) is None
+    assert experiment.memory_overcommit(parsed("--parallel", "4", "env.jax_mem_fraction=0.2")) is None
+    narrow = experiment._parse_args(["--out", str(tmp_path), "--config-dir", "configs/generated",
+                                     "--arms", "grpo", "--seeds", "0", "--parallel", "4"])
+    assert experiment.memory_overcommit(narrow) is None  # one run: nothing runs beside it
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.4")
+    assert "up to 0.40 of its GPU's memory ($XLA_PYTHON_CLIENT_MEM_FRACTION)" in experiment.memory_overcommit(
+        parsed("--parallel", "3"))
