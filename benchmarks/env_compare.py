@@ -396,6 +396,34 @@ def evaluations_off(clocks: dict[str, list[list[Any]]], independent: dict[str, A
     return off, compared
 
 
+def clocks_apart(clocks: dict[str, list[list[Any]]], independent: dict[str, Any], hold: bool,
+                 rel: float = FLAG_REL_DIFF) -> list[str]:
+    """Which clock a speedup gap is in: the tasks whose median kernel ms, and those whose median reference
+    ms, differ by more than `rel` between the env (after arm) and the independent loop; without the
+    loop's hold, a note on what that does to launch-bound functions."""
+    apart: dict[int, list[str]] = {0: [], 1: []}
+    compared = 0
+    for task, entries in clocks.items():
+        own = independent.get(task) or {}
+        if not entries or not own.get("kernel_ms") or not own.get("ref_ms"):
+            continue
+        compared += 1
+        for i, key in ((0, "kernel_ms"), (1, "ref_ms")):
+            env_ms = statistics.median(c[i] for c in entries)
+            if abs(env_ms / own[key] - 1) > rel:
+                apart[i].append(task)
+    if not compared:
+        return []
+    out = [f"which clock: kernel ms more than {rel:.0%} apart on {len(apart[0])} of {compared} tasks"
+           + (f" ({', '.join(apart[0])})" if apart[0] else "")
+           + f", reference ms on {len(apart[1])}" + (f" ({', '.join(apart[1])})" if apart[1] else "")]
+    if not hold:
+        out.append("(the independent loop ran without --independent-hold: a function whose launches take the host "
+                   "longer than the GPU's run, e.g. a library call of several kernels, reads slower there than "
+                   "under the environment's rule, which keeps the host's launch time out of the window)")
+    return out
+
+
 def render(report: dict[str, Any]) -> str:
     """The arms table, then the speedup check (env after / before vs independent)."""
     head = ("workload", "arm", "evals/s steady", "first-sight evals/s", "stage means ms "
@@ -443,6 +471,7 @@ def render(report: dict[str, Any]) -> str:
         out.append(_table(("task", "env after", "env before", "independent", "env kernel ms", "own kernel ms",
                            "env ref ms", "own ref ms", "after/own-1"), rows))
         out.extend(details)
+        out.extend(clocks_apart(clocks, ind, bool(report.get("options", {}).get("independent_hold"))))
         for arm, r in suite.items():  # per evaluation, every arm (the before arm's too)
             off, n = evaluations_off(r.get("clocks_ms", {}), ind)
             if n:

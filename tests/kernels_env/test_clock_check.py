@@ -232,3 +232,19 @@ def test_mix_with_one_failing_kind_keeps_the_failing_share() -> None:
     for bad in (["sticky"], ["illegal", "illegal"]):
         with pytest.raises(ValueError, match="expected distinct names from"):
             env_compare.fail_shares(bad)
+
+
+def test_clocks_apart_names_the_clock_a_speedup_gap_is_in() -> None:
+    """Session 26's run without the hold: conv3d's kernel agreed (0.62 vs 0.627 ms) and its reference
+    did not (1.229 vs 4.08 ms); relu agreed on both."""
+    clocks = {"conv3d": [[0.6206, 1.229], [0.619, 1.229]], "relu": [[0.2854, 0.478], [0.29, 0.48]],
+              "tanh": [[0.3, 0.5]]}
+    independent = {"conv3d": {"kernel_ms": 0.6266, "ref_ms": 4.08}, "relu": {"kernel_ms": 0.2901, "ref_ms": 0.4921},
+                   "tanh": {"error": "no solution"}}
+    lines = env_compare.clocks_apart(clocks, independent, hold=False)
+    assert lines[0] == "which clock: kernel ms more than 10% apart on 0 of 2 tasks, reference ms on 1 (conv3d)"
+    assert "without --independent-hold" in lines[1]
+    slow_kernel = {**independent, "relu": {"kernel_ms": 0.2, "ref_ms": 0.48}}
+    held = env_compare.clocks_apart(clocks, slow_kernel, hold=True)
+    assert held == ["which clock: kernel ms more than 10% apart on 1 of 2 tasks (relu), reference ms on 1 (conv3d)"]
+    assert env_compare.clocks_apart({}, independent, hold=True) == []
