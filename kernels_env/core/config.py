@@ -18,10 +18,9 @@ POOL_MODES = ("process", "inline", "ray")
 # The shortest heartbeat timeout of EvalPool(mode="ray"): a host silent that long counts as hung, and a
 # shorter one would kill busy hosts. Here so the run config checks it without importing the pool.
 RAY_MIN_HEARTBEAT_S = 1.0
-# Fields that never change a result (how fast it is computed, whether a host may score at all): left
-# out of the result cache's key (kernels_env/schedule/result_cache.py), so cached results are shared
-# and keys stay as they were.
-RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes", "input_checksums", "allow_host_memory_access")
+# Fields that change how fast a result is computed, never the result: left out of the result cache's
+# key (kernels_env/schedule/result_cache.py), so cached results are shared and keys stay as they were.
+RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes", "input_checksums")
 
 
 @dataclass(frozen=True)

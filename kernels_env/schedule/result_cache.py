@@ -50,6 +50,10 @@ def cache_key(task_name: str, text: Answer, config: EnvConfig) -> str:
         config_key["input_domains"] = draws
     else:
         del config_key["input_domains"]
+    # a result scored where kernels could reach the judge's host memory is never served to a config
+    # that forbids it; the default keeps the keys it had before the setting existed
+    if not config.allow_host_memory_access:
+        config_key.pop("allow_host_memory_access", None)
     payload = json.dumps({"v": KEY_VERSION, "task": task_name, **body, "config": config_key},
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()

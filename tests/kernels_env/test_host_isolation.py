@@ -5,6 +5,7 @@ checks the device's answer against what a trusted kernel's read of a host heap a
 (`scripts/host_memory_probe.py`, in its own process)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -89,15 +90,24 @@ def test_get_device_refuses_a_reaching_gpu_unless_the_config_allows_it(monkeypat
     assert backends.get_device("cpu").name == "cpu"  # the cpu backend is never asked
 
 
-def test_the_setting_is_checked_passed_on_and_left_out_of_result_keys() -> None:
+def test_the_setting_is_checked_and_passed_on() -> None:
     with pytest.raises(ValueError, match="allow_host_memory_access='yes'"):
         EnvConfig(allow_host_memory_access="yes")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="env.allow_host_memory_access"):
         EnvCfg(allow_host_memory_access=1).check()  # type: ignore[arg-type]
     assert EnvCfg(allow_host_memory_access=True).env_config(timing=False, seed=0).allow_host_memory_access
     assert not EnvCfg().env_config(timing=False, seed=0).allow_host_memory_access
+
+
+def test_results_scored_with_host_memory_allowed_are_kept_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached result scored where kernels could reach host memory is never served to a config that
+    forbids it, and the default config keeps the result keys it had before the setting existed."""
     text = "```cuda\n__global__ void k() {}\n```\n```launch\nk<<<1, 1>>>();\n```"
-    assert cache_key("relu", text, EnvConfig()) == cache_key("relu", text, EnvConfig(allow_host_memory_access=True))
+    default = cache_key("relu", text, EnvConfig())
+    assert default != cache_key("relu", text, EnvConfig(allow_host_memory_access=True))
+    monkeypatch.setattr(EnvConfig, "to_dict", lambda self: {k: v for k, v in dataclasses.asdict(self).items()
+                                                            if k != "allow_host_memory_access"})
+    assert cache_key("relu", text, EnvConfig()) == default  # as a config without the field
 
 
 @pytest.mark.gpu
