@@ -17,6 +17,7 @@ import pytest
 from kernels_env import backends
 from kernels_env.backends import HostMemoryReachable, check_host_isolation, get_device
 from kernels_env.backends import cupy_backend
+from kernels_env.cli import _config, build_parser
 from kernels_env.core.config import EnvConfig
 from kernels_env.schedule.result_cache import cache_key
 from leap_jax.train.config_env import EnvCfg
@@ -97,6 +98,9 @@ def test_the_setting_is_checked_and_passed_on() -> None:
         EnvCfg(allow_host_memory_access=1).check()  # type: ignore[arg-type]
     assert EnvCfg(allow_host_memory_access=True).env_config(timing=False, seed=0).allow_host_memory_access
     assert not EnvCfg().env_config(timing=False, seed=0).allow_host_memory_access
+    parse = build_parser().parse_args
+    assert _config(parse(["check-suite", "--backend", "cpu", "--allow-host-memory-access"])).allow_host_memory_access
+    assert not _config(parse(["check-suite", "--backend", "cpu"])).allow_host_memory_access
 
 
 def test_results_scored_with_host_memory_allowed_are_kept_apart(monkeypatch: pytest.MonkeyPatch) -> None:
