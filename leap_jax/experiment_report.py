@@ -140,13 +140,14 @@ def load_experiment(run_dirs: Sequence[str | Path]) -> dict[str, dict[int, list[
 
 
 def headline(runs: dict[str, dict[int, list[dict[str, Any]]]], metric: str = DEFAULT_METRIC,
-             baseline: str = HEADLINE_BASELINE, arm: str = HEADLINE_ARM) -> dict[str, Any]:
-    """Per seed: the target (the best `metric` the baseline reached), each arm's time to it, and
-    the ratio baseline time / arm time (> 1: the arm got there faster)."""
+             baseline: str = HEADLINE_BASELINE, arm: str = HEADLINE_ARM, below: float = 0.0) -> dict[str, Any]:
+    """Per seed: the target (the best `metric` the baseline reached, less `below`), each arm's time
+    to it, and the ratio baseline time / arm time (> 1: the arm got there faster)."""
     seeds = sorted(runs.get(baseline, {}))
     per_seed: dict[int, dict[str, Any]] = {}
     for s in seeds:
-        target = best_value(runs[baseline][s], metric)
+        best = best_value(runs[baseline][s], metric)
+        target = None if best is None else best - below
         times = {a: time_to_target(by_seed[s], metric, target) for a, by_seed in runs.items() if s in by_seed}
         steps = {a: steps_to_target(by_seed[s], metric, target) for a, by_seed in runs.items() if s in by_seed}
         tokens = {a: tokens_to_target(by_seed[s], metric, target) for a, by_seed in runs.items() if s in by_seed}

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from leap_jax.experiment_report import (_fmt, _fmt_ms, _mean_std, best_value, parse_run_name, step_records,
-                                        steps_to_target, time_to_target)
+from leap_jax.experiment_report import _fmt, _fmt_ms, _mean_std, best_value, parse_run_name, step_records
 from leap_jax.train.metrics import FINAL_EVAL_FILE
 
 FINAL_SPLITS = (("heldout", "held-out"), ("train_eval", "training"), ("suite", "hand-written suite"))
@@ -174,24 +173,24 @@ def lower_targets_markdown(runs: Runs, metric: str, baseline: str, arm: str, off
     where one task more or less moves the crossing by many steps. Per offset d (0 first): each
     seed's target best - d, the seconds and steps `arm` and `baseline` took to reach it, their
     ratio baseline / arm, and on how many seeds `arm` got there first ("-": never reached it)."""
-    seeds = [s for s in sorted(runs.get(baseline, {})) if s in runs.get(arm, {})]
+    from leap_jax.experiment_report import headline
     lines = [f"| below the best | seconds, `{baseline}` / `{arm}` | steps, `{baseline}` / `{arm}` | per seed: "
              f"target, s and steps (`{baseline}` / `{arm}`) | `{arm}` first |", "|---|---|---|---|---|"]
     for d in [0.0, *offsets]:
-        t_ratios: list[float | None] = []
+        per_seed = {s: v for s, v in headline(runs, metric, baseline, arm, below=d)["per_seed"].items()
+                    if arm in v["times"]}  # seeds both arms ran
         s_ratios: list[float | None] = []
         cells, first = [], 0
-        for s in seeds:
-            best = best_value(runs[baseline][s], metric)
-            target = None if best is None else best - d
-            tb, ta = (time_to_target(runs[x][s], metric, target) for x in (baseline, arm))
-            sb, sa = (steps_to_target(runs[x][s], metric, target) for x in (baseline, arm))
-            t_ratios.append(tb / ta if tb is not None and ta else None)
+        for s, v in per_seed.items():
+            tb, ta = v["times"][baseline], v["times"][arm]
+            sb, sa = v["steps"][baseline], v["steps"][arm]
             s_ratios.append(sb / sa if sb is not None and sa else None)
             first += ta is not None and (tb is None or ta < tb)
-            cells.append(f"s{s}: {_fmt(target)}, {_or_dash(tb)} / {_or_dash(ta)} s, {_or_dash(sb)} / {_or_dash(sa)} steps")
+            cells.append(f"s{s}: {_fmt(v['target'])}, {_or_dash(tb)} / {_or_dash(ta)} s, "
+                         f"{_or_dash(sb)} / {_or_dash(sa)} steps")
+        t_ratios = [v["ratio"] for v in per_seed.values()]
         lines.append(f"| {_fmt(d)} | {_fmt_ms(t_ratios)} | {_fmt_ms(s_ratios)} | {'; '.join(cells)} | "
-                     f"{first} of {len(seeds)} |")
+                     f"{first} of {len(per_seed)} |")
     return "\n".join(lines) + "\n"
 
 
