@@ -19,6 +19,9 @@ stage() {  # stage NAME LIMIT_S CMD...
   timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   echo "=== $name rc=$rc in $(( $(date +%s) - t0 ))s"; tail -n "${TAIL:-25}" "$OUT/$name.log"
 }
+sft_policy() {  # runs/gen/policy: the repository's SFT policy (artifacts/policies/), unpacked once
+  mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+}
 patched_tree() {  # /tmp/patched: a copy of this tree with patches/0*.patch applied in order
   rm -rf /tmp/patched && mkdir -p /tmp/patched && cp -r . /tmp/patched/ \
     && (cd /tmp/patched && for p in patches/0*.patch; do patch -p1 -s < "$p" || echo "PATCH FAILED: $p"; done)
@@ -97,14 +100,14 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         --workloads ${ENV_READOUT_WORKLOADS:-gen,suite,mix} --repeat 2 --no-independent --arm-timeout 100 ;;
     step-grpo-readout)  # issue 29: GRPO's step with the inputs judged by checksums (default) against the
       # regenerated inputs (env.input_checksums=false), the real SFT policy, alone on the GPU
-      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      sft_policy
       stage step-grpo-readout ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
         --arms after --arm 'regen: env.input_checksums=false' --steps 4 --warmup 1 ;;
     step-grpo-compile)  # issue 29: is GRPO's evaluation wait NVRTC's? The step with 12 compile workers (the
       # config's), 15 and 8, with the update one step behind (rollout.update_lag=1: the last evaluations
       # run while the next step generates), and with a call ending once half its rows still generate
       # (their evaluations start sooner); the table's env stage rows sum each stage's seconds over the evaluations
-      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      sft_policy
       stage step-grpo-compile ${STEP_GRPO_S:-420} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
         --arms after,lag1 --arm 'cw15: env.compile_workers=15' --arm 'cw8: env.compile_workers=8' \
         --arm 'pre50: rollout.preempt=0.5' --steps 4 --warmup 1 ;;
@@ -148,7 +151,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # at once, default 2; LAG_OVERRIDES for every run, e.g. train.time_budget_s=300); call again while the
       # machine is held to continue the runs (runs/lag stays on it); brings back lag_runs.tgz. Seed 0 at the
       # configs' 600 s took four calls, ~1,400 s of lease (docs/results/session25_h100_2026-12-07/)
-      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      sft_policy
       EXP_S=${EXP_S:-540}
       # the shared start evaluation of this policy (~80 s) from the results page, where it measured this path
       # (only under train.* overrides: others may change what it measured, and every run would refuse it)
@@ -187,7 +190,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
     step-speed-mesh)  # issue 29: the grpo config on a one-device mesh (mesh.force) against the plain path,
       # 8 timed steps an arm (two steps an arm could not resolve the goal's 5%: docs/results/session26_h100_2026-12-07/)
-      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      sft_policy
       stage step-mesh ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
         --arms after --arm 'mesh1: mesh.force=true' --steps 8 --warmup 1 ;;
     step-speed|step-speed-mt|step-speed-rest|step-speed-cudec|step-speed-preempt|step-speed-compact|step-speed-grpo|step-speed-trace|draft-potential|step-speed-spec|step-speed-prefill)  # issue 29: the generated-family configs'
@@ -196,7 +199,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # step-speed-mt (multiturn) and step-speed-rest (leap, grpo) split them over two. step-speed-cudec: the
       # multiturn config's decode attention (default auto = cuDNN on a GPU, reading each row's written cache
       # only and skipping stopped rows) against no skipping, einsum, and cuDNN over the whole cache
-      mkdir -p runs/gen && [ -f runs/gen/policy/config.json ] || tar xzf artifacts/policies/gen-2026-12-04/policy.tar.gz -C runs/gen
+      sft_policy
       H=${STEP_H:-'headline: rollout.pipeline_turns=false sampling.kv_reuse=false sampling.speculate=0 rollout.preempt=0 rollout.overlap_chunks=2 optimizer.attention=einsum sampling.attention=einsum sampling.compact_factor=1'}
       if [ "$s" = step-speed-preempt ]; then  # preemption (0.25 by default in configs/generated since
         # 2026-12-06) against none and 0.1, the multiturn config; then LEAP's against none
