@@ -3,6 +3,7 @@ config validation accepts each entry and applies its rules, each entry has a wor
 function, the experiment's arms are entries, and the rank tie-breaks match a NumPy formula."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +71,8 @@ def test_experiment_arms_are_table_entries_with_configs():
         cfg = load_config(ROOT / "configs" / "experiment" / f"{arm}.yaml")
         assert cfg.algorithm.name == arm
     assert {algorithms.HEADLINE_ARM, algorithms.HEADLINE_BASELINE} <= set(experiment.ARMS)
-    assert experiment_report.headline.__defaults__[1:] == (algorithms.HEADLINE_BASELINE, algorithms.HEADLINE_ARM)
+    defaults = {k: v.default for k, v in inspect.signature(experiment_report.headline).parameters.items()}
+    assert (defaults["baseline"], defaults["arm"]) == (algorithms.HEADLINE_BASELINE, algorithms.HEADLINE_ARM)
 
 
 def test_a_bad_name_is_named_with_the_valid_ones():
