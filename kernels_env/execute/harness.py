@@ -46,7 +46,7 @@ from kernels_env.execute.launching import bind_plan, launch_all
 from kernels_env.execute.timing_stage import TimingStage, timing_details, timing_message
 from kernels_env.judge import expected_cache
 from kernels_env.judge.compare import check_input_unchanged, compare_output, mismatch_message
-from kernels_env.judge.faults import EnvFault, Failed
+from kernels_env.judge.faults import EnvFault, Failed, stage_outcome
 from kernels_env.judge.trial_readout import InputDigest, TrialReadout
 from kernels_env.source.launch import FormatError, ResolvedPlan
 from kernels_env.source.submission import in_launch_block
@@ -54,10 +54,6 @@ from kernels_env.tasks.spec import Task
 
 REVERIFY_SEED_OFFSET = 1_000_003  # "another seed" for re-verifying a suspicious speedup
 SETTLE_TIMEOUT_S = 5.0  # an evaluation's closing synchronisation: a kernel still running past it hung
-
-
-class _StageTimeout(Exception):
-    pass
 
 
 def _reference_outputs(task: Task, xp: Any, inputs: dict[str, Any]) -> list[Any]:
@@ -348,7 +344,8 @@ class _Run:
         def remaining():
             return max(0.0, cfg.limits.correctness - spent[0]
                                         - (time.monotonic() - launched_at[0]))
-        try:
+
+        def trials() -> None:
             for trial in range(cfg.correctness_trials):
                 given, digest = self.given_inputs(trial, seed)
                 arrays, copies, guards = self.fresh_arrays(trial, seed, given)
@@ -358,19 +355,13 @@ class _Run:
                 launch_all(self.device, self.program, self.plan, arrays, remaining)
                 spent[0] += time.monotonic() - launched_at[0]
                 if spent[0] > cfg.limits.correctness:
-                    raise _StageTimeout(f"trial {trial}")
+                    raise Failed(self.result(Status.TIMEOUT, f"{stage}: exceeded its "
+                                                             f"{cfg.limits.correctness:g} s limit (at trial {trial})"))
                 self.check_trial(stage, trial, seed, arrays, guards, digest, copies)
                 del arrays, copies, guards
-            return None
-        except _StageTimeout as e:
-            return self.result(Status.TIMEOUT, f"{stage}: exceeded its {cfg.limits.correctness:g} s limit "
-                                               f"(at {e})")
-        except Failed as f:
-            return f.result
-        except FatalDeviceError:
-            raise
-        except (KernelRuntimeError, KernelTimeout) as e:
-            return self.device_failure(e, stage)
+
+        try:
+            return stage_outcome(self, stage, trials)
         finally:
             self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + time.monotonic() - start
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kernels_env.backends.base import (Device, FatalDeviceError, KernelRuntimeError, KernelTimeout, Program,
+from kernels_env.backends.base import (Device, KernelRuntimeError, KernelTimeout, Program,
                                        launches_xp_arrays)
 from kernels_env.core.config import TIMING_TRIAL_BASE, EnvConfig
 from kernels_env.core.result import Mismatch, Result, Timing
@@ -38,7 +38,7 @@ from kernels_env.execute import domain_draws
 from kernels_env.execute.inputs import describe_distributions
 from kernels_env.execute.launching import launch_all, takes_timeout
 from kernels_env.judge import expected_cache, reference_cache
-from kernels_env.judge.faults import EnvFault, Failed
+from kernels_env.judge.faults import EnvFault, Failed, stage_outcome
 from kernels_env.judge.poison import poison_count
 from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
 from kernels_env.source.launch import ResolvedPlan
@@ -95,18 +95,15 @@ class TimingStage:
         the live buffers): None when all agree, else the failing Result. Counted in the timing
         stage's seconds."""
         start = time.monotonic()
-        try:
+
+        def compare() -> None:
             for kept, index in self.kept:
                 self._verify_kept(kept, index)
             if self.last is not None and self.buffers is not None:
                 self._verify_run(self.buffers.arrays, self.last)
-            return None
-        except Failed as f:
-            return f.result
-        except FatalDeviceError:
-            raise
-        except (KernelRuntimeError, KernelTimeout) as e:
-            return self.run.device_failure(e, "timing")
+
+        try:
+            return stage_outcome(self.run, "timing", compare)
         finally:
             self.kept, self.last, self.buffers = [], None, None
             self.run.stage_seconds["timing"] = self.run.stage_seconds.get("timing", 0.0) + time.monotonic() - start
@@ -118,7 +115,8 @@ class TimingStage:
         run.stage = "timing"
         start = time.monotonic()
         deadline = start + cfg.limits.timing
-        try:
+
+        def timed() -> tuple[_Measured, list[float] | None]:
             buffers = self.buffers = _TimedBuffers(self)
             # The reference first (once per worker and task: cached), before any timed run of the
             # candidate, so what the candidate leaves behind (a GPU it heated or power-throttled)
@@ -129,14 +127,15 @@ class TimingStage:
             if ref_ms is not None and len(self._reference_opinions()) < REFERENCE_OPINIONS:
                 # another opinion, apart in time from the first (the candidate's runs between them)
                 ref_ms = self._reference_times(deadline, 1.0, another=True)
-        except Failed as f:
-            return f.result
-        except FatalDeviceError:
-            raise
-        except (KernelRuntimeError, KernelTimeout) as e:
-            return run.device_failure(e, "timing")
+            return kernel, ref_ms
+
+        try:
+            outcome = stage_outcome(run, "timing", timed)
         finally:
             run.stage_seconds["timing"] = time.monotonic() - start
+        if isinstance(outcome, Result):
+            return outcome
+        kernel, ref_ms = outcome
         timing = _make_timing(dev, kernel, ref_ms)
         if ref_ms is not None:
             timing.baseline = self._torch_baseline(deadline, timing.kernel_median_ms)
