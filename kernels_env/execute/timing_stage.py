@@ -87,6 +87,7 @@ class TimingStage:
         self.device, self.program, self.task, self.plan = run.device, run.program, run.task, run.plan
         self.sizes, self.config, self.xp = run.sizes, run.config, run.xp
         self.kept: list[tuple[list[Any], int]] = []  # (kept outputs, run index) left for `verify`
+        self.kept_bytes = 0  # what `kept` holds
         self.last: int | None = None  # the last run, compared by `verify` on the live buffers
         self.buffers: _TimedBuffers | None = None
 
@@ -105,7 +106,7 @@ class TimingStage:
         try:
             return stage_outcome(self.run, "timing", compare)
         finally:
-            self.kept, self.last, self.buffers = [], None, None
+            self.kept, self.kept_bytes, self.last, self.buffers = [], 0, None, None
             self.run.stage_seconds["timing"] = self.run.stage_seconds.get("timing", 0.0) + time.monotonic() - start
 
     def measure(self) -> Timing | Result:
@@ -190,11 +191,12 @@ class TimingStage:
 
     def _defer_kept(self, kept: list[Any], index: int) -> None:
         """Leave run `index`'s kept outputs for `verify`, or compare them now once DEFER_BYTES are held."""
-        held = sum(int(k.nbytes) for copies, _ in self.kept for k in copies)
-        if held + sum(int(k.nbytes) for k in kept) > DEFER_BYTES:
+        size = sum(int(k.nbytes) for k in kept)
+        if self.kept_bytes + size > DEFER_BYTES:
             self._verify_kept(kept, index)
             return
         self.kept.append((kept, index))
+        self.kept_bytes += size
 
     def _adaptive(self, batch: Callable[[int, int, int], list[float]], deadline: float,
                   share: float) -> tuple[list[float], int]:

@@ -452,6 +452,34 @@ def test_kept_copies_past_the_deferral_budget_are_compared_at_once(monkeypatch):
     assert [mode for step, mode in calls if step == "_verify_run"][-1] == "shared"
 
 
+def test_the_deferral_budget_holds_the_copies_that_fit_and_compares_the_rest_at_once(monkeypatch):
+    """With room for one kept copy, the first batch's copy waits for `verify` (shared lock) and every
+    later batch's is compared inside the measurement; the held bytes never pass the budget."""
+    sizes: list[int] = []
+    original = timing_stage.TimingStage._defer_kept
+
+    def defer(self, kept, index):
+        sizes.append(sum(int(k.nbytes) for k in kept))
+        original(self, kept, index)
+        held = sum(int(k.nbytes) for copies, _ in self.kept for k in copies)
+        assert self.kept_bytes == held <= timing_stage.DEFER_BYTES
+
+    monkeypatch.setattr(timing_stage.TimingStage, "_defer_kept", defer)
+    res = run(device_with(add=add_kernel), add_task(), ADD_SUB)  # the copies' size, every batch alike
+    assert res.status is Status.CORRECT, res.message
+    assert len(set(sizes)) == 1 and sizes[0] > 0
+    monkeypatch.setattr(timing_stage, "DEFER_BYTES", sizes[0])
+    monkeypatch.setattr(timing_stage.secrets, "randbelow", lambda n: 0)  # the last run stays for verify
+    sizes.clear()
+    calls = _record_lock_modes(monkeypatch)
+    res = run(device_with(add=add_kernel), add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT, res.message
+    modes = [mode for step, mode in calls if step == "_verify_kept"]
+    assert len(sizes) >= 2 and len(modes) == len(sizes)
+    # the later batches' copies are compared during the measurement, the held one after it
+    assert modes == ["exclusive"] * (len(sizes) - 1) + ["shared"]
+
+
 @pytest.mark.parametrize("defer_bytes", [0, timing_stage.DEFER_BYTES])
 def test_a_skipped_timed_run_fails_whether_its_comparison_waits_or_not(monkeypatch, defer_bytes):
     """A kernel that does the work only in the correctness trials, the probe and the stage's last run
