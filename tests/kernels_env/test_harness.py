@@ -604,6 +604,33 @@ def test_suspicious_speedup_is_reverified_and_kept_when_still_correct():
     assert "re-verification" in res.stage_seconds
 
 
+def test_the_timed_runs_comparisons_and_the_reverification_share_one_hold(monkeypatch):
+    """Correctness under the shared lock, timing alone, then the full comparisons and a suspicious
+    speedup's re-verification in one shared hold: a timing queued meanwhile cannot slip in between."""
+    import contextlib
+    from kernels_env.execute import harness
+    holds: list[tuple[str, list[str]]] = []
+
+    @contextlib.contextmanager
+    def access(device, exclusive):
+        holds.append(("exclusive" if exclusive else "shared", []))
+        yield
+
+    original = harness._Run.correctness
+
+    def correctness(self, seed, stage):
+        holds[-1][1].append(stage)
+        return original(self, seed, stage)
+
+    monkeypatch.setattr(harness, "gpu_access", access)
+    monkeypatch.setattr(harness._Run, "correctness", correctness)
+    res = run(device_with(add=(add_kernel, 0.01)), add_task(), ADD_SUB)
+    assert res.status is Status.CORRECT and res.timing.reverified
+    # (the last hold is the job's end: _end_job's sync and cache release)
+    assert holds == [("shared", ["correctness"]), ("exclusive", []), ("shared", ["re-verification"]),
+                     ("shared", [])]
+
+
 def test_suspicious_speedup_that_fails_reverification_reports_the_failure():
     honest = device_with(add=(add_kernel, 0.01))
     run(honest, add_task(), ADD_SUB)
