@@ -34,8 +34,8 @@ class _Run(Protocol):
 
 def stage_outcome(run: _Run, stage: str, body: Callable[[], T]) -> T | Result:
     """`body()`, or the Result its failure earns: a `Failed`'s own Result, a kernel's runtime error or
-    hang through `run.device_failure` (the status and, for a sticky error, the worker's restart); a
-    `FatalDeviceError` (the device is gone) propagates to the worker, which is replaced."""
+    hang through `run.device_failure` (runtime_error or timeout); a `FatalDeviceError` (a sticky error:
+    the context is unusable) propagates, so the evaluation reports it and the worker is replaced."""
     try:
         return body()
     except Failed as f:
