@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from leap_jax.experiment_report import _fmt, _fmt_ms, _mean_std, best_value, parse_run_name, step_records
+from leap_jax.experiment_report import (_fmt, _fmt_ms, _mean_std, best_value, experiment_markdown, headline,
+                                        parse_run_name, step_records)
+from leap_jax.train.algorithms import HEADLINE_ARM, HEADLINE_BASELINE
 from leap_jax.train.metrics import FINAL_EVAL_FILE
 
 FINAL_SPLITS = (("heldout", "held-out"), ("train_eval", "training"), ("suite", "hand-written suite"))
@@ -173,7 +175,6 @@ def lower_targets_markdown(runs: Runs, metric: str, baseline: str, arm: str, off
     where one task more or less moves the crossing by many steps. Per offset d (0 first): each
     seed's target best - d, the seconds and steps `arm` and `baseline` took to reach it, their
     ratio baseline / arm, and on how many seeds `arm` got there first ("-": never reached it)."""
-    from leap_jax.experiment_report import headline
     lines = [f"| below the best | seconds, `{baseline}` / `{arm}` | steps, `{baseline}` / `{arm}` | per seed: "
              f"target, s and steps (`{baseline}` / `{arm}`) | `{arm}` first |", "|---|---|---|---|---|"]
     for d in [0.0, *offsets]:
@@ -200,8 +201,6 @@ def experiment_page(runs: Runs, metric: str, finals: Finals | None = None, start
     per-seed targets with the ratios in seconds, steps and tokens (and at `lower_targets` below
     the baseline's best), the final accuracy with feedback, and DCP's shares. `compare` =
     (arm, baseline): the headline's pair (default leap, multiturn)."""
-    from leap_jax.experiment_report import experiment_markdown, headline
-    from leap_jax.train.algorithms import HEADLINE_ARM, HEADLINE_BASELINE
     arm, baseline = compare or (HEADLINE_ARM, HEADLINE_BASELINE)
     order = (arm, baseline)
     page = [experiment_markdown(runs, metric, baseline, arm, turns=turns)]
