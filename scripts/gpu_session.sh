@@ -36,19 +36,19 @@ for s in "$@"; do
     envbench) stage envbench ${ENVBENCH_S:-300} python3 benchmarks/env_throughput.py ${ENVBENCH_ARGS:-} ;;
     env31)  # issue 31: before (.bench_before, carried: `git archive <commit> kernels_env | tar -x -C .bench_before`)
       # / after on the suite and the mix, with the independent clock (317 s on an H100:
-      # docs/results/env31_h100_2026-12-05/)
+      # docs/results/env-throughput/2026-12-05_h100_2/)
       stage env31-ab ${ENVBENCH_S:-420} python3 benchmarks/env_throughput.py --before-src .bench_before \
         --workloads suite,mix --repeat 2 --arm-timeout 150 --independent-hold ;;
     env31-torch)  # issue 31: do the ~2.5 ms-high first-sight windows go with the torch baseline off? The
       # suite with this tree as both arms, per setting; every evaluation against the independent clock
-      # (docs/results/env31_probes_h100_2026-12-05/)
+      # (docs/results/env-clock/2026-12-05_h100/)
       for t in 0 1; do
         stage env31-torch$t ${ENVBENCH_S:-220} env LEAP_TORCH_BASELINE=$t python3 benchmarks/env_throughput.py \
           --before-src . --workloads suite --repeat 2 --arm-timeout 90 --independent-hold
       done ;;
     env31-workers)  # issue 31: the suite's steady rate against exec workers per GPU (the pool's default 3): a
       # worker's evaluation takes ~450 ms in the pool against ~120 ms alone while the exclusive timing
-      # window fills only ~0.37 of the GPU's time (docs/results/session17_h100_2026-12-06/)
+      # window fills only ~0.37 of the GPU's time (docs/results/step-time/2026-12-06_h100_2/)
       for w in ${ENV_WORKERS:-3 6}; do
         stage env31-workers$w ${ENVBENCH_S:-200} python3 benchmarks/env_throughput.py --workloads gen,suite,mix \
           --repeat 2 --no-independent --arm-timeout 90 --exec-workers-per-gpu $w
@@ -150,12 +150,12 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       # policy, launched together so they share the GPU alike (seeds LAG_SEEDS, default 0; LAG_PARALLEL runs
       # at once, default 2; LAG_OVERRIDES for every run, e.g. train.time_budget_s=300); call again while the
       # machine is held to continue the runs (runs/lag stays on it); brings back lag_runs.tgz. Seed 0 at the
-      # configs' 600 s took four calls, ~1,400 s of lease (docs/results/session25_h100_2026-12-07/)
+      # configs' 600 s took four calls, ~1,400 s of lease (docs/results/update-lag/2026-12-07_h100/)
       sft_policy
       EXP_S=${EXP_S:-540}
       # the shared start evaluation of this policy (~80 s) from the results page, where it measured this path
       # (only under train.* overrides: others may change what it measured, and every run would refuse it)
-      SEEDED=docs/results/session25_h100_2026-12-07/runs/start_eval
+      SEEDED=docs/results/update-lag/2026-12-07_h100/runs/start_eval
       NON_TRAIN=$(for o in ${LAG_OVERRIDES:-}; do case $o in train.*) ;; *) echo "$o" ;; esac; done)
       if [ -z "$NON_TRAIN" ] && [ ! -f runs/lag/start_eval/start_eval.json ] && grep -q "\"policy\": \"$PWD/runs/gen/policy\"" "$SEEDED/start_eval.json"; then
         mkdir -p runs/lag && cp -r "$SEEDED" runs/lag/start_eval && echo "lag-exp: start evaluation reused from $SEEDED"
@@ -189,7 +189,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
          --steps 2 --warmup 1 --arms after --arm 'onechunk: rollout.overlap_chunks=1' --arm 'mesh1: mesh.force=true' \
          --arm 'cudnn: optimizer.attention=cudnn model.remat=false' ;;
     step-speed-mesh)  # issue 29: the grpo config on a one-device mesh (mesh.force) against the plain path,
-      # 8 timed steps an arm (two steps an arm could not resolve the goal's 5%: docs/results/session26_h100_2026-12-07/)
+      # 8 timed steps an arm (two steps an arm could not resolve the goal's 5%: docs/results/step-time/2026-12-07_h100_2/)
       sft_policy
       stage step-mesh ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
         --arms after --arm 'mesh1: mesh.force=true' --steps 8 --warmup 1 ;;
@@ -219,7 +219,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       fi
       if [ "$s" = step-speed-trace ]; then  # is the multiturn rollout kernel-bound (GPU busy ~ wall) or does
         # the GPU wait on the host between kernels? One more rollout traced after the timed steps (one arm:
-        # each arm compiles for ~2 min; docs/results/session17_h100_2026-12-06/)
+        # each arm compiles for ~2 min; docs/results/step-time/2026-12-06_h100_2/)
         stage step-trace ${STEP_MT_S:-300} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
           --arms after --trace after --steps 2 --warmup 1
         continue
@@ -228,8 +228,8 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
         # generation: the default (preemption at 0.25: rows done when a quarter still generate are
         # evaluated next to that tail) against none and two chunks on top; and the prefills (80k prompt
         # tokens a step) through einsum instead of the fused attention (1.30 -> 1.13 s with it on an H100,
-        # docs/results/session19_h100_2026-12-06/). (6 exec workers per GPU: no faster on the env
-        # benchmark, docs/results/session18_h100_2026-12-06/)
+        # docs/results/step-time/2026-12-06_h100_4/). (6 exec workers per GPU: no faster on the env
+        # benchmark, docs/results/step-time/2026-12-06_h100_3/)
         stage step-grpo-overlap ${STEP_GRPO_S:-240} python3 benchmarks/step_time.py --config configs/generated/grpo.yaml \
           --arms after --arm 'nopre: rollout.preempt=0' --arm 'chunks2: rollout.overlap_chunks=2' \
           --arm 'prefill-einsum: sampling.prefill_attention=einsum' --steps 3 --warmup 1
@@ -237,8 +237,8 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       fi
       if [ "$s" = step-speed-spec ]; then  # issue 29: the multiturn defaults (speculative decoding, k = 8, for
         # rows continuing a conversation; first turns in the plain loop with 4 steps per loop test: step
-        # 1.79 -> 1.76 s on an H100, docs/results/session19_h100_2026-12-06/) against no drafts and against
-        # drafts in every decode call (2.39 -> 2.01 s against no drafts, docs/results/session18_h100_2026-12-06/)
+        # 1.79 -> 1.76 s on an H100, docs/results/step-time/2026-12-06_h100_4/) against no drafts and against
+        # drafts in every decode call (2.39 -> 2.01 s against no drafts, docs/results/step-time/2026-12-06_h100_3/)
         stage spec-gpu-test 200 python3 -m pytest -q -rfE -m gpu --timeout=190 -p no:cacheprovider \
           tests/leap_jax/test_speculative_decode.py
         stage step-spec ${STEP_SPEC_S:-400} python3 benchmarks/step_time.py --config configs/generated/multiturn.yaml \
@@ -248,7 +248,7 @@ print('resources:', compile_cuda(src, 'sm_90').resources)" ;;
       fi
       if [ "$s" = step-speed-prefill ]; then  # issue 29: the prefills' attention (whole prompts and kv_reuse's
         # deltas) through the fused cuDNN kernel (the default since 2026-12-06: multiturn step 2.24 -> 1.84 s on
-        # an H100, docs/results/session19_h100_2026-12-06/) against einsum's fp32 scores, traced; the GPU
+        # an H100, docs/results/step-time/2026-12-06_h100_4/) against einsum's fp32 scores, traced; the GPU
         # test of the sampler's variants first
         stage prefill-gpu-test 200 python3 -m pytest -q -rfE -m gpu --timeout=190 -p no:cacheprovider \
           tests/leap_jax/test_sampler.py -k variants_agree
