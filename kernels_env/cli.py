@@ -131,7 +131,7 @@ def cmd_score(args: argparse.Namespace, out: Any) -> int:
         print(json.dumps(result.to_dict(), indent=2, default=str), file=out)
     else:
         print(render_feedback(result, budget_chars=args.budget), file=out)
-        print(f"\n[status={result.status.value} backend={result.backend} "
+        print(f"\n[status={result.status.value} backend={result.backend or args.backend} "
               + " ".join(f"{k}={v:.3f}s" for k, v in result.stage_seconds.items()) + "]", file=out)
         for k, r in sorted(result.resources.items()):
             print(f"[{k}: {r.registers} registers, {r.shared_bytes} B smem, {r.stack_frame_bytes} B stack, "
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("list", help="list tasks")
     sp.add_argument("--level", type=int, choices=(1, 2, 3), default=None)
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="print the tasks as JSON")
     sp.add_argument("--generated", type=int, default=None, metavar="N",
                     help="list the first N generated tasks (kernels_env.tasks.generated) instead of the suite")
     sp.add_argument("--seed", type=int, default=0, help="ordering seed of --generated")
@@ -211,9 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_show)
 
     sp = sub.add_parser("score", help="score a submission file (Markdown with ```cuda and ```launch)")
-    sp.add_argument("--task", required=True)
+    sp.add_argument("--task", required=True, help="the task to score against (a name from `list`)")
     sp.add_argument("file", help="the submission file, or - for stdin")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the feedback")
     sp.add_argument("--budget", type=int, default=2000, help="feedback characters to print")
     sp.add_argument("--inline", action="store_true", help="score in this process (debugging; no isolation)")
     common(sp)
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--tasks", nargs="*", default=None, help="only these tasks")
     sp.add_argument("--workers", type=int, default=None, help="execution workers")
     sp.add_argument("--inline", action="store_true", help="score in this process (debugging)")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="print every task's result as JSON")
     common(sp)
     sp.set_defaults(fn=cmd_check_suite)
     return p

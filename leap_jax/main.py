@@ -101,6 +101,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"config error: {e}", file=sys.stderr)
             return 2
 
+    if cfg.model.source == "hf":
+        from leap_jax.bootstrap.shipped_policy import ShippedPolicyError, ensure_shipped_policy
+        try:
+            ensure_shipped_policy(cfg.model.path, log=lambda s: print(s, flush=True))
+        except ShippedPolicyError as e:
+            print(f"config error: {e}", file=sys.stderr)
+            return 2
+
     from leap_jax.train.trainer import Trainer
     trainer = Trainer(cfg, resume=bool(args.resume))
     try:

@@ -190,6 +190,11 @@ def resolve_arch(arch: str | None, config: EnvConfig | None = None) -> str:
     return arch
 
 
+# first in the message, so the install hint survives a long import error being cut
+NVRTC_MISSING = ("NVRTC is not available through CuPy: install both with "
+                 "`pip install cupy-cuda13x nvidia-cuda-nvrtc` (or `pip install -e .[env]`)")
+
+
 def compile_cuda(source: str, arch: str | None = None, config: EnvConfig | None = None) -> CompiledModule:
     """Compile with NVRTC to a cubin for `arch` (default config.arch, else sm_90).
 
@@ -200,8 +205,7 @@ def compile_cuda(source: str, arch: str | None = None, config: EnvConfig | None 
     try:
         from cupy_backends.cuda.libs import nvrtc
     except Exception as e:  # pragma: no cover - depends on the install
-        raise RuntimeError(f"NVRTC is not available through CuPy ({e}); install cupy-cuda13x and "
-                           "nvidia-cuda-nvrtc") from e
+        raise RuntimeError(f"{NVRTC_MISSING} (cause: {e})") from e
     t0 = time.perf_counter()
     check_includes(source)
     check_has_include(source)
