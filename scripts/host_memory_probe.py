@@ -16,7 +16,7 @@ decides it, as JSON lines:
   `fixed` reads 0x400000. `read` is what the kernel saw (0x464c457f = "\\x7fELF"), `host_after`
   the host word the kernel wrote (0xbeef when the write landed), `error` the CUDA error otherwise.
 
-    python scripts/host_memory_probe.py            # bash scripts/gpu_session.sh host-reach
+    python scripts/host_memory_probe.py
 
 The hostile corpus case `reads_host_memory_at_a_fixed_address` is the same attack submitted
 through the environment (docs/THREAT_MODEL.md).

@@ -6,10 +6,10 @@
 #                                         PART_MB (default 20) MB, .whl/ray-1/, .whl/ray-2/, ... (ignored
 #                                         by git); it prints how many parts there are
 #   bash scripts/ray_carry.sh install     there: join every part into .whl/*.whl, which
-#                                         `scripts/gpu_session.sh` installs offline (then its `ray` stage)
-# One device command per part, back to back (the machine keeps what earlier commands left while it is
+#                                         the GPU recipes (scripts/gpu/) install offline
+# One GPU-machine command per part, back to back (the machine keeps what earlier commands left while it is
 # held): each carries one .whl/ray-K and does nothing else (e.g. `true`), the last carries the last
-# part and runs `bash scripts/ray_carry.sh install && bash scripts/gpu_session.sh ray`.
+# part and runs `bash scripts/ray_carry.sh install && bash scripts/gpu/ray_check.sh`.
 # PART_MB must leave room for the working tree beside one part (64 MiB in all).
 # RAY_VERSION (default: the newest) and PY_VERSION (default 3.12, the GPU machine's) choose the wheels.
 set -euo pipefail

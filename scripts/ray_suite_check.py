@@ -1,6 +1,6 @@
 """Score the suite's solutions through the process pool and through EvalPool(mode="ray") and compare
-their statuses task by task; exit 1 on any difference. On a GPU machine (scripts/gpu_session.sh stage
-`ray`) the Ray pool is a local Ray cluster with one host on this machine, running the cupy backend.
+their statuses task by task; exit 1 on any difference. On a GPU machine (`bash scripts/gpu/ray_check.sh`)
+the Ray pool is a local Ray cluster with one host on this machine, running the cupy backend.
 
     python scripts/ray_suite_check.py                              # cupy, eval sizes, every suite task
     python scripts/ray_suite_check.py --backend cpu --sizes small --limit 5 --no-timing

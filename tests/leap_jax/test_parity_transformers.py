@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="parity tests need torch (pip install -e '.[parity]')")
 transformers = pytest.importorskip("transformers",
                                    reason="parity tests need transformers (pip install -e '.[parity]')")
-pytestmark = pytest.mark.parity  # run on the GPU machine too (scripts/gpu_session.sh tests)
+pytestmark = pytest.mark.parity  # run on the GPU machine too (bash scripts/gpu/tests.sh)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
