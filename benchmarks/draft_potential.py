@@ -1,7 +1,7 @@
 """How many decode steps would speculative decoding with prompt-lookup drafts save on real rollouts?
 
 The decode loop of a multi-turn rollout is kernel-bound (~96 small kernels a token,
-docs/results/step-time/2026-12-06_h100_2/), so the lever left for generation speed is more than one
+docs/performance.md), so the lever left for generation speed is more than one
 token per step: verify a drafted continuation in one forward pass. Prompt lookup drafts without a
 second model: find the latest earlier occurrence of the last `n` tokens in the conversation so far
 and propose the `k` tokens that followed it. Debugging turns rewrite mostly the same kernel, so their

@@ -1,4 +1,4 @@
-"""What a timed run's fresh inputs and checks cost on the GPU, step by step (issue 31).
+"""What a timed run's fresh inputs and checks cost on the GPU, step by step.
 
 The timing stage refills every timed run's buffers while it holds the GPU: a counter_rng draw per
 input (float64 math), its copy into the run's fixed buffer, the poison of the outputs, and the

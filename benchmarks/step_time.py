@@ -93,7 +93,7 @@ ARMS = {
     "kvreuse": KV_REUSE,
     # opt-in turn pipelining (rollout/pipelined.py): later turns generate as soon as they are decided
     "pipelined": PIPELINED,
-    # the fastest measured multi-turn arm (docs/results/step-time/2026-12-04_h200_2): pipelined turns and
+    # the fastest measured multi-turn arm (docs/performance.md): pipelined turns and
     # KV reuse, then the same with continuous batching and with one generate call per turn
     "pkv": PIPELINED + KV_REUSE,
     "pkvcb": PIPELINED + KV_REUSE + ["sampling.batching=continuous"],

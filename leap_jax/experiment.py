@@ -14,7 +14,7 @@
    stops with a checkpoint in time; the next call continues where this one stopped. The runs share
    a JAX persistent compilation cache in OUT/jax_cache (concurrent runs too: JAX treats an entry it
    cannot read, e.g. one still being written, as a miss and compiles). `--parallel N` runs up to
-   N at once on the same machine (for a short GPU lease): each run's wall-clock then includes the
+   N at once on the same machine (when GPU time is short): each run's wall-clock then includes the
    others' contention, which OUT/launch.json records and the report states.
 3. Report: `leap_jax.report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
    (leap_jax.experiment_report: per-arm accuracies over seeds, time per phase, time to the
@@ -80,7 +80,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--fail-fast", action="store_true",
                    help="when a run exits with an error, stop the runs still going and start no more: "
                         "runs launched together are compared with each other, so the others' clocks "
-                        "lose their companion (and a GPU window its time)")
+                        "lose their companion (and a time-limited machine its time)")
     p.add_argument("--metric", default=None, help="accuracy for time-to-target (default train_eval/acc@3)")
     p.add_argument("--report-only", action="store_true", help="only write the report of the runs in OUT")
     p.add_argument("--lower-targets", default="", metavar="D,D,...",

@@ -285,7 +285,7 @@ class TimingStage:
         None by default, without torch, off the cupy backend, or on any failure (it never changes the
         status). Off by default because timing torch eager at a task's first sight in a worker cost a
         fifth of the first-sight rate and went with the speedups the independent clock flagged
-        (docs/results/env-clock/2026-12-06_h200/)."""
+        (docs/results/env-clock/)."""
         import importlib.util
         import os
         from kernels_env.tasks.torch_models import TORCH_MODELS

@@ -53,7 +53,7 @@ from kernels_env.schedule.workers import STARTUP_TIMEOUT_S, Worker, WorkerDied, 
 
 DEFAULT_EXEC_WORKERS_PER_GPU = 3  # cupy: one times (exclusive lock) while the others do host work
 # cupy: warm spare exec workers per GPU (spares.py). One spare restarts in ~4 s on an H100; with 44 sticky
-# faults in 172 jobs one spare was ready for 21 of 44 restarts (docs/results/env-throughput/2026-12-05_h100/)
+# faults in 172 jobs one spare was ready for 21 of 44 restarts (docs/results/env-throughput/)
 DEFAULT_SPARES_PER_GPU = 2
 CRASH_MESSAGE = "the kernel crashed the evaluation worker (e.g. illegal memory access)"
 PROCESS_MODES = ("process", "inline")  # the modes this pool runs ("ray" is RayEvalPool's)

@@ -1,4 +1,4 @@
-"""A verified kernel corpus generated from the task suite (issue 7, part 1).
+"""A verified kernel corpus generated from the task suite.
 
 For each task: the known-good solution plus programmatic variants of it (`mutations`), every one
 scored by the environment through `EvalPool`, so each record's `status` is measured, never assumed.

@@ -1,4 +1,4 @@
-"""Programmatic source transformations of a known-good submission (issue 7, part 1).
+"""Programmatic source transformations of a known-good submission.
 
 Each mutation takes the submission text (Markdown with one ```cuda and one ```launch block) and a
 `random.Random`, and returns a transformed text or None when it does not apply (no site to change).

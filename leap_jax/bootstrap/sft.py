@@ -1,4 +1,4 @@
-"""Supervised warm-up (issue 7, part 3): turn a small random decoder into a policy RL can start from.
+"""Supervised warm-up: turn a small random decoder into a policy RL can start from.
 
 Pipeline (`run_sft(cfg)`, `mode: sft` in the config):
 1. the verified corpus (`corpus.load_or_build`) over the training split of `tasks:`;

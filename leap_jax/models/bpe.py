@@ -1,4 +1,4 @@
-"""Train the byte-level BPE tokenizer of a from-scratch policy (issue 7).
+"""Train the byte-level BPE tokenizer of a from-scratch policy.
 
 One builder for every place that needs a run-time tokenizer (the trainer's `tokenizer.kind=bpe`, the
 bootstrap SFT): byte-level BPE from the `tokenizers` library, so any text round-trips exactly, with

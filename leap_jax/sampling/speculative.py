@@ -21,7 +21,7 @@ all drafts in one forward pass at per-row cache slots, and appends each row's ac
 correction (stop ids and budgets cut them). It compacts to the live rows as `decode` does, and the
 Sampler runs it on kv_reuse's kept caches too. On an H100 with the multiturn defaults it took the
 decode loop from 3172 to 881 iterations a step and the step from 2.39 to 2.01 s
-(docs/results/step-time/2026-12-06_h100_3/).
+(docs/performance.md).
 """
 from __future__ import annotations
 

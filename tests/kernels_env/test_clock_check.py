@@ -235,7 +235,7 @@ def test_mix_with_one_failing_kind_keeps_the_failing_share() -> None:
 
 
 def test_clocks_apart_names_the_clock_a_speedup_gap_is_in() -> None:
-    """Session 26's run without the hold: conv3d's kernel agreed (0.62 vs 0.627 ms) and its reference
+    """An H100 run without the hold: conv3d's kernel agreed (0.62 vs 0.627 ms) and its reference
     did not (1.229 vs 4.08 ms); relu agreed on both."""
     clocks = {"conv3d": [[0.6206, 1.229], [0.619, 1.229]], "relu": [[0.2854, 0.478], [0.29, 0.48]],
               "tanh": [[0.3, 0.5]]}

@@ -1,4 +1,4 @@
-"""The bootstrap corpus and its source mutations (issue 7), on the cpu backend at small sizes.
+"""The bootstrap corpus and its source mutations, on the cpu backend at small sizes.
 
 Labels are checked against an independent re-score (`kernels_env.score` in this process, fresh
 inputs); the statuses of deliberate bugs are measured on tasks where they apply; the JSONL files are

@@ -1,4 +1,4 @@
-"""The bootstrap BPE tokenizer (issue 7): lossless, atomic ChatML specials, bounded vocabulary,
+"""The bootstrap BPE tokenizer: lossless, atomic ChatML specials, bounded vocabulary,
 deterministic, loadable, compatible with the chat template's assistant mask, and compact on code."""
 from __future__ import annotations
 

@@ -270,7 +270,7 @@ def test_the_note_says_how_long_each_run_ran_alone(tmp_path):
 
 
 def test_runs_of_different_calls_are_named_apart(tmp_path):
-    """Seeds run in different GPU windows share the machine only with their own call's runs."""
+    """Seeds run in different calls share the machine only with their own call's runs."""
     out = tmp_path
     for name, call in (("leap-s0", "w1"), ("grpo-s0", "w1"), ("leap-s1", "w2"), ("grpo-s1", "w2")):
         experiment.record_launch(out, name, 3, [], fresh=True, call=call)

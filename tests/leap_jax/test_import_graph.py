@@ -1,4 +1,4 @@
-"""leap_jax's subpackages import each other without a cycle (issue "One source of truth per concept").
+"""leap_jax's subpackages import each other without a cycle.
 
 The graph is read from the source with `ast` (tests/import_graph.py), so it sees every import: module
 level, inside functions (the lazy ones), under `if TYPE_CHECKING:`. A node is a subfolder of
