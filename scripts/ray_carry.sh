@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ray for a GPU machine that reaches no package index, in several carries (a device command takes at
+# Ray for a GPU machine that reaches no package index, in several copies (one copy to it takes at
 # most 64 MiB along, the working tree included; Ray and its requirements are ~80 MB):
 #   bash scripts/ray_carry.sh pack        here: download Ray and its requirements as wheels for the GPU
 #                                         machine's Python, tar them and split the tar into parts of
