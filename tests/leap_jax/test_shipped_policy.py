@@ -69,3 +69,29 @@ def test_the_repository_artifact_matches_its_checksum_and_holds_a_policy():
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
     assert {"policy/config.json", "policy/tokenizer.json", "policy/model.safetensors.index.json"} <= names
+
+
+class _StopBeforeTraining(Exception):
+    pass
+
+
+def test_main_unpacks_the_policy_a_generated_config_names(tmp_path, monkeypatch):
+    """`python -m leap_jax.main --config configs/generated/grpo.yaml` on a fresh clone: the policy is there
+    by the time the trainer is built (the trainer itself is replaced: only the order is under test)."""
+    from leap_jax import main as main_mod
+    from leap_jax.train import trainer as trainer_mod
+
+    art = _fake_artifact(tmp_path / "art", b'{"model_type": "llama"}')
+    monkeypatch.setattr(sp, "ARTIFACT_DIR", art)
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+
+    def fake_trainer(cfg, resume=False):
+        seen["model_path"] = cfg.model.path
+        seen["present"] = (tmp_path / cfg.model.path / "config.json").is_file()
+        raise _StopBeforeTraining
+    monkeypatch.setattr(trainer_mod, "Trainer", fake_trainer)
+    config = Path(sp.REPO_ROOT) / "configs" / "generated" / "grpo.yaml"
+    with pytest.raises(_StopBeforeTraining):
+        main_mod.main(["--config", str(config), f"train.run_dir={tmp_path / 'run'}"])
+    assert seen == {"model_path": "runs/gen/policy", "present": True}
