@@ -63,6 +63,7 @@ class Evaluation(Protocol):
     plan: ResolvedPlan
     sizes: dict[str, int]
     config: EnvConfig
+    seed: int  # the evaluation's draws (execute/inputs.evaluation_seed)
     xp: Any
     stage: str
     stage_seconds: dict[str, float]
@@ -273,7 +274,7 @@ class TimingStage:
     def _verify_run(self, arrays: dict[str, Any], index: int) -> None:
         """Compare timing run `index`'s outputs (and its inputs, where `arrays` has them: the live
         buffers) in full with the reference; missing inputs are the regenerated ones."""
-        trial, seed = TIMING_TRIAL_BASE + index, self.config.seed
+        trial, seed = TIMING_TRIAL_BASE + index, self.run.seed
         pristine = self.run.trial_inputs(trial, seed)
         self.run.verify_outputs({**pristine, **arrays}, pristine, trial, seed,
                                 f"timing: the timed runs disagreed with the verified runs: timing run "
@@ -299,7 +300,7 @@ class TimingStage:
             cache = self._reference_cache()
             if key not in cache:
                 stream = torch.cuda.ExternalStream(self.xp.cuda.get_current_stream().ptr)
-                inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.config.seed)
+                inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.run.seed)
                 tensors = {k: torch.from_dlpack(v) for k, v in inputs.items()}
                 scalars = {s.name: s.value for s in self.task.scalars}
 
@@ -340,7 +341,7 @@ class TimingStage:
         key, cache = self._reference_key(), self._reference_cache()
         free = [j for j in range(REFERENCE_OPINIONS) if (*key, j) not in cache]
         if free and (another or len(free) == REFERENCE_OPINIONS):
-            inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.config.seed)
+            inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.run.seed)
             scalars = {s.name: s.value for s in self.task.scalars}
 
             def ref(_state: Any) -> None:
@@ -397,7 +398,7 @@ class _TimedBuffers:
     def load(self, index: int) -> dict[str, Any]:
         """Enqueue run `index`'s fresh inputs, poison and zeroed scratch; the arrays to launch on."""
         stage = self.stage
-        stage.run.trial_inputs(TIMING_TRIAL_BASE + index, stage.config.seed, out=self.inputs)
+        stage.run.trial_inputs(TIMING_TRIAL_BASE + index, stage.run.seed, out=self.inputs)
         for full, dtype, scratch in self.refills:
             fill_poison(full, dtype)
             if scratch is not None:
