@@ -23,6 +23,14 @@ RAY_MIN_HEARTBEAT_S = 1.0
 RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes", "input_checksums")
 
 
+# The hang bound (docs/THREAT_MODEL.md): a kernel that never returns, in any stage of an evaluation,
+# ends as `timeout` within its stage's limit plus HANG_GRACE_S (the cpu runner's wall deadline past the
+# stage's time left; a hung GPU stream polled against it); the process pool's watchdog kills a worker
+# that still overruns its job's limits (StageLimits.job_s) and, being the submission's timeout, never
+# retries it.
+HANG_GRACE_S = 3.0
+
+
 @dataclass(frozen=True)
 class StageLimits:
     """Wall-clock limits per stage, seconds."""
@@ -30,6 +38,11 @@ class StageLimits:
     compile: float = 30.0
     correctness: float = 30.0  # all trials together
     timing: float = 60.0
+
+    def job_s(self, parse: bool = False) -> float:
+        """The process pool's watchdog for one evaluation job: compile (the cpu backend builds its
+        C++ when loading), trials and timing (and parse, for a job that parses too)."""
+        return (self.parse if parse else 0.0) + self.compile + self.correctness + self.timing
 
 
 @dataclass(frozen=True)

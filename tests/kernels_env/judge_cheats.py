@@ -1,4 +1,8 @@
-"""Submissions that learn the judge's trials instead of the task (docs/THREAT_MODEL.md, G).
+"""Submissions that cheat the judge itself rather than the task (docs/THREAT_MODEL.md, G).
+
+`HANG_AFTER_TRIALS` is right in the correctness trials and spins forever from the next launch on (the
+timing stage's first run): it must come back as `timeout` within the stage's limit plus
+HANG_GRACE_S (core/config.py), not after twice the stage limits or a retry.
 
 `answer_table` builds a kernel that never computes: it holds corpus_sum's answers to the trials a
 fixed seed draws, keyed on the bits of the first four input elements, and writes the answer whose
@@ -13,6 +17,21 @@ from kernels_env.execute.inputs import make_inputs
 from tests.kernels_env.broken_corpus import TASKS
 
 KEY_ELEMENTS = 4
+
+HANG_AFTER_TRIALS = """```cuda
+__device__ int launches;
+extern "C" __global__ void tick(int n) { launches += 1; }
+extern "C" __global__ void affine(const float* __restrict__ x, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    // the five correctness trials are done: spin on a value nobody ever writes
+    if (launches > 5) { volatile int* f = (volatile int*)&launches; while (f[0] != -7) { } }
+    if (i < n) y[i] = 2.0f * x[i] + 1.0f;
+}
+```
+```launch
+tick<<<1, 1>>>(N);
+affine<<<cdiv(N, 256), 256>>>(x, y, N);
+```"""
 
 
 def answer_table(seed: int, trials: int, sizes: str = "small") -> str:

@@ -6,12 +6,15 @@ the cupy backend at eval sizes under `-m gpu`.
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from kernels_env.core.config import HANG_GRACE_S, StageLimits
 from kernels_env.core.status import Status
 from kernels_env.schedule.pipeline import score
-from tests.kernels_env.broken_corpus import TASKS, corpus_config
-from tests.kernels_env.judge_cheats import answer_table
+from tests.kernels_env.broken_corpus import TASKS, corpus_config, corpus_evaluator
+from tests.kernels_env.judge_cheats import HANG_AFTER_TRIALS, answer_table
 
 BACKENDS = [pytest.param("cpu", id="cpu"), pytest.param("cupy", id="cupy", marks=pytest.mark.gpu)]
 SIZES = {"cpu": "small", "cupy": "eval"}
@@ -33,3 +36,41 @@ def test_answer_table_fails_on_fresh_inputs(backend_device):
     for _ in range(2):  # and never on fresh ones: no two evaluations draw the same inputs
         r = score(TASKS["corpus_sum"], text, cfg, device=device)
         assert r.status is Status.WRONG_OUTPUT, r.message
+
+
+# A hang's bound is its stage's limit + HANG_GRACE_S; the margins below hold at 4x load (a loaded
+# machine builds the cpu backend's C++ slowly, but the stage deadlines are wall time).
+HANG_LIMITS = StageLimits(parse=2.0, compile=30.0, correctness=4.0, timing=6.0)
+MARGIN_S = 30.0
+
+
+def _hang_config(backend: str):
+    return corpus_config(backend).replace(timing=True, warmup_runs=1, timed_runs=3, limits=HANG_LIMITS)
+
+
+def test_hang_after_the_trials_ends_within_the_stage_limit_on_cpu(cpu_device):
+    cfg = _hang_config("cpu")
+    t0 = time.monotonic()
+    r = score(TASKS["corpus_affine"], HANG_AFTER_TRIALS, cfg, device=cpu_device)
+    elapsed = time.monotonic() - t0
+    assert r.status is Status.TIMEOUT and r.message.startswith("timing:"), r.message
+    # the runner's wall deadline is the stage's time left + HANG_GRACE_S (it was twice the stage limit)
+    assert r.stage_seconds["timing"] < HANG_LIMITS.timing + HANG_GRACE_S + 5.0, r.stage_seconds
+    assert elapsed < HANG_LIMITS.job_s(parse=True) + MARGIN_S, f"{elapsed:.1f} s"
+
+
+@pytest.mark.gpu
+def test_hang_after_the_trials_ends_within_the_job_limit_on_gpu():
+    """Through the process pool, as training scores: the hung worker is replaced, never retried."""
+    from kernels_env.schedule.pool import EvalPool, Job
+    cfg = _hang_config("cupy").replace(sizes="eval")
+    with EvalPool(mode="process", backend="cupy", evaluator=corpus_evaluator, cache=False, config=cfg,
+                  gpu_workers=1) as pool:
+        warm = pool.map([Job("corpus_affine", TASKS["corpus_affine"].solution, cfg)])[0]
+        assert warm.status is Status.CORRECT, warm.message
+        t0 = time.monotonic()
+        r = pool.map([Job("corpus_affine", HANG_AFTER_TRIALS, cfg)])[0]
+        elapsed = time.monotonic() - t0
+    assert r.status is Status.TIMEOUT, r.message
+    assert elapsed < HANG_LIMITS.correctness + HANG_LIMITS.timing + HANG_GRACE_S + MARGIN_S, \
+        f"{elapsed:.1f} s: {r.message}"
