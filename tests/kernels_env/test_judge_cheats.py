@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from kernels_env.core.config import HANG_GRACE_S, StageLimits
+from kernels_env.core.config import HANG_GRACE_S, EnvConfig, StageLimits
 from kernels_env.core.status import Status
+from kernels_env.execute.inputs import evaluation_seed
 from kernels_env.schedule.pipeline import score
 from tests.kernels_env.broken_corpus import TASKS, corpus_config, corpus_evaluator
 from tests.kernels_env.judge_cheats import HANG_AFTER_TRIALS, answer_table
@@ -23,6 +24,18 @@ SIZES = {"cpu": "small", "cupy": "eval"}
 @pytest.fixture(params=BACKENDS)
 def backend_device(request):
     return request.param, request.getfixturevalue(f"{request.param}_device".replace("cupy", "gpu"))
+
+
+def test_seed_is_fresh_unless_set():
+    """EnvConfig.seed None (the default) draws 63 fresh bits per evaluation; an integer is used as is."""
+    assert EnvConfig().seed is None and not EnvConfig().reuses_draws and EnvConfig(seed=3).reuses_draws
+    drawn = {evaluation_seed(None) for _ in range(8)}
+    assert len(drawn) == 8 and all(0 <= s < 1 << 63 for s in drawn)
+    assert evaluation_seed(3) == 3
+    for bad in (-1, True, 1.5, "0"):
+        with pytest.raises(ValueError, match="EnvConfig.seed"):
+            EnvConfig(seed=bad)  # type: ignore[arg-type]
+    assert EnvConfig.from_dict(EnvConfig(seed=5).to_dict()).seed == 5
 
 
 def test_answer_table_fails_on_fresh_inputs(backend_device):
