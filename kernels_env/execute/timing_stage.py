@@ -107,9 +107,9 @@ class TimingStage:
         self.buffers: _TimedBuffers | None = None
 
     def verify(self) -> Result | None:
-        """The measured runs' full comparisons with the reference (kept copies, then the last run on
-        the live buffers): None when all agree, else the failing Result. Counted in the timing
-        stage's seconds."""
+        """The measured runs' comparisons with the reference (kept copies in full, every other run's
+        sampled elements, then the last run in full on the live buffers): None when all agree, else
+        the failing Result. Counted in the timing stage's seconds."""
         start = time.monotonic()
 
         def compare() -> None:
