@@ -255,7 +255,7 @@ def task_fns(t: Any, cfg: Any, dev: Any) -> tuple[Any, Any] | str:
     a message when the solution does not prepare."""
     import cupy as cp
 
-    from kernels_env.execute.inputs import make_inputs
+    from kernels_env.execute.inputs import evaluation_seed, make_inputs
     from kernels_env.execute.launching import bind_plan, launch_args
     from kernels_env.schedule.pipeline import Prepared, prepare
     drv = cp.cuda.driver
@@ -266,7 +266,7 @@ def task_fns(t: Any, cfg: Any, dev: Any) -> tuple[Any, Any] | str:
     kernels = dict(program.kernels)
     kernels.update(prep.submission.kernels)
     plan = bind_plan(prep.submission, t, prep.sizes, kernels)
-    inputs = make_inputs(t, prep.sizes, 0, cfg.seed, cp)
+    inputs = make_inputs(t, prep.sizes, 0, evaluation_seed(cfg.seed), cp)
     pristine = {k: v.copy() for k, v in inputs.items()}
     arrays = dict(inputs)
     for b in t.outputs:

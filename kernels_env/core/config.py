@@ -23,6 +23,14 @@ RAY_MIN_HEARTBEAT_S = 1.0
 RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes", "input_checksums")
 
 
+# The hang bound (docs/THREAT_MODEL.md): a kernel that never returns, in any stage of an evaluation,
+# ends as `timeout` within its stage's limit plus HANG_GRACE_S (the cpu runner's wall deadline past the
+# stage's time left; a hung GPU stream polled against it); the process pool's watchdog kills a worker
+# that still overruns its job's limits (StageLimits.job_s) and, being the submission's timeout, never
+# retries it.
+HANG_GRACE_S = 3.0
+
+
 @dataclass(frozen=True)
 class StageLimits:
     """Wall-clock limits per stage, seconds."""
@@ -30,6 +38,11 @@ class StageLimits:
     compile: float = 30.0
     correctness: float = 30.0  # all trials together
     timing: float = 60.0
+
+    def job_s(self, parse: bool = False) -> float:
+        """The process pool's watchdog for one evaluation job: compile (the cpu backend builds its
+        C++ when loading), trials and timing (and parse, for a job that parses too)."""
+        return (self.parse if parse else 0.0) + self.compile + self.correctness + self.timing
 
 
 @dataclass(frozen=True)
@@ -50,7 +63,12 @@ class EnvConfig:
     timing_budget_s: float = 1.0
     flush_l2: bool = True
     suspicious_speedup: float = 10.0
-    seed: int = 0
+    # The seed of the trials' and timed runs' input draws. None (the default): every evaluation draws
+    # its own from fresh entropy (execute/inputs.evaluation_seed), so no submission can know or learn
+    # its inputs (a kernel that looks answers up in a table keyed on a few input elements fails). An
+    # integer makes every evaluation draw the same inputs: for tests and debugging only (never train
+    # with one); only then are the expected-output and input caches used (docs/THREAT_MODEL.md).
+    seed: int | None = None
     limits: StageLimits = field(default_factory=StageLimits)
     max_log_chars: int = 4000
     cpu_compiler: str = "c++"  # the cpu backend's host compiler
@@ -81,6 +99,9 @@ class EnvConfig:
             raise ValueError(f"EnvConfig.correctness_trials={self.correctness_trials}; expected 1 .. "
                              f"{TIMING_TRIAL_BASE} (trials from {TIMING_TRIAL_BASE} on are the timing runs')")
         self._check_timing()
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"EnvConfig.seed={self.seed!r}; expected null (fresh inputs every evaluation) or "
+                             "an integer >= 0 (the same inputs every evaluation: tests and debugging)")
         for name in ("cache_expected", "input_checksums", "input_domains", "allow_host_memory_access"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"EnvConfig.{name}={getattr(self, name)!r}; expected true or false")
@@ -104,6 +125,12 @@ class EnvConfig:
                if not self.timing_budget_s > 0 else None]
         for what, expected in filter(None, bad):
             raise ValueError(f"EnvConfig.{what}; expected {expected}")
+
+    @property
+    def reuses_draws(self) -> bool:
+        """Whether evaluations draw the same inputs (an explicit seed): only then can trial inputs and
+        expected outputs be reused across evaluations (execute/input_cache.py, judge/expected_cache.py)."""
+        return self.seed is not None
 
     @property
     def timing_min_runs(self) -> int:

@@ -40,7 +40,7 @@ from kernels_env.core.status import Status
 from kernels_env.execute.buffers import poison, scratch_refusal
 from kernels_env.execute.gpu_lock import gpu_access
 from kernels_env.execute import domain_draws, input_cache
-from kernels_env.execute.inputs import describe_distributions, make_inputs
+from kernels_env.execute.inputs import describe_distributions, evaluation_seed, make_inputs
 from kernels_env.execute import launching
 from kernels_env.execute.launching import bind_plan, launch_all
 from kernels_env.execute.timing_stage import TimingStage, timing_details, timing_message
@@ -76,6 +76,7 @@ class _Run:
                  sizes: dict[str, int], config: EnvConfig) -> None:
         self.device, self.program, self.task, self.plan = device, program, task, plan
         self.sizes, self.config, self.xp = sizes, config, device.xp
+        self.seed = evaluation_seed(config.seed)  # this evaluation's draws: fresh unless EnvConfig.seed is set
         self.trials = 0
         self.stage = "correctness"
         self.stage_seconds: dict[str, float] = {}
@@ -131,7 +132,8 @@ class _Run:
         by fresh_arrays and judged against `pristine_inputs`. See judge/trial_readout.py."""
         if not (self.config.input_checksums and expected_cache.used_on(self.xp)):
             return None, None
-        return input_cache.given_inputs(self.xp, input_cache.cache_for(self.device), self._expected_key(trial, seed),
+        cache = input_cache.cache_for(self.device) if self.config.reuses_draws else None
+        return input_cache.given_inputs(self.xp, cache, self._expected_key(trial, seed),
                                         lambda: self.trial_inputs(trial, seed))
 
     def pristine_inputs(self, trial: int, seed: int, copies: dict[str, Any] | None) -> dict[str, Any]:
@@ -157,7 +159,7 @@ class _Run:
     #                 inputs); pass them to scrub_expected when done.
     def _expected_cache(self) -> expected_cache.ExpectedCache | None:
         cfg = self.config
-        if not (cfg.cache_expected and expected_cache.used_on(self.xp)):
+        if not (cfg.cache_expected and cfg.reuses_draws and expected_cache.used_on(self.xp)):
             return None
         return expected_cache.cache_for(self.device, cfg.expected_cache_bytes)
 
@@ -373,7 +375,8 @@ def plan_callable(device: Device, program: Program, task: Task, submission: Subm
     kernels = dict(getattr(program, "kernels", {}) or {})
     kernels.update(submission.kernels)
     plan = bind_plan(submission, task, sizes, kernels)
-    arrays, _, _ = _Run(device, program, task, plan, sizes, config).fresh_arrays(trial, config.seed)
+    run = _Run(device, program, task, plan, sizes, config)
+    arrays, _, _ = run.fresh_arrays(trial, run.seed)
     return lambda: launch_all(device, program, plan, arrays, None)
 
 
@@ -474,7 +477,7 @@ def _evaluate(run: _Run, submission: Submission) -> Result:
     if refused is not None:
         return run.result(Status.RUNTIME_ERROR, refused)
     with gpu_access(run.device, exclusive=False):  # other workers' timing waits; trials overlap
-        failure = run.correctness(config.seed, "correctness")
+        failure = run.correctness(run.seed, "correctness")
     if failure is not None:
         return failure
     if not config.timing:
@@ -492,7 +495,7 @@ def _evaluate(run: _Run, submission: Submission) -> Result:
             return failure
         if timing.speedup is not None and timing.speedup > config.suspicious_speedup:
             timing.suspicious = True
-            failure = run.correctness(config.seed + REVERIFY_SEED_OFFSET, "re-verification")
+            failure = run.correctness(run.seed + REVERIFY_SEED_OFFSET, "re-verification")
             if failure is not None:
                 failure.message = (f"suspicious {timing.speedup:.1f}x speedup; {failure.message}")
                 return failure

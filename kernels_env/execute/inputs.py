@@ -22,6 +22,7 @@ above, bit for bit.
 from __future__ import annotations
 
 import hashlib
+import secrets
 from typing import Any
 
 from kernels_env.execute import counter_rng, domain_draws
@@ -58,6 +59,12 @@ def describe_distributions(task: Task, trial: int, domains: bool = False) -> str
     label = unique[0] if len(unique) == 1 else ",".join(f"{k}:{v}" for k, v in dists.items())
     mode = domain_draws.trial_mode(trial) if domains else "typical"
     return label if mode == "typical" else f"{label}+{mode}"
+
+
+def evaluation_seed(seed: int | None) -> int:
+    """The seed of one evaluation's draws: `seed` (EnvConfig.seed) when given, else 63 bits of fresh
+    entropy, drawn anew for every evaluation, so no submission can predict or learn its inputs."""
+    return int(seed) if seed is not None else secrets.randbits(63)
 
 
 def buffer_seed(seed: int, task_name: str, trial: int, buffer_name: str) -> int:

@@ -3,7 +3,8 @@
 `bind_plan` resolves the plan with `launch.check_plan`, the resolver the parse-time checks use too;
 `launch_all` launches it in order, synchronizing after each launch in the correctness trials (so an
 error names its launch) and not at all in the timing stage. `takes_timeout` tells whether a backend
-has the optional `timeout_s` extension of a Device method (`synchronize`, `time_runs`).
+has the optional `timeout_s` extension of a Device method (`synchronize`, `time_runs`, and `launch`
+for a backend whose launches run to the end before returning: the cpu one).
 """
 from __future__ import annotations
 
@@ -72,7 +73,11 @@ def launch_all(device: Device, program: Program, plan: ResolvedPlan, arrays: dic
     for bl in plan.launches:
         args = launch_args(bl, arrays)
         try:
-            device.launch(program, bl.kernel, bl.grid, bl.block, bl.shared_bytes, args)
+            if sync_timeout is not None and takes_timeout(type(device), "launch"):  # a synchronous launch
+                cast(Any, device).launch(program, bl.kernel, bl.grid, bl.block, bl.shared_bytes, args,
+                                         timeout_s=sync_timeout())
+            else:
+                device.launch(program, bl.kernel, bl.grid, bl.block, bl.shared_bytes, args)
             if sync_timeout is not None:
                 sync(device, sync_timeout())
         except (KernelRuntimeError, KernelTimeout) as e:

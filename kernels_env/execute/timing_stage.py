@@ -2,8 +2,11 @@
 
 `TimingStage` times the whole launch plan on verified runs: every run gets fresh inputs, poisoned
 outputs and guards, zeroed scratch (`_TimedBuffers`), device-side counts of surviving poison and
-changed guards, and one run per batch (picked with `secrets`; its outputs kept masked) plus the last
-is compared in full with the reference. Batches follow `judge/timing_stats.py` until the median is
+changed guards, and a copy of its outputs at SAMPLED_ELEMENTS secret positions (all of a smaller
+output); one run per batch (picked with `secrets`; its outputs kept masked) plus the last is compared
+in full with the reference, and every other run's sampled elements with the reference's for its
+inputs: a kernel that skips its work (or writes anything but its outputs) in any run is caught, not
+just in the runs it cannot know are compared. Batches follow `judge/timing_stats.py` until the median is
 known well enough. `TimingStage.measure` runs the timed runs (the caller holds the GPU alone);
 `TimingStage.verify` then makes the full comparisons, which need the GPU but not alone (the harness
 runs them under the shared lock, so other workers' trials proceed): regenerating a run's inputs and
@@ -38,6 +41,7 @@ from kernels_env.execute import domain_draws
 from kernels_env.execute.inputs import describe_distributions
 from kernels_env.execute.launching import launch_all, takes_timeout
 from kernels_env.judge import expected_cache, reference_cache
+from kernels_env.judge.compare import compare_output, mismatch_message
 from kernels_env.judge.faults import EnvFault, Failed, stage_outcome
 from kernels_env.judge.poison import poison_count
 from kernels_env.judge.timing_stats import Plan, ci_rel_width, median_ci, next_batch
@@ -53,6 +57,10 @@ MAX_BATCH_RUNS = 64
 DEFER_BYTES = 512 << 20  # kept outputs held for TimingStage.verify at most (the rest compared at once)
 KERNEL_SHARE = 0.5
 REFERENCE_OPINIONS = 2
+# Output elements of every timed run compared with the reference (positions secret, fresh per stage):
+# a run that computes less than all of them is caught unless it is wrong in under ~1/SAMPLED_ELEMENTS
+# of its outputs, a kernel no faster for it.
+SAMPLED_ELEMENTS = 1024
 
 
 class Evaluation(Protocol):
@@ -63,6 +71,7 @@ class Evaluation(Protocol):
     plan: ResolvedPlan
     sizes: dict[str, int]
     config: EnvConfig
+    seed: int  # the evaluation's draws (execute/inputs.evaluation_seed)
     xp: Any
     stage: str
     stage_seconds: dict[str, float]
@@ -75,6 +84,10 @@ class Evaluation(Protocol):
 
     def verify_outputs(self, arrays: dict[str, Any], pristine: dict[str, Any], trial: int, seed: int,
                        prefix: str) -> None: ...
+
+    def expected_outputs(self, trial: int, seed: int, pristine: dict[str, Any]) -> list[Any]: ...
+
+    def scrub_expected(self, expected: list[Any], pristine: dict[str, Any] | None = None) -> None: ...
 
 
 class TimingStage:
@@ -89,17 +102,24 @@ class TimingStage:
         self.kept: list[tuple[list[Any], int]] = []  # (kept outputs, run index) left for `verify`
         self.kept_bytes = 0  # what `kept` holds
         self.last: int | None = None  # the last run, compared by `verify` on the live buffers
+        self.sampled: dict[int, list[Any]] = {}  # run index -> its outputs' sampled elements (host arrays)
+        self.compared: set[int] = set()  # runs compared in full already (their samples need no check)
         self.buffers: _TimedBuffers | None = None
 
     def verify(self) -> Result | None:
-        """The measured runs' full comparisons with the reference (kept copies, then the last run on
-        the live buffers): None when all agree, else the failing Result. Counted in the timing
-        stage's seconds."""
+        """The measured runs' comparisons with the reference (kept copies in full, every other run's
+        sampled elements, then the last run in full on the live buffers): None when all agree, else
+        the failing Result. Counted in the timing stage's seconds."""
         start = time.monotonic()
 
         def compare() -> None:
             for kept, index in self.kept:
                 self._verify_kept(kept, index)
+            full = self.compared | ({self.last} if self.last is not None else set())
+            if self.buffers is not None:
+                for index, rows in sorted(self.sampled.items()):
+                    if index not in full:
+                        self._verify_sampled(self.buffers, rows, index)
             if self.last is not None and self.buffers is not None:
                 self._verify_run(self.buffers.arrays, self.last)
 
@@ -107,6 +127,7 @@ class TimingStage:
             return stage_outcome(self.run, "timing", compare)
         finally:
             self.kept, self.kept_bytes, self.last, self.buffers = [], 0, None, None
+            self.sampled, self.compared = {}, set()
             self.run.stage_seconds["timing"] = self.run.stage_seconds.get("timing", 0.0) + time.monotonic() - start
 
     def measure(self) -> Timing | Result:
@@ -161,11 +182,13 @@ class TimingStage:
         def batch(first: int, warmup: int, runs: int) -> list[float]:
             n = warmup + runs
             counts = dev.zeros((n, len(buffers.checks)), "int64")
+            samples = buffers.sample_rows(n)
             pick = secrets.randbelow(n)  # unpredictable: which run of the batch is compared in full
             snaps: dict[int, list[Any]] = {}
 
             def check(i: int, arrays: dict[str, Any]) -> None:
                 buffers.count_into(counts[i])
+                buffers.sample_into(samples, i)
                 if i == pick:
                     snaps[first + i] = buffers.keep_outputs()
 
@@ -173,6 +196,8 @@ class TimingStage:
                                     lambda arrays: launch_all(dev, self.program, self.plan, arrays, None),
                                     check, warmup, runs, deadline)
             self._verify_counts(buffers, first, dev.to_host(counts))
+            host = [np.asarray(dev.to_host(s)) for s in samples]
+            self.sampled.update({first + i: [h[i] for h in host] for i in range(n)})
             for index, snap in snaps.items():
                 self._defer_kept(snap, index)
             last = getattr(dev, "last_timing", {})
@@ -192,6 +217,7 @@ class TimingStage:
     def _defer_kept(self, kept: list[Any], index: int) -> None:
         """Leave run `index`'s kept outputs for `verify`, or compare them now once DEFER_BYTES are held."""
         size = sum(int(k.nbytes) for k in kept)
+        self.compared.add(index)
         if self.kept_bytes + size > DEFER_BYTES:
             self._verify_kept(kept, index)
             return
@@ -273,11 +299,40 @@ class TimingStage:
     def _verify_run(self, arrays: dict[str, Any], index: int) -> None:
         """Compare timing run `index`'s outputs (and its inputs, where `arrays` has them: the live
         buffers) in full with the reference; missing inputs are the regenerated ones."""
-        trial, seed = TIMING_TRIAL_BASE + index, self.config.seed
+        trial, seed = TIMING_TRIAL_BASE + index, self.run.seed
         pristine = self.run.trial_inputs(trial, seed)
         self.run.verify_outputs({**pristine, **arrays}, pristine, trial, seed,
                                 f"timing: the timed runs disagreed with the verified runs: timing run "
                                 f"{index + 1} (fresh inputs of trial {trial}): ")
+
+    def _verify_sampled(self, buffers: _TimedBuffers, rows: list[Any], index: int) -> None:
+        """Compare timing run `index`'s sampled output elements (`rows`, host arrays, one per output)
+        with the reference's at the same positions for the run's regenerated inputs; raise Failed
+        (wrong_output) naming the first bad element by its index in the output."""
+        trial, seed, run = TIMING_TRIAL_BASE + index, self.run.seed, self.run
+        pristine = run.trial_inputs(trial, seed)
+        expected = run.expected_outputs(trial, seed, pristine)
+        try:
+            dist = describe_distributions(self.task, trial, self.config.input_domains)
+            for b, exp, got, (where, positions) in zip(self.task.outputs, expected, rows, buffers.samples,
+                                                       strict=True):
+                shape = b.resolve_shape(self.sizes)
+                if int(exp.size) != int(np.prod(shape, dtype=np.int64)):
+                    raise EnvFault(f"the reference of task {self.task.name!r} gave output {b.name!r} "
+                                   f"{int(exp.size)} elements; its declared shape {shape} has another count")
+                want = np.asarray(self.device.to_host(exp.reshape(-1)[where]))
+                atol, rtol = self.task.tol(b.dtype)
+                m = compare_output(np, b.name, got, want, b.dtype, atol, rtol, trial, dist)
+                if m is None:
+                    continue
+                if m.first_bad_index:  # the sample's index -> the output's
+                    m.first_bad_index = [int(k) for k in np.unravel_index(int(positions[m.first_bad_index[0]]), shape)]
+                raise Failed(run.result(Status.WRONG_OUTPUT, (
+                    f"timing: the timed runs disagreed with the verified runs: timing run {index + 1} (fresh "
+                    f"inputs of trial {trial}), {got.size} of its elements of {b.name!r} checked: ")
+                    + mismatch_message(m), mismatch=m))
+        finally:
+            run.scrub_expected(expected, pristine)
 
     def _torch_baseline(self, deadline: float, kernel_ms: float) -> dict[str, float] | None:
         """torch eager's median time for the task's KernelBench-style model (`tasks/torch_models.py`)
@@ -299,7 +354,7 @@ class TimingStage:
             cache = self._reference_cache()
             if key not in cache:
                 stream = torch.cuda.ExternalStream(self.xp.cuda.get_current_stream().ptr)
-                inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.config.seed)
+                inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.run.seed)
                 tensors = {k: torch.from_dlpack(v) for k, v in inputs.items()}
                 scalars = {s.name: s.value for s in self.task.scalars}
 
@@ -340,7 +395,7 @@ class TimingStage:
         key, cache = self._reference_key(), self._reference_cache()
         free = [j for j in range(REFERENCE_OPINIONS) if (*key, j) not in cache]
         if free and (another or len(free) == REFERENCE_OPINIONS):
-            inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.config.seed)
+            inputs = self.run.trial_inputs(TIMING_TRIAL_BASE, self.run.seed)
             scalars = {s.name: s.value for s in self.task.scalars}
 
             def ref(_state: Any) -> None:
@@ -393,16 +448,35 @@ class _TimedBuffers:
             self.arrays[name] = buf
             self.refills.append((full, dtype, buf))
             self.checks.append((name, "scratch buffer", "guard", dtype, guards))
+        # each output's sampled positions (flat, sorted, distinct): on the device and on the host
+        rng = np.random.default_rng(secrets.randbits(128))
+        self.samples: list[tuple[Any, Any]] = []
+        for b in stage.task.outputs:
+            size = int(np.prod(b.resolve_shape(sizes), dtype=np.int64))
+            positions = np.arange(size) if size <= SAMPLED_ELEMENTS else \
+                np.sort(rng.choice(size, SAMPLED_ELEMENTS, replace=False))
+            self.samples.append((stage.xp.asarray(positions), positions))
 
     def load(self, index: int) -> dict[str, Any]:
         """Enqueue run `index`'s fresh inputs, poison and zeroed scratch; the arrays to launch on."""
         stage = self.stage
-        stage.run.trial_inputs(TIMING_TRIAL_BASE + index, stage.config.seed, out=self.inputs)
+        stage.run.trial_inputs(TIMING_TRIAL_BASE + index, stage.run.seed, out=self.inputs)
         for full, dtype, scratch in self.refills:
             fill_poison(full, dtype)
             if scratch is not None:
                 scratch.fill(0)
         return self.arrays
+
+    def sample_rows(self, runs: int) -> list[Any]:
+        """Per output, a (runs, sampled elements) device array of its dtype for `sample_into`."""
+        dev = self.stage.device
+        return [dev.empty((runs, int(positions.size)), b.dtype)
+                for b, (_, positions) in zip(self.stage.task.outputs, self.samples, strict=True)]
+
+    def sample_into(self, rows: list[Any], i: int) -> None:
+        """Enqueue the copy of run i's outputs at the sampled positions into rows[*][i]."""
+        for b, row, (where, _) in zip(self.stage.task.outputs, rows, self.samples, strict=True):
+            row[i] = self.arrays[b.name].reshape(-1)[where]
 
     def count_into(self, row: Any) -> None:
         """Enqueue the run's checks: row[j] = poisoned elements of output j / changed guard elements."""
@@ -487,7 +561,8 @@ def timing_details(t: Timing, config: EnvConfig) -> str:
             f"(adaptive: at least {config.timing_min_runs}, at most {config.timed_runs}, until the median's "
             f"95% CI is within {config.timing_ci_rel_width:.3g} of it or {config.timing_budget_s:g} s); "
             f"every run on fresh inputs with poisoned outputs, checked on the device ({t.checked_runs} "
-            f"runs), {t.verified_runs} compared in full with the reference; L2 flush before each run: "
+            f"runs), {t.verified_runs} compared in full with the reference and every other at up to "
+            f"{SAMPLED_ELEMENTS} secret elements of each output; L2 flush before each run: "
             f"{'on' if config.flush_l2 else 'off'}; kernel median {t.kernel_median_ms:.6g} ms "
             f"(95% CI [{ci[0]:.6g}, {ci[1]:.6g}] ms), mean {t.kernel_mean_ms:.6g} ms"
             + (f"; reference median {t.ref_median_ms:.6g} ms over {t.ref_runs} runs, mean {t.ref_mean_ms:.6g} ms"

@@ -2,8 +2,9 @@
 
 Inputs and reference outputs are pure functions of (task, sizes, seed, trial), and RL scores the
 same task many times, so the harness keeps each trial's expected outputs and skips the reference on
-a hit. Untrusted kernels share the GPU's address space with the evaluator, so nothing usable may sit
-in device memory while a submission runs:
+a hit: only with a fixed EnvConfig.seed (EnvConfig.reuses_draws), since by default every evaluation
+draws its inputs from fresh entropy. Untrusted kernels share the GPU's address space with the
+evaluator, so nothing usable may sit in device memory while a submission runs:
 
   * masked storage   an entry holds the expected output's bits XOR a keyed pseudo-random stream,
                      stream word i = SipHash-2-4(key, 4 i) (low bits for 16/32-bit elements). The

@@ -15,9 +15,10 @@ Warm spare exec workers per GPU (spares.py; two by default for cupy, `spare_work
 count) replace a worker that dies at once, and a new spare starts in the background. Reference timings measured by a worker
 come back with its replies and seed every other worker of that GPU, spares and replacements included
 (judge/reference_cache.py), so a restart never re-times a reference.
-The parent enforces per-stage wall-clock limits: a worker that overruns or dies (segfault, os._exit)
-is killed and replaced and the job retried once, then reported as `timeout` (overran) or
-`runtime_error` (died). A sticky device error (the worker replies "result_fatal": its CUDA context is
+The parent enforces per-stage wall-clock limits: a worker that overruns is killed and replaced and
+the job reported as `timeout` at once (a hang is the submission's; a retry would double what it
+costs: the hang bound, core/config.py HANG_GRACE_S); one that dies (segfault, os._exit) is replaced
+and the job retried once, then reported as `runtime_error`. A sticky device error (the worker replies "result_fatal": its CUDA context is
 unusable) replaces the worker without a retry; no other failing submission (format, compile, wrong
 output, a non-sticky runtime error, the harness's own timeouts) costs a restart. A replaced worker is
 reaped in the background: its exit (a CUDA context's teardown) never holds up its lane, and a faulted
@@ -255,7 +256,7 @@ class ProcessEvalPool(PoolBase):
     # -- worker threads --
     def _run_on(self, holder: list, role: str, env: dict[str, str], kind: str, payload: Any,
                 limit: float) -> tuple[str, Any, str | None]:
-        """Send one request, replacing the worker and retrying once if it overran or died.
+        """Send one request, replacing the worker if it overran or died, and retrying once if it died.
 
         Returns (kind, payload, failure) where failure is None, "overran" or a death description.
         """
@@ -288,6 +289,8 @@ class ProcessEvalPool(PoolBase):
                 holder[0] = None
                 break
             self._retire(holder, role, env)
+            if failure == "overran":  # the submission's timeout: never retried
+                break
         return "", None, failure
 
     def _retire(self, holder: list, role: str, env: dict[str, str]) -> None:
@@ -396,7 +399,8 @@ class ProcessEvalPool(PoolBase):
             what = (f"compilation did not finish within {limit:g} s" if failure == "overran"
                     else f"the compiler crashed on this code ({failure}; a compile may use "
                          f"{_compile_memory_text(env)} of memory)")
-            self._complete(pend, Result(Status.COMPILE_ERROR, message=what + " (retried once)",
+            retried = "" if failure == "overran" else " (retried once)"
+            self._complete(pend, Result(Status.COMPILE_ERROR, message=what + retried,
                                         task=pend.job.task, backend=self.backend))
         elif kind == "result":
             self._complete(pend, Result.from_dict(payload))
@@ -408,17 +412,17 @@ class ProcessEvalPool(PoolBase):
         cfg = pend.config
         lim = cfg.limits
         if self.evaluator is not None:
-            limit = lim.parse + lim.compile + lim.correctness + lim.timing
+            limit = lim.job_s(parse=True)
             request: tuple[str, tuple[Any, ...]] = ("evaluate", (pend.job.task, pend.job.text, cfg))
         else:
-            limit = lim.compile + lim.correctness + lim.timing  # load (cpu builds C++) + trials + timing
+            limit = lim.job_s()  # load (cpu builds C++) + trials + timing
             request = ("execute", (pend.payload, cfg))
         kind, payload, failure = self._run_on(holder, "exec", env, request[0], request[1], limit)
         if failure is not None and self._closed:
             res = Result.env_error("EvalPool closed while the job ran", task=pend.job.task)
         elif failure == "overran":
             res = Result(Status.TIMEOUT, message=f"evaluation did not finish within {limit:g} s; the worker "
-                         "was killed and replaced (retried once)", task=pend.job.task, backend=self.backend)
+                         "was killed and replaced", task=pend.job.task, backend=self.backend)
         elif failure is not None:
             res = Result(Status.RUNTIME_ERROR, message=f"{CRASH_MESSAGE}; {failure} (retried once)",
                          task=pend.job.task, backend=self.backend)

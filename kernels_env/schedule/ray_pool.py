@@ -288,11 +288,10 @@ class RayEvalPool(PoolBase):
     def _deadline(self, host: _Host, pends: list[Pending]) -> float:
         """The hard ceiling on one batch (its host counts as hung past it, even while answering pings):
         batch_timeout_s, else every job the host holds run `exec_workers` at a time, each at its stage
-        limits twice over (the local pool retries once), plus job_slack_s."""
+        limits twice over (the local pool retries a crashed job once), plus job_slack_s."""
         if self.batch_timeout_s is not None:
             return self.batch_timeout_s
-        lim = max((p.config.limits for p in pends), key=lambda s: s.parse + s.compile + s.correctness + s.timing)
-        per_job = 2 * (lim.parse + lim.compile + lim.correctness + lim.timing)
+        per_job = 2 * max(p.config.limits.job_s(parse=True) for p in pends)
         rounds = math.ceil(host.jobs / max(1, int(host.info.get("exec_workers") or 1)))
         return self.job_slack_s + per_job * rounds
 

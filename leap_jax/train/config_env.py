@@ -97,8 +97,9 @@ class EnvCfg:
                       heartbeat_timeout_s=self.ray_heartbeat_timeout_s)
         return kw
 
-    def env_config(self, timing: bool, seed: int) -> EnvConfig:
-        """kernels_env's EnvConfig of these settings (`timing` resolved: leap_jax.train.trainer.env_timing)."""
+    def env_config(self, timing: bool, seed: int | None = None) -> EnvConfig:
+        """kernels_env's EnvConfig of these settings (`timing` resolved: leap_jax.train.trainer.env_timing);
+        `seed` None (training and evaluation): fresh inputs every evaluation (EnvConfig.seed)."""
         return EnvConfig(backend=self.backend, arch=self.arch, sizes=self.sizes,
                          correctness_trials=self.correctness_trials, input_domains=self.input_domains,
                          input_checksums=self.input_checksums,

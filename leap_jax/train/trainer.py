@@ -110,8 +110,9 @@ def env_timing(cfg: Config, purpose: str) -> bool:
 
 
 def env_config(cfg: Config, purpose: str = "eval") -> EnvConfig:
-    """The EnvConfig of `purpose`'s evaluations (see env_timing)."""
-    return cfg.env.env_config(env_timing(cfg, purpose), cfg.train.seed)
+    """The EnvConfig of `purpose`'s evaluations (see env_timing). No seed: every evaluation draws fresh
+    inputs, so a policy cannot learn a table of the answers to inputs that repeat (EnvConfig.seed)."""
+    return cfg.env.env_config(env_timing(cfg, purpose))
 
 
 def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:

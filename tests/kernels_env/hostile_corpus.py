@@ -197,6 +197,17 @@ CASES: tuple[HCase, ...] = (
         "    if (i == 0) y[-1] = 0.0f;\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"runtime_error"})),
     HCase("output_write_far_past_end", "D", "corpus_affine", _affine_body(
         "    if (i == 0) y[n + 5000] = 0.0f;\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"runtime_error"})),
+    # past the guards: the cpu backend maps each buffer alone in a 256 GiB slot (backends/cpu/runner.py),
+    # so a far access faults instead of landing in another buffer (it scored correct before)
+    HCase("output_write_4_mib_past_end", "D", "corpus_affine", _affine_body(
+        "    if (i == 0) y[n + (1 << 20)] = 0.0f;\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"runtime_error"}),
+          backends=("cpu",), note="a GPU write 4 MiB past may land in another pooled allocation, silently"),
+    HCase("output_write_400_kib_before_start", "D", "corpus_affine", _affine_body(
+        "    if (i == 0) y[-100000] = 0.0f;\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"), S({"runtime_error"}),
+          backends=("cpu",), note="as above, before the buffer"),
+    HCase("output_write_32_gib_past_end", "D", "corpus_affine", _affine_body(
+        "    if (i == 0) y[n + (1LL << 33)] = 0.0f;\n    if (i < n) y[i] = 2.0f * x[i] + 1.0f;"),
+          S({"runtime_error"}), note="unmapped on both backends"),
     HCase("input_read_past_end", "D", "corpus_affine", _affine_body(
         "    float extra = (i == 0) ? x[n + 2048] : 0.0f;\n"
         "    if (i < n) y[i] = 2.0f * x[i] + 1.0f + (extra == 12345.0f ? 1.0f : 0.0f);"),

@@ -228,7 +228,7 @@ def test_scrub_zeroes_temporaries_but_not_inputs():
 
 def _fake_run(task: Task, sizes: dict[str, int], cache: bool = True) -> harness._Run:
     device = SimpleNamespace(xp=np, name="fake")
-    cfg = EnvConfig(backend="cpu", sizes="small", cache_expected=cache)
+    cfg = EnvConfig(backend="cpu", sizes="small", seed=0, cache_expected=cache)
     return harness._Run(device, None, task, None, sizes, cfg)  # type: ignore[arg-type]
 
 
@@ -334,7 +334,7 @@ def _variants(task: Task) -> list[tuple[str, str]]:
 
 def _score_all(device: Any, cases: list[tuple[Task, str]], cache: bool) -> list[tuple[Any, ...]]:
     from kernels_env.schedule.pipeline import score
-    cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=3, cache_expected=cache)
+    cfg = EnvConfig(backend="cpu", sizes="small", seed=0, timing=False, correctness_trials=3, cache_expected=cache)
     return [_outcome(score(t, text, cfg, device=device)) for t, text in cases]
 
 
@@ -370,7 +370,7 @@ def test_cache_on_and_off_give_identical_results(cpu_device, harness_cases):
 
 def test_tampered_entries_are_detected_and_recomputed(cpu_device):
     from kernels_env.schedule.pipeline import score
-    cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2)
+    cfg = EnvConfig(backend="cpu", sizes="small", seed=0, timing=False, correctness_trials=2)
     cpu_device.__dict__.pop("_harness_expected", None)
     assert score(HALF_TASK, HALF_TASK.solution, cfg, device=cpu_device).status.value == "correct"
     cache = cpu_device.__dict__["_harness_expected"]
@@ -395,7 +395,7 @@ def test_the_cache_is_cupy_only_by_default(monkeypatch, cpu_device):
     from kernels_env.schedule.pipeline import score
     monkeypatch.setattr(ec, "USE_ON_NUMPY", False)
     cpu_device.__dict__.pop("_harness_expected", None)
-    cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=1)
+    cfg = EnvConfig(backend="cpu", sizes="small", seed=0, timing=False, correctness_trials=1)
     assert score(HALF_TASK, HALF_TASK.solution, cfg, device=cpu_device).status.value == "correct"
     assert "_harness_expected" not in cpu_device.__dict__
     assert ec.used_on(SimpleNamespace(__name__="cupy")) and not ec.used_on(np)
@@ -466,7 +466,7 @@ def test_gpu_cache_on_and_off_give_identical_results(cupy_device):
     cases += [(t, text, False) for t in (INT_TASK, HALF_TASK) for _, text in _variants(t)]
     runs = []
     for cache in (False, True, True):
-        cfg = EnvConfig(backend="cupy", sizes="small", timing=False, correctness_trials=3, cache_expected=cache)
+        cfg = EnvConfig(backend="cupy", sizes="small", timing=False, correctness_trials=3, cache_expected=cache, seed=0)
         runs.append([_outcome(score(t, text, cfg, device=cupy_device), garbage) for t, text, garbage in cases])
     assert runs[0] == runs[1] == runs[2]
     assert cupy_device.__dict__["_harness_expected"].hits > 0

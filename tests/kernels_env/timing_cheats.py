@@ -40,6 +40,20 @@ extern "C" __global__ void affine(const float* __restrict__ x, float* __restrict
 tick<<<1, 1>>>(N);
 affine<<<cdiv(N, 256), 256>>>(x, y, N);''')
 
+RUN_SKIPPER = _text(r'''
+__device__ int launches;
+extern "C" __global__ void tick(int n) { launches += 1; }
+extern "C" __global__ void affine(const float* __restrict__ x, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    // the 4th timed run (after the 5 trials and the probe) only writes zeros: no poison survives,
+    // and it is one run of a batch, which the batch's one random full comparison rarely picks
+    if (launches == 9) { y[i] = 0.0f; return; }
+    y[i] = 2.0f * x[i] + 1.0f;
+}''', '''
+tick<<<1, 1>>>(N);
+affine<<<cdiv(N, 256), 256>>>(x, y, N);''')
+
 CONTENT_MEMO = _text(r'''
 __device__ int memo_valid;
 __device__ float memo_key;
@@ -102,6 +116,9 @@ extern "C" __global__ void affine(const float* __restrict__ x, float* __restrict
 CASES = (
     TimingCheat("launch_counter", LAUNCH_COUNTER, CAUGHT,
                 "works only in the first five launches (a __device__ counter); timed runs do nothing"),
+    TimingCheat("run_skipper", RUN_SKIPPER, CAUGHT,
+                "writes zeros in one timed run mid-batch (a __device__ launch counter): every run's "
+                "outputs are compared (sampled), not only a random one and the last"),
     TimingCheat("pointer_memo", POINTER_MEMO, CAUGHT,
                 "after the trials, copies a remembered result when the input pointer repeats"),
     TimingCheat("content_memo", CONTENT_MEMO, HONEST,

@@ -315,6 +315,8 @@ def test_training_rollouts_time_only_when_the_reward_reads_speed(algo, extra, tr
     assert cfg.env.timing == "auto"
     assert env_config(cfg, "train").timing is train_timed
     assert env_config(cfg, "eval").timing is True
+    # no fixed seed: every evaluation draws fresh inputs (a table of answers to repeated inputs fails)
+    assert env_config(cfg, "train").seed is None and env_config(cfg, "eval").seed is None
     for forced in (True, False):
         cfg = load_config(None, [f"algorithm.name={algo}", f"env.timing={str(forced).lower()}", *extra])
         assert env_config(cfg, "train").timing is forced and env_config(cfg, "eval").timing is forced

@@ -24,12 +24,13 @@ from kernels_env.backends.cpu import build as _build
 from kernels_env.backends.cpu.memory import max_scratch_bytes, shared_empty, shared_lookup
 from kernels_env.backends.cpu.sandbox import Runner, RunnerError, RunnerLoadError, RunnerTimeout
 from kernels_env.backends.cpu.translate import UnsupportedFeature, translate
-from kernels_env.core.config import EnvConfig
+from kernels_env.core.config import HANG_GRACE_S, EnvConfig
 from kernels_env.core.program import CompiledModule, KernelSignature
 from kernels_env.source.launch import scalar_type
 
 E_OK, E_FAULT, E_TIMEOUT, E_TRAP, E_FPE, E_STACK, E_CONFIG, E_ABORT, E_ILL, E_SMEM = range(10)
 _LAUNCH_LOCK = threading.Lock()  # the runtime's state is per process: one launch at a time
+MIN_LAUNCH_S = 0.05  # a launch's least limit (the runtime's CPU-time timer is off at 0)
 
 
 def _compile_error(log: str) -> Exception:
@@ -64,6 +65,7 @@ class CpuDevice:
         self._launches: dict[tuple[int, str], int] = {}
         self.healthy = True
         self._cpu_ns = 0  # CPU time the runners report for this device's launches
+        self._deadline: float | None = None  # time_runs' stage deadline (monotonic), for its launches
 
     # ---- module loading --------------------------------------------------------------------
     def load(self, compiled: CompiledModule, config: EnvConfig | None = None) -> CpuProgram:
@@ -123,9 +125,20 @@ class CpuDevice:
                 out.append(("s", cell.tobytes()))
         return out
 
+    def _launch_limit(self, program: CpuProgram, timeout_s: float | None) -> float:
+        """A launch's limit: the time left in its stage (`timeout_s`, else time_runs' deadline), at most
+        the program's; the runner's CPU-time timer ends the kernel then, its wall deadline HANG_GRACE_S
+        later (core/config.py: the hang bound)."""
+        if timeout_s is None and self._deadline is not None:
+            timeout_s = self._deadline - time.monotonic()
+        limit = program.timeout_s if timeout_s is None else min(program.timeout_s, timeout_s)
+        return max(MIN_LAUNCH_S, limit)
+
     def launch(self, program: CpuProgram, kernel: str, grid: tuple[int, int, int],
-               block: tuple[int, int, int], shared_bytes: int, args: Sequence[Any]) -> None:
-        """Run the whole grid now; a failure is raised by the next synchronize() (like CUDA)."""
+               block: tuple[int, int, int], shared_bytes: int, args: Sequence[Any],
+               timeout_s: float | None = None) -> None:
+        """Run the whole grid now, within `timeout_s` (the time left in the stage; see _launch_limit);
+        a failure is raised by the next synchronize() (like CUDA)."""
         if self._pending is not None:
             return  # the stream is broken: later launches do not run
         if kernel not in program.entries:
@@ -144,12 +157,13 @@ class CpuDevice:
             order = self._launches.get(ck, 0) % 3
             self._launches[ck] = order + 1
             # the runtime's CPU-time timer ends a hang inside the runner; the wall deadline ends a
-            # runner that disabled it (or waits on a lock): it is killed
-            wall = 2.0 * program.timeout_s + 2.0
+            # runner that disabled it, waits on a lock or gets too little CPU: it is killed
+            limit = self._launch_limit(program, timeout_s)
+            wall = limit + HANG_GRACE_S
             try:
                 code, msg, near, cpu_ns = program.runner.launch(
                     kernel, [*gdims, *bdims], int(shared_bytes), int(program.uses_sync), order,
-                    program.timeout_s, wire, wall)
+                    limit, wire, wall)
             except RunnerTimeout as e:
                 self._pending = KernelTimeout(f"{kernel}: the kernel ran longer than {wall:.3g} s ({e})")
                 return
@@ -224,6 +238,15 @@ class CpuDevice:
         flush (timings are not comparable). Past `timeout_s` (checked after each run; a single
         hanging launch is ended by the runner's own limit) a run raises KernelTimeout."""
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        self._deadline = deadline  # a launch that hangs ends at the deadline (_launch_limit)
+        try:
+            return self._timed_loop(prepare, fn, check, warmup, runs, deadline, timeout_s)
+        finally:
+            self._deadline = None
+
+    def _timed_loop(self, prepare: Callable[[int], Any], fn: Callable[[Any], None],
+                    check: Callable[[int, Any], None], warmup: int, runs: int, deadline: float | None,
+                    timeout_s: float | None) -> list[float]:
         out = []
         for i in range(warmup + runs):
             state = prepare(i)

@@ -28,6 +28,17 @@ TRAIL_PAGES = 16
 MSG_LEN = 512
 PROT_NONE, PROT_RW = 0, 3
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
+MAP_FIXED_NOREPLACE = 0x100000
+# Every buffer gets a slot of its own in an arena far below where mmap puts anything else (it
+# allocates top-down from below the stack, near 0x7f..): SLOT_BYTES apart, with nothing mapped in
+# between. A write or read up to SLOT_REACH bytes before or after a buffer (any 32-bit index of
+# 16-byte elements reaches 32 GiB) lands in unmapped memory and faults, as far writes do on a GPU,
+# instead of landing in another buffer or the runner's own memory. Buffers larger than SLOT_REACH
+# (or an arena that cannot be mapped) go where mmap puts them, behind their guard pages only.
+ARENA_BASE = 0x100000000000  # 16 TiB
+SLOT_BYTES = 1 << 38  # 256 GiB
+SLOT_REACH = 1 << 36  # the buffer sits this far into its slot; at most this long
+ARENA_SLOTS = 256  # 64 TiB of address space, none of it mapped but the buffers
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
@@ -99,16 +110,34 @@ class Buffers:
 
     def __init__(self) -> None:
         self.live: dict[str, tuple[int, int, int, int]] = {}  # key -> (base, total, start, nbytes)
+        self.slots: dict[str, int] = {}  # key -> its arena slot
+        self.free_slots = list(range(ARENA_SLOTS - 1, -1, -1))
+
+    def _reserve(self, key, total: int) -> int | None:
+        """A PROT_NONE reservation of `total` bytes: in a free arena slot where one fits, else anywhere."""
+        flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE
+        while total <= SLOT_REACH and self.free_slots:
+            slot = self.free_slots.pop()
+            want = ARENA_BASE + slot * SLOT_BYTES + SLOT_REACH
+            got = libc.mmap(want, total, PROT_NONE, flags | MAP_FIXED_NOREPLACE, -1, 0)
+            if got == want:
+                self.slots[key] = slot
+                return got
+            if got not in (None, MAP_FAILED):  # a kernel without MAP_FIXED_NOREPLACE: took it as a hint
+                libc.munmap(got, total)
+                break
+        return libc.mmap(None, total, PROT_NONE, flags, -1, 0)
 
     def add(self, key, fd, data_pages, offset, nbytes) -> None:
         total = (1 + data_pages + TRAIL_PAGES) * PAGE
-        base = libc.mmap(None, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+        base = self._reserve(key, total)
         try:
             if base in (None, MAP_FAILED):
                 raise MemoryError("cannot reserve a device buffer")
             r = libc.mmap(base + PAGE, data_pages * PAGE, PROT_RW, MAP_SHARED | MAP_FIXED, fd, 0)
             if r != base + PAGE:
                 libc.munmap(base, total)
+                self._release_slot(key)
                 raise MemoryError("cannot map a device buffer")
         finally:
             os.close(fd)
@@ -118,6 +147,12 @@ class Buffers:
         ent = self.live.pop(key, None)
         if ent:
             libc.munmap(ent[0], ent[1])
+        self._release_slot(key)
+
+    def _release_slot(self, key) -> None:
+        slot = self.slots.pop(key, None)
+        if slot is not None:
+            self.free_slots.append(slot)
 
     def describe(self, addr: int) -> str:
         best = None
