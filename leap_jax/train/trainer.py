@@ -121,9 +121,9 @@ def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
     if cfg.tasks.source == "generated":
         from kernels_env.tasks.generated import generated_task_names
         t = cfg.tasks
-        return (generated_task_names(t.generated_train, seed=t.split_seed, split="train"),
-                generated_task_names(t.generated_held_out, seed=t.split_seed, split="held_out")
-                if t.generated_held_out else [])
+        return (generated_task_names(t.generated_train, seed=t.split_seed, split="train", version=t.generated_version),
+                generated_task_names(t.generated_held_out, seed=t.split_seed, split="held_out",
+                                     version=t.generated_version) if t.generated_held_out else [])
     if cfg.tasks.names:
         for n in cfg.tasks.names:
             get_task(n)  # raises a clear KeyError for an unknown name
@@ -143,10 +143,9 @@ def validation_tasks(cfg: Config) -> list[str]:
     t = cfg.tasks
     if t.source != "generated" or not t.generated_validation:
         return []
-    from kernels_env.tasks.generated import generated_task_names
-    names = generated_task_names(t.generated_held_out + t.generated_validation, seed=t.split_seed,
-                                 split="held_out")
-    return names[t.generated_held_out:]
+    from kernels_env.tasks.generated import validation_task_names
+    return validation_task_names(t.generated_validation, t.generated_held_out, seed=t.split_seed,
+                                 version=t.generated_version)
 
 
 def _coarse_prompt_buckets(max_context: int) -> tuple[int, ...]:
