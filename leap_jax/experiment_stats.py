@@ -145,6 +145,18 @@ def paired_test(fin_a: dict[str, Any], fin_b: dict[str, Any], split: str, turns:
             "p": mcnemar_exact(only_a, only_b)}
 
 
+def pooled_paired_test(tests: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """McNemar over the (seed, task) pairs of several seeds' paired_test results: the discordant
+    counts add up, accuracies are the means over every pair."""
+    if not tests:
+        raise ValueError("pooled_paired_test: no per-seed tests")
+    n = sum(t["tasks"] for t in tests)
+    only_a, only_b = sum(t["only_a"] for t in tests), sum(t["only_b"] for t in tests)
+    return {"tasks": n, "acc_a": sum(t["acc_a"] * t["tasks"] for t in tests) / n,
+            "acc_b": sum(t["acc_b"] * t["tasks"] for t in tests) / n, "only_a": only_a, "only_b": only_b,
+            "p": mcnemar_exact(only_a, only_b)}
+
+
 def target_curve(runs: dict[str, dict[int, list[dict[str, Any]]]], metric: str, baseline: str, arm: str,
                  fractions: Sequence[float] = GAIN_FRACTIONS) -> list[dict[str, Any]]:
     """Per fraction f: each seed's target start + f * (plateau - start) of the baseline's run, and
@@ -166,13 +178,16 @@ def target_curve(runs: dict[str, dict[int, list[dict[str, Any]]]], metric: str, 
                 tb, ta = fn(b_rows, metric, target), fn(a_rows, metric, target)
                 cell[name] = tb / ta if tb is not None and ta else None
             per_seed[s] = cell
-        summary: dict[str, Any] = {}
-        for name, _ in MEASURES:
-            rs = [v[name] for v in per_seed.values() if v[name] is not None]
-            full = len(rs) == len(seeds) and rs
-            summary[name] = {
-                "n": len(rs), "geomean": geometric_mean(rs) if rs else None,
-                "bootstrap": bootstrap_interval(rs) if full else None,
-                "t": log_t_interval(rs) if full else None}
+        summary = {name: ratio_summary([v[name] for v in per_seed.values()]) for name, _ in MEASURES}
         out.append({"fraction": f, "per_seed": per_seed, **summary})
     return out
+
+
+def ratio_summary(ratios: Sequence[float | None]) -> dict[str, Any]:
+    """The seeds' ratios (None: a seed where one arm never reached the target) summarised: how many
+    there are, their geometric mean, and both intervals, only when every seed has a ratio (an
+    interval over the seeds that got there would leave out the worst ones)."""
+    rs = [float(r) for r in ratios if r is not None]
+    full = bool(rs) and len(rs) == len(ratios)
+    return {"n": len(rs), "geomean": geometric_mean(rs) if rs else None,
+            "bootstrap": bootstrap_interval(rs) if full else None, "t": log_t_interval(rs) if full else None}

@@ -121,3 +121,23 @@ def test_paired_test_counts_discordant_tasks_at_each_turn():
     assert (three["only_a"], three["only_b"]) == (2, 1)  # t2, t5 | t4
     with pytest.raises(ValueError, match="no per-task record for split 'suite'"):
         es.paired_test(a, b, "suite", 1)
+
+
+def test_pooled_test_adds_the_seeds_discordant_pairs():
+    s0 = {"tasks": 4, "acc_a": 0.75, "acc_b": 0.5, "only_a": 2, "only_b": 1, "p": 1.0}
+    s1 = {"tasks": 4, "acc_a": 0.25, "acc_b": 0.25, "only_a": 0, "only_b": 0, "p": 1.0}
+    pooled = es.pooled_paired_test([s0, s1])
+    assert (pooled["tasks"], pooled["only_a"], pooled["only_b"]) == (8, 2, 1)
+    assert pooled["acc_a"] == pytest.approx(0.5) and pooled["p"] == es.mcnemar_exact(2, 1)
+
+
+def test_the_page_sections_state_the_curve_and_the_pooled_test():
+    from leap_jax.experiment_claims import paired_tests_markdown, target_curve_markdown
+    base = _curve([0.4, 0.45, 0.5, 0.55, 0.6, 0.6, 0.6])
+    arm = _curve([0.4, 0.5, 0.6, 0.6, 0.6])
+    page = target_curve_markdown({"b": {0: base, 1: base}, "a": {0: arm, 1: arm}}, M, "b", "a", fractions=(0.5,))
+    assert "| 50% of the gain | s0: 0.5, s1: 0.5 | 2 (2/2; bootstrap 2-2; t 2-2) | 2 (2/2;" in page
+    a = _final({"t1": 1, "t2": 1, "t3": None})
+    b = _final({"t1": None, "t2": 1, "t3": None})
+    table = paired_tests_markdown({"a": {0: a, 1: a}, "b": {0: b, 1: b}}, "a", ["b"], turns=(1,))
+    assert "| b | 1 | pooled (2 seeds) | 0.667 | 0.333 | 2 | 0 | **0.5** |" in table
