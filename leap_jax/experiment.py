@@ -92,6 +92,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--accept-protocol-breaks", action="store_true",
                    help="write the report of runs that break the protocol (docs/protocol.md), listing every "
                         "breach at the top of the page, instead of refusing (for pages of earlier runs)")
+    p.add_argument("--arm-settings", default="", metavar="KEY,KEY",
+                   help="settings beyond the algorithm that the arms differ in by design (dotted keys, e.g. "
+                        "rollout.update_lag for grpo_lag/grpo); the protocol check allows them and the page names them")
     p.add_argument("overrides", nargs="*", help="dotted overrides for every arm, e.g. train.time_budget_s=120")
     args = p.parse_args(argv)
     args.arm_list = _csv(args.arms, "--arms")
@@ -109,6 +112,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise ExperimentError(f"--parallel={args.parallel}: expected >= 1")
     args.compare_pair = _compare_pair(args.compare)
     args.lower_target_list = _margins(args.lower_targets)
+    args.arm_setting_list = [x.strip() for x in args.arm_settings.split(",") if x.strip()]
     return args
 
 
@@ -481,7 +485,8 @@ def launch_notes(out: Path, names: Sequence[str]) -> list[str]:
 
 def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: str | None,
                   compare: tuple[str, str] = (HEADLINE_ARM, HEADLINE_BASELINE),
-                  lower_targets: Sequence[float] = (), accept_breaks: bool = False) -> list[Path]:
+                  lower_targets: Sequence[float] = (), accept_breaks: bool = False,
+                  arm_settings: Sequence[str] = ()) -> list[Path]:
     """OUT/report: the generic report of every run with metrics, plus experiment.md (its headline
     compares `compare` = (arm, baseline), also at `lower_targets` below the baseline's best).
     The runs are checked against the protocol first: a breach raises ExperimentError, or with
@@ -495,7 +500,7 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
     if not dirs:
         return []
     from leap_jax.experiment_protocol import check_protocol, protocol_markdown
-    protocol = check_protocol(dirs)
+    protocol = check_protocol(dirs, arm_settings)
     if protocol.breaches and not accept_breaks:
         raise ExperimentError("the runs break the comparison protocol (docs/protocol.md); no report written "
                               "(--accept-protocol-breaks writes one that lists them):\n- "
@@ -534,7 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             (out / "state.json").write_text(json.dumps(states, indent=2))
         # after a launch the runs may still be going: the page lists the breaches; a report alone refuses
         paths = write_reports(out, args.arm_list, args.seed_list, args.metric, args.compare_pair,
-                              args.lower_target_list, args.accept_protocol_breaks or not args.report_only)
+                              args.lower_target_list, args.accept_protocol_breaks or not args.report_only,
+                              args.arm_setting_list)
     except ExperimentError as e:
         print(f"experiment error: {e}", file=sys.stderr)
         return 2

@@ -65,17 +65,19 @@ def read_stop(run_dir: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def allowed_difference(key: str, single_turn_pair: bool) -> bool:
-    """Whether two arms of one seed may differ at `key` (see ALGORITHM_PREFIXES)."""
-    return (key.startswith(ALGORITHM_PREFIXES) or key in RUN_IDENTITY_KEYS
+def allowed_difference(key: str, single_turn_pair: bool, arm_settings: Sequence[str] = ()) -> bool:
+    """Whether two arms of one seed may differ at `key` (see ALGORITHM_PREFIXES); `arm_settings`:
+    settings a comparison varies by design (e.g. rollout.update_lag for grpo_lag against grpo)."""
+    return (key.startswith(ALGORITHM_PREFIXES) or key in RUN_IDENTITY_KEYS or key in arm_settings
             or (single_turn_pair and key in SINGLE_TURN_KEYS))
 
 
-def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], single_turn_pair: bool = False) -> list[str]:
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], single_turn_pair: bool = False,
+                       arm_settings: Sequence[str] = ()) -> list[str]:
     """'key: A vs B' for every setting two arms' flattened configs differ in beyond the algorithm."""
     keys = sorted(set(a) | set(b))
     return [f"{k}: {a.get(k, '(unset)')!r} vs {b.get(k, '(unset)')!r}" for k in keys
-            if a.get(k) != b.get(k) and not allowed_difference(k, single_turn_pair)]
+            if a.get(k) != b.get(k) and not allowed_difference(k, single_turn_pair, arm_settings)]
 
 
 def family_version(config: Mapping[str, Any]) -> str | None:
@@ -128,9 +130,12 @@ def _across_seeds(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def check_protocol(run_dirs: Sequence[str | Path]) -> ProtocolCheck:
-    """Every breach of the protocol among the runs `run_dirs` (named <arm>-s<seed>)."""
+def check_protocol(run_dirs: Sequence[str | Path], arm_settings: Sequence[str] = ()) -> ProtocolCheck:
+    """Every breach of the protocol among the runs `run_dirs` (named <arm>-s<seed>); `arm_settings`:
+    settings beyond the algorithm the arms differ in by design (named on the page)."""
     check = ProtocolCheck()
+    if arm_settings:
+        check.notes.append("Arms differ by design in: " + ", ".join(f"`{k}`" for k in arm_settings) + ".")
     configs: dict[str, dict[str, Any]] = {}
     for d in run_dirs:
         try:
@@ -144,7 +149,7 @@ def check_protocol(run_dirs: Sequence[str | Path]) -> ProtocolCheck:
         first = names[0]
         for other in names[1:]:
             pair_single = _single_turn(configs[first]) != _single_turn(configs[other])
-            diff = config_differences(configs[first], configs[other], pair_single)
+            diff = config_differences(configs[first], configs[other], pair_single, arm_settings)
             if diff:
                 check.breaches.append(f"seed {seed}: `{first}` and `{other}` differ beyond the algorithm in "
                                       f"{len(diff)} setting(s): " + "; ".join(diff))

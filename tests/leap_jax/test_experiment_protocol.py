@@ -14,7 +14,7 @@ from leap_jax.train.metrics import METRICS_FILE
 BASE = {"algorithm": {"name": "leap", "credit": "trajectory"}, "rollout": {"max_turns": 3},
         "optimizer": {"micro_batch_tokens": 4096},
         "tasks": {"source": "generated", "generated_held_out": 256, "generated_validation": 128,
-                  "generated_version": "2026-12-05"},
+                  "generated_version": "v2"},
         "train": {"seed": 0, "run_dir": "x", "plateau": {"metric": "validation/acc@1", "window": 3, "tol": 0.01,
                                                         "min_steps": 100}},
         "eval": {"max_tasks": None}}
@@ -55,7 +55,7 @@ def test_each_breach_is_named(tmp_path):
     dirs = [_run(tmp_path, "leap-s0"),
             _run(tmp_path, "multiturn-s0", "multiturn", reason="time_budget", optimizer__micro_batch_tokens=16384,
                  rollout__max_turns=2),
-            _run(tmp_path, "grpo-s0", "grpo", rollout__max_turns=1, tasks__generated_version="2026-12-04")]
+            _run(tmp_path, "grpo-s0", "grpo", rollout__max_turns=1, tasks__generated_version="v1")]
     breaches = ep.check_protocol(dirs).breaches
     assert any("`leap-s0` and `multiturn-s0` differ beyond the algorithm in 2 setting(s)" in b
                and "optimizer.micro_batch_tokens: 4096 vs 16384" in b and "rollout.max_turns: 3 vs 2" in b
@@ -72,7 +72,7 @@ def test_a_plateau_rule_on_the_reported_split_is_a_breach(tmp_path):
 
 
 def test_runs_before_the_setting_are_the_first_family_version():
-    assert ep.family_version({"tasks.source": "generated"}) == "2026-12-04"
+    assert ep.family_version({"tasks.source": "generated"}) == "v1"
     assert ep.family_version({"tasks.source": "suite"}) is None
 
 
@@ -88,3 +88,27 @@ def test_the_report_refuses_a_page_that_breaks_the_protocol_unless_told(tmp_path
     page = (tmp_path / "report" / "experiment.md").read_text()
     assert page.startswith("## Protocol\n\n**This comparison does not meet the protocol")
     assert "## Time to target as a curve over target levels" in page
+
+
+def test_settings_varied_by_design_are_allowed_and_named(tmp_path):
+    dirs = [_run(tmp_path, "grpo-s0", "grpo"), _run(tmp_path, "grpo_lag-s0", "grpo", rollout__update_lag=1)]
+    assert "rollout.update_lag: '(unset)' vs 1" in ep.check_protocol(dirs).breaches[0]
+    check = ep.check_protocol(dirs, arm_settings=["rollout.update_lag"])
+    assert check.breaches == [] and "Arms differ by design in: `rollout.update_lag`." in check.notes
+
+
+def test_the_generated_arm_configs_meet_the_protocol():
+    """Every arm of configs/generated differs from leap's only in its algorithm, and each sets the
+    comparison's rules: family version, validation split, plateau rule on it, periodic Acc@3."""
+    import dataclasses
+
+    from leap_jax.train.config import load_config
+    flat = {}
+    for arm in ("leap", "multiturn", "grpo", "dcp_binary", "rank_no_dcp", "trloo"):
+        cfg = load_config(experiment.ROOT / "configs" / "generated" / f"{arm}.yaml")
+        flat[arm] = ep.flatten(dataclasses.asdict(cfg))
+        assert cfg.train.plateau.metric == "validation/acc@1" and cfg.tasks.generated_validation > 0
+        assert cfg.eval.feedback_interval and cfg.eval.feedback_turns == 3 and cfg.tasks.generated_version == "v2"
+    for arm, c in flat.items():
+        single = ep._single_turn(c) != ep._single_turn(flat["leap"])
+        assert ep.config_differences(flat["leap"], c, single) == [], arm

@@ -14,8 +14,8 @@ optionally one unary op on its result. Families:
 Chains whose output hardly depends on their inputs (a constant, a cancelling operand, a saturated
 op) are left out: degenerate.py lists the rules.
 
-The family is versioned (`FAMILY_VERSIONS`, oldest first): "2026-12-04" has every well-formed chain
-(the headline of docs/results/headline_2026-12-04 drew from it), "2026-12-05" leaves the degenerate
+The family is versioned (`FAMILY_VERSIONS`, oldest first): "v1" has every well-formed chain (the
+headline of docs/results/headline_2026-12-04 drew from it), "v2" (2026-12-05) leaves the degenerate
 ones out. A version fixes which chains exist, hence every seeded ordering and split; a run records
 the version it drew from (tasks.generated_version), so an older page can be re-run at a newer tree.
 
@@ -33,9 +33,9 @@ from kernels_env.tasks.generated.degenerate import degenerate_reason
 from kernels_env.tasks.generated.ops import BCAST, BINARY, DTYPES, F16_REDUCE, NORM, REDUCE, ROWOPS, SHAPES, UNARY
 
 FAMILIES = ("ew", "red", "norm", "fu")
-FAMILY_VERSIONS = ("2026-12-04", "2026-12-05")  # oldest first; the last is the default
+FAMILY_VERSIONS = ("v1", "v2")  # oldest first; the last is the default (not dates: YAML reads those as dates)
 CURRENT_FAMILY_VERSION = FAMILY_VERSIONS[-1]
-_DEGENERATE_LEFT_OUT_SINCE = "2026-12-05"
+_DEGENERATE_LEFT_OUT_SINCE = "v2"
 
 
 def check_version(version: str) -> str:
