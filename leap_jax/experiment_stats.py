@@ -186,8 +186,8 @@ def target_curve(runs: dict[str, dict[int, list[dict[str, Any]]]], metric: str, 
 def ratio_summary(ratios: Sequence[float | None]) -> dict[str, Any]:
     """The seeds' ratios (None: a seed where one arm never reached the target) summarised: how many
     there are, their geometric mean, and both intervals, only when every seed has a ratio (an
-    interval over the seeds that got there would leave out the worst ones)."""
+    interval over the seeds that got there would leave out the worst ones) and there are two or more."""
     rs = [float(r) for r in ratios if r is not None]
-    full = bool(rs) and len(rs) == len(ratios)
+    full = len(rs) >= 2 and len(rs) == len(ratios)
     return {"n": len(rs), "geomean": geometric_mean(rs) if rs else None,
             "bootstrap": bootstrap_interval(rs) if full else None, "t": log_t_interval(rs) if full else None}

@@ -56,6 +56,7 @@ def test_target_curve_leaves_a_never_reached_target_out_of_the_intervals():
     curve = es.target_curve({"b": {0: base}, "a": {0: slow}}, M, "b", "a", fractions=(1.0,))
     assert curve[0]["per_seed"][0]["steps"] is None
     assert curve[0]["steps"] == {"n": 0, "geomean": None, "bootstrap": None, "t": None}
+    assert es.ratio_summary([2.0]) == {"n": 1, "geomean": 2.0, "bootstrap": None, "t": None}  # one seed: no interval
 
 
 def test_geometric_mean_and_its_refusals():
