@@ -19,7 +19,10 @@
 3. Report: `leap_jax.report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
    (leap_jax.experiment_report: per-arm accuracies over seeds, time per phase, time to the
    baseline arm's best accuracy, and the headline ratio; `--compare ARM/BASELINE` picks the pair,
-   leap/multiturn by default).
+   leap/multiturn by default), opened by the protocol check of docs/protocol.md
+   (leap_jax.experiment_protocol) and followed by the ratio as a curve over target levels and the
+   paired tests (leap_jax.experiment_claims). A report alone refuses runs that break the protocol
+   unless `--accept-protocol-breaks`, which lists the breaches on the page.
 """
 from __future__ import annotations
 

@@ -142,3 +142,12 @@ def test_the_page_sections_state_the_curve_and_the_pooled_test():
     b = _final({"t1": None, "t2": 1, "t3": None})
     table = paired_tests_markdown({"a": {0: a, 1: a}, "b": {0: b, 1: b}}, "a", ["b"], turns=(1,))
     assert "| b | 1 | pooled (2 seeds) | 0.667 | 0.333 | 2 | 0 | **0.5** |" in table
+
+
+def test_the_page_gives_the_curve_on_acc3_when_the_runs_logged_it():
+    from leap_jax.experiment_sections import curve_metrics
+    rows = _curve([0.4, 0.5, 0.6])
+    assert curve_metrics({"a": {0: rows}}, M) == [M]
+    rows[0]["heldout/acc@3"] = rows[0]["heldout/acc@2"] = 0.5
+    assert curve_metrics({"a": {0: rows}}, M) == [M, "heldout/acc@3"]
+    assert curve_metrics({"a": {0: rows}}, "heldout/acc@3") == ["heldout/acc@3"]
