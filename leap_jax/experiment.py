@@ -504,6 +504,8 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
         return []
     from leap_jax.experiment_protocol import check_protocol, protocol_markdown
     protocol = check_protocol(dirs, arm_settings)
+    if protocol.refusals:
+        raise ExperimentError("no report of these runs can be written:\n- " + "\n- ".join(protocol.refusals))
     if protocol.breaches and not accept_breaks:
         raise ExperimentError("the runs break the comparison protocol (docs/protocol.md); no report written "
                               "(--accept-protocol-breaks writes one that lists them):\n- "

@@ -30,9 +30,12 @@ DECISION_SPLIT = "validation/"  # decisions made during or after training read t
 
 @dataclass
 class ProtocolCheck:
-    """The breaches of the protocol (empty: the comparison meets it) and notes the page states."""
+    """The breaches of the protocol (empty: the comparison meets it) and notes the page states;
+    `refusals`: breaches no page may be written with (runs of different task family versions
+    measured different tasks, so no number compares them)."""
     breaches: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -159,7 +162,8 @@ def check_protocol(run_dirs: Sequence[str | Path], arm_settings: Sequence[str] =
                            + "; ".join(seed_diffs) + ".")
     versions = {n: family_version(c) for n, c in configs.items()}
     if len(set(versions.values())) > 1:
-        check.breaches.append("task family versions differ: " + ", ".join(f"{n} {v}" for n, v in versions.items()))
+        check.refusals.append("task family versions differ: " + ", ".join(f"{n} {v}" for n, v in versions.items()))
+        check.breaches.append(check.refusals[-1])
     for name, d in ((Path(d).name, d) for d in run_dirs):
         stop = read_stop(d)
         if stop is None:

@@ -112,3 +112,13 @@ def test_the_generated_arm_configs_meet_the_protocol():
     for arm, c in flat.items():
         single = ep._single_turn(c) != ep._single_turn(flat["leap"])
         assert ep.config_differences(flat["leap"], c, single) == [], arm
+
+
+def test_runs_of_different_family_versions_are_never_reported_together(tmp_path, capsys):
+    _run(tmp_path, "leap-s0")
+    _run(tmp_path, "multiturn-s0", "multiturn", tasks__generated_version="v1")
+    argv = ["--out", str(tmp_path), "--arms", "leap,multiturn", "--seeds", "0", "--metric", "heldout/acc@1",
+            "--report-only", "--accept-protocol-breaks", "--config-dir", str(experiment.ROOT / "configs" / "generated")]
+    assert experiment.main(argv) == 2
+    assert "task family versions differ: leap-s0 v2, multiturn-s0 v1" in capsys.readouterr().err
+    assert not (tmp_path / "report" / "experiment.md").exists()

@@ -12,7 +12,9 @@ training. The held-out side tests generalisation to unseen compositions of known
 Ordering: every name of the grammar is sorted by sha256(seed, name) within its stratum (family,
 number of ops); the strata are interleaved round-robin (short chains are not drowned by the many
 3-op chains), and `generated_task_names(count, seed, split)` keeps the first `count` names of the
-split. The order is a fixed function of the seed, so lists are prefix-stable.
+split. The order is a fixed function of the seed and the family version (grammar.FAMILY_VERSIONS),
+so lists are prefix-stable. Validation tasks (`validation_task_names`) continue the held-out list past
+the reported held-out tasks: held-out compositions, disjoint from both the held-out and training tasks.
 """
 from __future__ import annotations
 
