@@ -19,7 +19,10 @@
 3. Report: `leap_jax.report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
    (leap_jax.experiment_report: per-arm accuracies over seeds, time per phase, time to the
    baseline arm's best accuracy, and the headline ratio; `--compare ARM/BASELINE` picks the pair,
-   leap/multiturn by default).
+   leap/multiturn by default), opened by the protocol check of docs/protocol.md
+   (leap_jax.experiment_protocol) and followed by the ratio as a curve over target levels and the
+   paired tests (leap_jax.experiment_claims). A report alone refuses runs that break the protocol
+   unless `--accept-protocol-breaks`, which lists the breaches on the page.
 """
 from __future__ import annotations
 
@@ -89,6 +92,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--compare", default=f"{HEADLINE_ARM}/{HEADLINE_BASELINE}", metavar="ARM/BASELINE",
                    help="the headline pair: time for ARM to reach BASELINE's best accuracy "
                         f"(default {HEADLINE_ARM}/{HEADLINE_BASELINE})")
+    p.add_argument("--accept-protocol-breaks", action="store_true",
+                   help="write the report of runs that break the protocol (docs/protocol.md), listing every "
+                        "breach at the top of the page, instead of refusing (for pages of earlier runs)")
+    p.add_argument("--arm-settings", default="", metavar="KEY,KEY",
+                   help="settings beyond the algorithm that the arms differ in by design (dotted keys, e.g. "
+                        "rollout.update_lag for grpo_lag/grpo); the protocol check allows them and the page names them")
     p.add_argument("overrides", nargs="*", help="dotted overrides for every arm, e.g. train.time_budget_s=120")
     args = p.parse_args(argv)
     args.arm_list = _csv(args.arms, "--arms")
@@ -106,6 +115,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise ExperimentError(f"--parallel={args.parallel}: expected >= 1")
     args.compare_pair = _compare_pair(args.compare)
     args.lower_target_list = _margins(args.lower_targets)
+    args.arm_setting_list = [x.strip() for x in args.arm_settings.split(",") if x.strip()]
     return args
 
 
@@ -478,9 +488,12 @@ def launch_notes(out: Path, names: Sequence[str]) -> list[str]:
 
 def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: str | None,
                   compare: tuple[str, str] = (HEADLINE_ARM, HEADLINE_BASELINE),
-                  lower_targets: Sequence[float] = ()) -> list[Path]:
+                  lower_targets: Sequence[float] = (), accept_breaks: bool = False,
+                  arm_settings: Sequence[str] = ()) -> list[Path]:
     """OUT/report: the generic report of every run with metrics, plus experiment.md (its headline
-    compares `compare` = (arm, baseline), also at `lower_targets` below the baseline's best)."""
+    compares `compare` = (arm, baseline), also at `lower_targets` below the baseline's best).
+    The runs are checked against the protocol first: a breach raises ExperimentError, or with
+    `accept_breaks` opens the page, listed."""
     from leap_jax.experiment_plots import seed_curves_plot
     from leap_jax.experiment_report import DEFAULT_METRIC, load_experiment
     from leap_jax.experiment_sections import experiment_page, load_final_evals, read_final_eval
@@ -489,6 +502,14 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
     dirs = [out / f"{a}-s{s}" for s in seeds for a in arms if read_metrics(out / f"{a}-s{s}")]
     if not dirs:
         return []
+    from leap_jax.experiment_protocol import check_protocol, protocol_markdown
+    protocol = check_protocol(dirs, arm_settings)
+    if protocol.refusals:
+        raise ExperimentError("no report of these runs can be written:\n- " + "\n- ".join(protocol.refusals))
+    if protocol.breaches and not accept_breaks:
+        raise ExperimentError("the runs break the comparison protocol (docs/protocol.md); no report written "
+                              "(--accept-protocol-breaks writes one that lists them):\n- "
+                              + "\n- ".join(protocol.breaches))
     report = out / "report"
     written = write_report(dirs, report)
     runs = load_experiment(dirs)
@@ -504,6 +525,7 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
     if shared:
         notes.append(f"Start accuracy (step -1) of {', '.join(shared)}: one shared greedy evaluation of the "
                      "starting policy (OUT/start_eval), reused by each run through eval.start_metrics.")
+    page = f"## Protocol\n\n{protocol_markdown(protocol)}\n{page}"
     (report / "experiment.md").write_text(page + ("\n" + "\n".join(notes) + "\n" if notes else ""))
     return [*written, report / "experiment.md"]
 
@@ -518,12 +540,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.report_only:
             policy = ensure_policy(args, out)
             states = run_arms(args, out, policy, t_start)
+            # a report alone leaves the last launch's record of its runs as it was
+            (out / "state.json").write_text(json.dumps(states, indent=2))
+        # after a launch the runs may still be going: the page lists the breaches; a report alone refuses
+        paths = write_reports(out, args.arm_list, args.seed_list, args.metric, args.compare_pair,
+                              args.lower_target_list, args.accept_protocol_breaks or not args.report_only,
+                              args.arm_setting_list)
     except ExperimentError as e:
         print(f"experiment error: {e}", file=sys.stderr)
         return 2
-    paths = write_reports(out, args.arm_list, args.seed_list, args.metric, args.compare_pair, args.lower_target_list)
-    if not args.report_only:  # a report alone leaves the last launch's record of its runs as it was
-        (out / "state.json").write_text(json.dumps(states, indent=2))
     for name, st in states.items():
         print(f"[experiment] {name}: {st}")
     if paths:

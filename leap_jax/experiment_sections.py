@@ -195,15 +195,35 @@ def lower_targets_markdown(runs: Runs, metric: str, baseline: str, arm: str, off
     return "\n".join(lines) + "\n"
 
 
+def curve_metrics(runs: Runs, metric: str) -> list[str]:
+    """`metric`, then the same split's accuracy after feedback turns when the periodic evaluation
+    logged it (eval.feedback_interval): multi-turn RL's reward is "solved by turn 3", so the
+    comparison is given on both."""
+    split, _, _ = metric.partition("/acc@")
+    logged = {k for by_seed in runs.values() for rows in by_seed.values() for r in rows for k in r
+              if k.startswith(f"{split}/acc@")}
+    deepest = max(logged, key=lambda k: int(k.rsplit("@", 1)[1]), default=None)
+    return [metric] + ([deepest] if deepest and deepest != metric else [])
+
+
 def experiment_page(runs: Runs, metric: str, finals: Finals | None = None, start_final: dict[str, Any] | None = None,
                     turns: int = 3, compare: tuple[str, str] | None = None, lower_targets: Sequence[float] = ()) -> str:
-    """The whole experiment page: experiment_report's table, learning and headline, then the
+    """The whole experiment page: experiment_report's table, learning and headline, the ratio as a
+    curve over target levels against every other arm, the paired tests of final accuracies, then the
     per-seed targets with the ratios in seconds, steps and tokens (and at `lower_targets` below
     the baseline's best), the final accuracy with feedback, and DCP's shares. `compare` =
     (arm, baseline): the headline's pair (default leap, multiturn)."""
+    from leap_jax.experiment_claims import paired_tests_markdown, target_curve_markdown
     arm, baseline = compare or (HEADLINE_ARM, HEADLINE_BASELINE)
     order = (arm, baseline)
+    others = [baseline] + sorted(a for a in runs if a not in order)
     page = [experiment_markdown(runs, metric, baseline, arm, turns=turns)]
+    for m in curve_metrics(runs, metric):
+        page += [f"## Time to target as a curve over target levels ({m})", ""]
+        for other in others:
+            page += [f"### `{other}` / `{arm}`", "", target_curve_markdown(runs, m, other, arm)]
+    page += ["## Paired per-task tests of the final accuracies", "",
+             paired_tests_markdown(finals or {}, arm, [o for o in others if o in (finals or {})])]
     h = headline(runs, metric, baseline, arm)
     if h["per_seed"]:
         page += [f"## Time, steps and generated tokens to the target ({metric})", "",

@@ -300,6 +300,9 @@ def _check_plateau(cfg: Config) -> None:
                           "it watches); set eval.interval=N")
     if m.group(1) == "train_eval" and not cfg.eval.train_tasks:
         raise ConfigError(f"train.plateau.metric={metric!r} needs eval.train_tasks=true")
+    if m.group(1) == "validation" and not (cfg.tasks.source == "generated" and cfg.tasks.generated_validation):
+        raise ConfigError(f"train.plateau.metric={metric!r} needs a validation split: tasks.source=generated "
+                          "and tasks.generated_validation > 0")
     if int(m.group(2)) > cfg.eval.turns:
         raise ConfigError(f"train.plateau.metric={metric!r}: the periodic evaluation logs acc@1..acc@"
                           f"{cfg.eval.turns} (eval.turns={cfg.eval.turns})")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels_env.core.config import BACKENDS, POOL_MODES, RAY_MIN_HEARTBEAT_S, SIZE_SETS, EnvConfig, StageLimits
+from kernels_env.tasks.generated.grammar import CURRENT_FAMILY_VERSION, FAMILY_VERSIONS
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
 
@@ -127,10 +128,15 @@ class TasksCfg:
     # more held-out-composition tasks, disjoint from the held-out ones, for choosing a policy (the SFT
     # run's sft.band_split: validation) without looking at the tasks it is measured on
     generated_validation: int = 0
+    # the generated family's version the tasks are drawn from (one of FAMILY_VERSIONS; default the
+    # newest). Recorded in the run's config.yaml; the experiment report refuses to compare runs of
+    # different versions, and an earlier page re-runs by naming its version
+    generated_version: str = CURRENT_FAMILY_VERSION
 
     def check(self) -> None:
         choice(self.source, ("suite", "generated"), "tasks.source")
         if self.source == "generated":
+            choice(self.generated_version, FAMILY_VERSIONS, "tasks.generated_version")
             positive(self.generated_train, "tasks.generated_train")
             positive(self.generated_held_out, "tasks.generated_held_out", allow_zero=True)
             positive(self.generated_validation, "tasks.generated_validation", allow_zero=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from leap_jax.train.config_loader import ConfigError, positive
 
 
-PERIODIC_METRIC = re.compile(r"^(heldout|train_eval)/acc@(\d+)$")  # what eval.interval logs
+PERIODIC_METRIC = re.compile(r"^(heldout|train_eval|validation)/acc@(\d+)$")  # what eval.interval logs
 
 
 @dataclass
@@ -24,7 +24,8 @@ class PlateauCfg:
     def check(self) -> None:
         if self.metric is not None and not PERIODIC_METRIC.match(self.metric):
             raise ConfigError(f"train.plateau.metric={self.metric!r}: expected a periodic evaluation's "
-                              "accuracy, heldout/acc@T or train_eval/acc@T (e.g. heldout/acc@1)")
+                              "accuracy, validation/acc@T, heldout/acc@T or train_eval/acc@T (e.g. "
+                              "validation/acc@1)")
         positive(self.window, "train.plateau.window")
         positive(self.tol, "train.plateau.tol", allow_zero=True)
         positive(self.min_steps, "train.plateau.min_steps", allow_zero=True)
@@ -105,6 +106,12 @@ class EvalCfg:
     final_turns: int | None = None
     # with final_turns: also the hand-written suite (kernels_env.list_tasks()), as split "suite"
     final_suite: bool = False
+    # with `interval`: every `feedback_interval` steps (a multiple of `interval`; and at the start) the
+    # periodic evaluation gives each failing row `feedback_turns` turns of real feedback instead of
+    # `turns`, logging acc@1..feedback_turns (Acc@3: what multi-turn RL's reward asks for) at a cost
+    # kept down by its interval. None: off
+    feedback_interval: int | None = None
+    feedback_turns: int = 3
 
     def check(self) -> None:
         if self.final_turns is not None:
@@ -123,3 +130,13 @@ class EvalCfg:
                               "eval.interval (the periodic evaluation they extend); set eval.interval=N")
         positive(self.turns, "eval.turns")
         positive(self.samples, "eval.samples")
+        self._check_feedback()
+
+    def _check_feedback(self) -> None:
+        if self.feedback_interval is None:
+            return
+        positive(self.feedback_interval, "eval.feedback_interval")
+        positive(self.feedback_turns, "eval.feedback_turns")
+        if self.interval is None or self.feedback_interval % self.interval:
+            raise ConfigError(f"eval.feedback_interval={self.feedback_interval}: expected a multiple of "
+                              f"eval.interval={self.interval} (it picks some of the periodic evaluations)")

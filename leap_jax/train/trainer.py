@@ -122,9 +122,9 @@ def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
     if cfg.tasks.source == "generated":
         from kernels_env.tasks.generated import generated_task_names
         t = cfg.tasks
-        return (generated_task_names(t.generated_train, seed=t.split_seed, split="train"),
-                generated_task_names(t.generated_held_out, seed=t.split_seed, split="held_out")
-                if t.generated_held_out else [])
+        return (generated_task_names(t.generated_train, seed=t.split_seed, split="train", version=t.generated_version),
+                generated_task_names(t.generated_held_out, seed=t.split_seed, split="held_out",
+                                     version=t.generated_version) if t.generated_held_out else [])
     if cfg.tasks.names:
         for n in cfg.tasks.names:
             get_task(n)  # raises a clear KeyError for an unknown name
@@ -144,10 +144,9 @@ def validation_tasks(cfg: Config) -> list[str]:
     t = cfg.tasks
     if t.source != "generated" or not t.generated_validation:
         return []
-    from kernels_env.tasks.generated import generated_task_names
-    names = generated_task_names(t.generated_held_out + t.generated_validation, seed=t.split_seed,
-                                 split="held_out")
-    return names[t.generated_held_out:]
+    from kernels_env.tasks.generated import validation_task_names
+    return validation_task_names(t.generated_validation, t.generated_held_out, seed=t.split_seed,
+                                 version=t.generated_version)
 
 
 def _coarse_prompt_buckets(max_context: int) -> tuple[int, ...]:
@@ -227,6 +226,7 @@ class Trainer:
         self.compile_cache_dir = enable_compile_cache(cfg, self.run_dir)
         save_config(cfg, self.run_dir / "config.yaml")
         self.train_tasks, self.held_out = select_tasks(cfg)
+        self.validation = validation_tasks(cfg)  # what the plateau rule may read; never reported
         from kernels_env.tasks import get_task
         all_tasks = [get_task(n) for n in sorted(set(self.train_tasks) | set(self.held_out))]
         self.tokenizer = build_tokenizer(cfg, self.run_dir, all_tasks)
@@ -647,9 +647,9 @@ class Trainer:
         c = self.cfg
         policy = str(Path(c.model.path).resolve()) if c.model.source == "hf" and c.model.path else None
         return {"model_source": c.model.source, "policy": policy, "train_tasks": list(self.train_tasks),
-                "held_out": list(self.held_out),
-                "eval": {"turns": c.eval.turns, "samples": c.eval.samples, "temperature": c.eval.temperature,
-                         "train_tasks": c.eval.train_tasks},
+                "held_out": list(self.held_out), **({"validation": list(self.validation)} if self.validation else {}),
+                "eval": {"turns": self.periodic_turns(0), "samples": c.eval.samples,
+                         "temperature": c.eval.temperature, "train_tasks": c.eval.train_tasks},
                 "env": {"backend": c.env.backend, "sizes": c.env.sizes,
                         "correctness_trials": c.env.correctness_trials},
                 "max_new_tokens": c.sampling.max_new_tokens}
@@ -675,8 +675,10 @@ class Trainer:
 
     def _mark_finished(self) -> None:
         reason = "plateau" if self.plateaued else "time_budget" if self.out_of_time() else "steps"
-        (self.run_dir / FINISHED_FILE).write_text(json.dumps(
-            {"reason": reason, "step": self.step, "train_time_s": self.train_time}, indent=2))
+        record: dict[str, Any] = {"reason": reason, "step": self.step, "train_time_s": self.train_time}
+        if self.cfg.tasks.source == "generated":
+            record["family_version"] = self.cfg.tasks.generated_version
+        (self.run_dir / FINISHED_FILE).write_text(json.dumps(record, indent=2))
 
     def _eval_on(self, tasks: Sequence[str], turns: int | None = None) -> tuple[dict[str, Any], Any]:
         """Acc@1..turns (default eval.turns) of the current params on `tasks` (eval settings, every
@@ -746,17 +748,24 @@ class Trainer:
                 res[name]["per_task"] = solved_turns_by_task(part, tasks)
         return res
 
-    def periodic_eval_metrics(self) -> dict[str, Any]:
-        """The in-training evaluation (eval.interval): held-out tasks as heldout/..., and the training
-        tasks as train_eval/... when eval.train_tasks; its time is time/periodic_eval, not time/step.
+    def periodic_turns(self, step: int) -> int:
+        """Turns of the periodic evaluation after `step` steps: eval.feedback_turns every
+        eval.feedback_interval steps (and at the start), else eval.turns."""
+        e = self.cfg.eval
+        return e.feedback_turns if e.feedback_interval and step % e.feedback_interval == 0 else e.turns
 
-        Both splits go through one rollout (one batch per turn), so the held-out tasks add rows to the
+    def periodic_eval_metrics(self) -> dict[str, Any]:
+        """The in-training evaluation (eval.interval): held-out tasks as heldout/..., the validation
+        tasks (tasks.generated_validation) as validation/..., and the training tasks as train_eval/...
+        when eval.train_tasks; its time is time/periodic_eval, not time/step.
+
+        The splits go through one rollout (one batch per turn), so the held-out tasks add rows to the
         training tasks' decode instead of a second sequence of decodes of their own."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        splits = [("heldout", self.eval_tasks(self.held_out))] + (
+        splits = [("heldout", self.eval_tasks(self.held_out)), ("validation", self.eval_tasks(self.validation))] + (
             [("train_eval", self.eval_tasks(self.train_tasks))] if cfg.eval.train_tasks else [])
-        by_split = self._split_metrics([(p, tasks) for p, tasks in splits if tasks], cfg.eval.turns)
+        by_split = self._split_metrics([(p, tasks) for p, tasks in splits if tasks], self.periodic_turns(self.step))
         res: dict[str, Any] = {f"{p}/{k}": v for p, m in by_split.items() for k, v in m.items()}
         res["time/periodic_eval"] = time.perf_counter() - t0
         return res

@@ -308,7 +308,7 @@ def test_report_only_with_compare_heads_the_page_with_that_pair(tmp_path):
             json.dumps({"step": step, "time/train_total": 10.0 * (step + 1), "heldout/acc@1": acc}) + "\n"
             for step, acc in enumerate(accs, start=-1)))
     assert experiment.main(["--out", str(out), "--arms", "grpo,grpo_lag", "--seeds", "0", "--metric",
-                            "heldout/acc@1", "--compare", "grpo_lag/grpo", "--report-only",
+                            "heldout/acc@1", "--compare", "grpo_lag/grpo", "--report-only", "--accept-protocol-breaks",
                             "--config-dir", str(experiment.ROOT / "configs" / "generated")]) == 0
     page = (out / "report" / "experiment.md").read_text()
     assert "`grpo` time to target / `grpo_lag` time to target = 2" in page

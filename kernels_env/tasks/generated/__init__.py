@@ -2,7 +2,9 @@
 row reductions, row normalisations and fused chains, float32 and float16), each with a description,
 a float64 reference and a canonical CUDA solution, split into train / held-out BY COMPOSITION.
 
-    generated_task_names(count, seed=0, split="train")   -> prefix-stable list of names
+    generated_task_names(count, seed=0, split="train", version=CURRENT_FAMILY_VERSION)
+                                                           -> prefix-stable list of names
+    validation_task_names(count, held_out, seed=0, ...)    -> tasks for decisions, never reported
     split_of(name)                                         -> "train" | "held_out"
     get_generated_task(name)                               -> Task (built lazily, cached)
 
@@ -17,8 +19,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from kernels_env.tasks.generated.grammar import Spec, parse_name
-from kernels_env.tasks.generated.split import generated_task_names, held_out_pairs, split_of
+from kernels_env.tasks.generated.grammar import CURRENT_FAMILY_VERSION, FAMILY_VERSIONS, Spec, parse_name
+from kernels_env.tasks.generated.split import generated_task_names, held_out_pairs, split_of, validation_task_names
 from kernels_env.tasks.spec import Task
 
 PREFIX = "gen_"
@@ -26,10 +28,11 @@ PREFIX = "gen_"
 
 @lru_cache(maxsize=4096)
 def get_generated_task(name: str) -> Task:
-    """The generated task called `name`; ValueError when `name` is not in the grammar."""
+    """The generated task called `name` (of any family version: a run of an earlier version looks its
+    tasks up by name too); ValueError when `name` is in no version of the grammar."""
     from kernels_env.tasks.generated.emit import build_task
-    return build_task(parse_name(name))
+    return build_task(parse_name(name, version=None))
 
 
-__all__ = ["PREFIX", "Spec", "generated_task_names", "get_generated_task", "held_out_pairs", "parse_name",
-           "split_of"]
+__all__ = ["CURRENT_FAMILY_VERSION", "FAMILY_VERSIONS", "PREFIX", "Spec", "generated_task_names",
+           "get_generated_task", "held_out_pairs", "parse_name", "split_of", "validation_task_names"]

@@ -14,6 +14,11 @@ optionally one unary op on its result. Families:
 Chains whose output hardly depends on their inputs (a constant, a cancelling operand, a saturated
 op) are left out: degenerate.py lists the rules.
 
+The family is versioned (`FAMILY_VERSIONS`, oldest first): "v1" has every well-formed chain (the
+headline of docs/results/headline_2026-12-04 drew from it), "v2" (2026-12-05) leaves the degenerate
+ones out. A version fixes which chains exist, hence every seeded ordering and split; a run records
+the version it drew from (tasks.generated_version), so an older page can be re-run at a newer tree.
+
 A name is `gen_<family>_<op tokens>_<dtype>_s<shape id>`, a binary op token followed by its
 broadcast token; names use only [a-z0-9_] and fully determine the task.
 """
@@ -28,6 +33,21 @@ from kernels_env.tasks.generated.degenerate import degenerate_reason
 from kernels_env.tasks.generated.ops import BCAST, BINARY, DTYPES, F16_REDUCE, NORM, REDUCE, ROWOPS, SHAPES, UNARY
 
 FAMILIES = ("ew", "red", "norm", "fu")
+FAMILY_VERSIONS = ("v1", "v2")  # oldest first; the last is the default (not dates: YAML reads those as dates)
+CURRENT_FAMILY_VERSION = FAMILY_VERSIONS[-1]
+_DEGENERATE_LEFT_OUT_SINCE = "v2"
+
+
+def check_version(version: str) -> str:
+    """`version` itself when it names a family version; a ValueError listing them otherwise."""
+    if version not in FAMILY_VERSIONS:
+        raise ValueError(f"generated family version {version!r}: expected one of {FAMILY_VERSIONS}")
+    return version
+
+
+def leaves_out_degenerate(version: str) -> bool:
+    """Whether `version` of the family leaves degenerate chains out (degenerate.py)."""
+    return FAMILY_VERSIONS.index(check_version(version)) >= FAMILY_VERSIONS.index(_DEGENERATE_LEFT_OUT_SINCE)
 
 
 @dataclass(frozen=True)
@@ -83,9 +103,9 @@ def family_of(pre: tuple[str, ...], row: str | None, post: tuple[str, ...]) -> s
     return "fu"
 
 
-def valid(spec: Spec) -> bool:
-    """Whether `spec` is in the grammar (names of invalid specs are rejected, never built)."""
-    return _well_formed(spec) and degenerate_reason(spec) is None
+def valid(spec: Spec, version: str = CURRENT_FAMILY_VERSION) -> bool:
+    """Whether `spec` is in `version` of the grammar (names of invalid specs are rejected, never built)."""
+    return _well_formed(spec) and not (leaves_out_degenerate(version) and degenerate_reason(spec) is not None)
 
 
 def _well_formed(spec: Spec) -> bool:
@@ -124,9 +144,9 @@ def _prefixes(max_len: int) -> list[tuple[tuple[str, ...], str | None]]:
     return out
 
 
-@lru_cache(maxsize=1)
-def all_specs() -> tuple[Spec, ...]:
-    """Every spec of the grammar, in a fixed (sorted-by-name) order."""
+@lru_cache(maxsize=len(FAMILY_VERSIONS))
+def all_specs(version: str = CURRENT_FAMILY_VERSION) -> tuple[Spec, ...]:
+    """Every spec of `version` of the grammar, in a fixed (sorted-by-name) order."""
     specs = []
     posts = [()] + [(u,) for u in UNARY]
     for pre, bcast in _prefixes(3):
@@ -140,7 +160,7 @@ def all_specs() -> tuple[Spec, ...]:
                 if fam is None:
                     continue
                 for dtype in DTYPES:
-                    if not valid(Spec(fam, pre, bcast, row, post, dtype, 0)):
+                    if not valid(Spec(fam, pre, bcast, row, post, dtype, 0), version):
                         continue  # validity does not depend on the shape id
                     for shape in SHAPES:
                         s = Spec(fam, pre, bcast, row, post, dtype, shape)
@@ -152,8 +172,9 @@ def all_specs() -> tuple[Spec, ...]:
 _NAME_RE = re.compile(r"^gen_[a-z0-9_]+_s[0-9]+$")
 
 
-def parse_name(name: str) -> Spec:
-    """The spec a generated name denotes; ValueError (saying why) when it is not a valid name."""
+def parse_name(name: str, version: str | None = CURRENT_FAMILY_VERSION) -> Spec:
+    """The spec a generated name denotes in `version` of the family (None: in any version, so a task
+    of an earlier version can still be built by name); ValueError (saying why) when it is not one."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"{name!r} is not a generated task name (gen_<family>_<ops>_<f32|f16>_s<k>)")
     toks = name.split("_")
@@ -187,6 +208,8 @@ def parse_name(name: str) -> Spec:
         raise ValueError(f"{name!r} is not in the generated task grammar (family, op order, dtype "
                          f"{tuple(DTYPES)} or shape id {tuple(SHAPES)})")
     why = degenerate_reason(spec)
-    if why is not None:
-        raise ValueError(f"{name!r} is left out of the generated task grammar: {why}")
+    versions = FAMILY_VERSIONS if version is None else (version,)
+    if why is not None and all(leaves_out_degenerate(v) for v in versions):
+        raise ValueError(f"{name!r} is left out of the generated task grammar: {why} (family version "
+                         f"{version}; version {FAMILY_VERSIONS[0]} has it)")
     return spec
