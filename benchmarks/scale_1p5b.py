@@ -4,28 +4,32 @@ the update's tokens/s, MFU and peak memory vs `memory_plan.py`, compile times, a
     python benchmarks/scale_1p5b.py --out $OUT/scale                  # one H100/H200, ~7 minutes
     python benchmarks/scale_1p5b.py --out /tmp/scale --tiny           # CPU smoke: tiny shape, seconds per part
 
-Each part runs in its own subprocess under its own time cap (`--caps part=seconds`) and appends JSON
-lines to OUT/results.jsonl (a failed or timed-out part writes one line saying so; OUT/PART.log keeps
-its output), so one failure loses nothing else. Parts, in order (`--parts` picks some):
+Each part runs in its own process (session) under its own time cap (`--caps part=seconds`) and all
+together under `--budget` seconds; each appends JSON lines to OUT/results.jsonl (a failed, timed-out
+or skipped part writes one line saying so; OUT/PART.log keeps its output), so one failure loses
+nothing else. Parts, in order (`--parts` picks some):
+  memplan7b      benchmarks/memory_plan.py --shapes 7B --devices 8 on 8 CPU devices (compile only; in
+                 the background from the start, it needs no GPU)
   checkpoint     scripts/make_qwen_shaped_checkpoint.py's folder (random bf16 weights, padded BPE) in OUT/ckpt
+  parity         tests/leap_jax/test_scale_gpu.py on that folder: leap_jax vs transformers fp32 logits
   sampler        leap_jax's Sampler on it (bf16): ROWS rows, PROMPT-token prompts, NEW new tokens, no stop;
                  tokens/s against the roofline = rows / (bytes one decode step must read / bandwidth),
                  bytes = bf16 weights + the K/V of every row at its length (prompt + the step's tokens,
                  averaged over the steps); bandwidth nominal (--hbm-tbs, H100 SXM HBM3 3.35) and measured
-                 (a large on-device copy). Cold compile (empty persistent cache), then `sampler_resume`
-                 from that cache.
-  hf             transformers' generate (torch bf16, SDPA) on the same folder, prompts and lengths:
-                 dynamic cache, then static cache (torch.compile'd decode)
+                 (a large on-device copy). Cold compile (an empty persistent cache), then
+  sampler_resume the same in a new process on that cache (what a resumed run compiles)
   update         the jitted LEAP update (make_update, accumulate="scan", donated state, as memory_plan.py)
                  with fp32 master weights, AdamW, bf16 compute, remat: tokens/s, model FLOPs (6N + causal
                  attention per token, no recompute) / time / --peak-tflops (989: H100 SXM dense bf16), XLA's
-                 own FLOP count, the allocator's peak bytes against memory_plan.plan's compiled estimate;
-                 cold compile, then `update_resume` from the persistent cache
-  step           `python -m leap_jax.main --config configs/qwen2.5-coder-1.5b.yaml model.path=OUT/ckpt`
-                 with the real cupy environment (the labelled scripted mix on, so DCP and the update have
-                 work; random weights write noise to max_new_tokens): per-step time and its split,
-                 compile seconds, generated tokens/s, JAX's peak memory
-  memplan7b      benchmarks/memory_plan.py --shapes 7B --devices 8 on 8 CPU devices (compile only)
+                 own FLOP count (with the recompute), the allocator's peak bytes against memory_plan.plan's
+                 compiled estimate of the same program; cold compile, then
+  update_resume  the same from the persistent cache
+  hf             transformers' generate (torch bf16, SDPA) on the same folder, prompts and lengths:
+                 dynamic cache, then static cache (its decode torch.compile'd by transformers)
+  step           `python -m leap_jax.main --config configs/qwen2.5-coder-1.5b.yaml model.path=OUT/ckpt`,
+                 2 steps with the real cupy environment (the labelled scripted mix on, so DCP and the
+                 update have work; random weights write noise to max_new_tokens): per-step time and its
+                 split, compile seconds, generated tokens/s, JAX's peak memory (`--step-overrides` adds more)
 A summary table of every line is printed at the end (and `--summary OUT` reprints it).
 """
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -42,9 +47,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PARTS = ("checkpoint", "sampler", "sampler_resume", "hf", "update", "update_resume", "step", "memplan7b")
-CAPS = {"checkpoint": 90, "sampler": 120, "sampler_resume": 60, "hf": 200, "update": 150,
-        "update_resume": 90, "step": 330, "memplan7b": 200}
+PARTS = ("memplan7b", "checkpoint", "parity", "sampler", "sampler_resume", "update", "update_resume", "hf", "step")
+CPU_PARTS = ("memplan7b",)  # need no GPU: run in the background from the start
+CAPS = {"checkpoint": 90, "parity": 120, "sampler": 120, "sampler_resume": 60, "update": 180,
+        "update_resume": 90, "hf": 200, "step": 420, "memplan7b": 420}
 FULL = dict(rows=128, prompt=600, new=768, update_rows=8, update_len=4096, micro_batch=4, steps=3)
 TINY = dict(rows=4, prompt=24, new=8, update_rows=2, update_len=64, micro_batch=1, steps=1)
 RESULTS = "results.jsonl"
@@ -70,6 +76,18 @@ def part_checkpoint(a: argparse.Namespace) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     emit(a.out, "checkpoint", wall_s=time.perf_counter() - t0, **summary)
+
+
+def part_parity(a: argparse.Namespace) -> None:
+    """tests/leap_jax/test_scale_gpu.py on OUT/ckpt (it skips without a GPU)."""
+    env = dict(os.environ, LEAP_SCALE_CKPT=str(Path(a.out) / "ckpt"))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                           "tests/leap_jax/test_scale_gpu.py"], capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [ln for ln in proc.stdout.splitlines() if "logits:" in ln or " passed" in ln or " skipped" in ln
+             or " failed" in ln]
+    emit(a.out, "parity", rc=proc.returncode, table=lines)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stdout[-3000:])
 
 
 def _load_bf16(a: argparse.Namespace):
@@ -239,7 +257,8 @@ def part_step(a: argparse.Namespace) -> None:
     run = Path(a.out) / "run"
     args = ["--config", str(ROOT / "configs" / "qwen2.5-coder-1.5b.yaml"), f"model.path={Path(a.out) / 'ckpt'}",
             f"train.run_dir={run}", "train.steps=2", "rollout.scripted_mix.enabled=true",
-            "logging.progress_bar=false", "logging.tensorboard=false", "eval.turns=0", *a.step_overrides]
+            "logging.progress_bar=false", "logging.tensorboard=false", "logging.report=false",
+            "checkpoint.enabled=false", *a.step_overrides]
     t0 = time.perf_counter()
     rc = leap_main(args)
     wall = time.perf_counter() - t0
@@ -278,7 +297,8 @@ def run_part(a: argparse.Namespace) -> None:
     elif name.startswith("update"):
         part_update(a, name)
     else:
-        {"checkpoint": part_checkpoint, "hf": part_hf, "step": part_step, "memplan7b": part_memplan7b}[name](a)
+        {"checkpoint": part_checkpoint, "parity": part_parity, "hf": part_hf, "step": part_step,
+         "memplan7b": part_memplan7b}[name](a)
 
 
 # ------------------------------------------------------------------------------------------ driver
@@ -288,12 +308,37 @@ def summary(out: Path) -> str:
     for raw in (path.read_text().splitlines() if path.is_file() else []):
         r = json.loads(raw)
         short = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()
-                 if k != "part" and not isinstance(v, (list, dict))}
+                 if k not in ("part", "log_tail") and not isinstance(v, (list, dict))}
         lines.append(f"{r['part']:<15} " + ", ".join(f"{k}={v}" for k, v in short.items()))
+        lines += [f"{'':<15} {row}" for row in r.get("table", [])]
     return "\n".join(lines)
 
 
+def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """A part's process in its own session, so a timeout ends its children too (env workers)."""
+    log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed by _finish
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+
+
+def _finish(out: Path, part: str, proc: subprocess.Popen, cap: float) -> bool:
+    """Wait up to `cap` seconds; on a timeout end the part's process group. Records a failure line."""
+    try:
+        rc: int | None = proc.wait(timeout=max(cap, 0.1))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        rc = None
+    if proc.stdout is not None:
+        proc.stdout.close()
+    if rc != 0:
+        tail = (out / f"{part}.log").read_text(errors="replace")[-1500:]
+        emit(out, part, failed=True, timed_out=rc is None, cap_s=cap, rc=rc, log_tail=tail)
+    return rc == 0
+
+
 def drive(a: argparse.Namespace, argv: list[str]) -> int:
+    """Every part in its own process: CPU-only parts in the background from the start, the GPU
+    parts one after another, each under min(its cap, what is left of --budget)."""
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     caps = dict(CAPS)
@@ -302,7 +347,7 @@ def drive(a: argparse.Namespace, argv: list[str]) -> int:
         if k not in caps or not v.isdigit():
             raise SystemExit(f"--caps {item!r}: expected PART=SECONDS with PART one of {PARTS}")
         caps[k] = int(v)
-    parts = a.parts.split(",") if a.parts else [p for p in PARTS if not (a.tiny and p == "step")]
+    parts = a.parts.split(",") if a.parts else [p for p in PARTS if not (a.tiny and p in ("step", "parity"))]
     for p in parts:
         if p not in PARTS:
             raise SystemExit(f"--parts: unknown part {p!r}; expected some of {PARTS}")
@@ -310,22 +355,28 @@ def drive(a: argparse.Namespace, argv: list[str]) -> int:
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     if a.tiny:
         env.setdefault("JAX_PLATFORMS", "cpu")
-    failures = 0
+    end = time.monotonic() + a.budget
+    ok = {}
+
+    def command(p: str) -> list[str]:
+        return [sys.executable, os.path.abspath(__file__), *argv, "--part", p]
+    background = {p: (_start(command(p), out / f"{p}.log", env), time.monotonic()) for p in parts if p in CPU_PARTS}
     for p in parts:
-        cmd = [sys.executable, os.path.abspath(__file__), *argv, "--part", p]
-        t0 = time.perf_counter()
-        with open(out / f"{p}.log", "w", encoding="utf-8") as log:
-            try:
-                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=caps[p]).returncode
-            except subprocess.TimeoutExpired:
-                rc = None
-        if rc != 0:
-            failures += 1
-            tail = (out / f"{p}.log").read_text(errors="replace")[-1500:]
-            emit(out, p, failed=True, timed_out=rc is None, cap_s=caps[p], rc=rc, log_tail=tail)
-        print(f"[scale] {p}: {'ok' if rc == 0 else 'FAILED'} in {time.perf_counter() - t0:.1f} s", flush=True)
+        if p in CPU_PARTS:
+            continue
+        left = end - time.monotonic()
+        if left < 10:
+            emit(out, p, failed=True, skipped=f"--budget {a.budget} s spent")
+            ok[p] = False
+            continue
+        t0 = time.monotonic()
+        ok[p] = _finish(out, p, _start(command(p), out / f"{p}.log", env), min(caps[p], left))
+        print(f"[scale] {p}: {'ok' if ok[p] else 'FAILED'} in {time.monotonic() - t0:.1f} s", flush=True)
+    for p, (proc, t0) in background.items():
+        ok[p] = _finish(out, p, proc, min(caps[p] - (time.monotonic() - t0), end - time.monotonic()))
+        print(f"[scale] {p} (background): {'ok' if ok[p] else 'FAILED'}", flush=True)
     print(summary(out))
-    return 1 if failures else 0
+    return 0 if all(ok.values()) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -335,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="the tiny shape on CPU (a smoke run)")
     ap.add_argument("--parts", default=None, help=f"comma list of {PARTS} (default: all; --tiny: all but step)")
     ap.add_argument("--caps", nargs="*", default=[], help="PART=SECONDS time caps")
+    ap.add_argument("--budget", type=float, default=460.0,
+                    help="seconds for all parts together; a part that finds less than 10 s left is skipped")
     ap.add_argument("--rows", type=int, default=None, help="sampler / transformers rows (default 128)")
     ap.add_argument("--reps", type=int, default=2, help="timed sampler calls (the best is reported)")
     ap.add_argument("--hbm-tbs", type=float, default=3.35, help="nominal HBM TB/s (H100 SXM 3.35, H200 4.8)")
