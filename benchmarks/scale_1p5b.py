@@ -73,7 +73,7 @@ def part_checkpoint(a: argparse.Namespace) -> None:
     cmd = [sys.executable, str(ROOT / "scripts" / "make_qwen_shaped_checkpoint.py"), "--out", str(ckpt),
            "--shape", "tiny" if a.tiny else "1.5b"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)  # its stderr: this part's log
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     emit(a.out, "checkpoint", wall_s=time.perf_counter() - t0, **summary)
 
@@ -251,12 +251,18 @@ def part_update(a: argparse.Namespace, label: str) -> None:
     emit(a.out, label, **fields)
 
 
+STEP_KEYS = ("time/step", "time/generate", "time/evaluate", "time/update", "time/compile", "time/compile_generate",
+             "time/compile_update", "tokens/generated", "update/rows", "update/seq_len", "update/trainable_tokens",
+             "env/evaluations", "rollout/scripted_frac")
+
+
 def part_step(a: argparse.Namespace) -> None:
+    import shutil
+
     from leap_jax.main import main as leap_main
-    from leap_jax.train.metrics import read_metrics
-    run = Path(a.out) / "run"
+    shutil.rmtree(Path(a.out) / "run", ignore_errors=True)  # a fresh run, never a resume of an earlier one
     args = ["--config", str(ROOT / "configs" / "qwen2.5-coder-1.5b.yaml"), f"model.path={Path(a.out) / 'ckpt'}",
-            f"train.run_dir={run}", "train.steps=2", "rollout.scripted_mix.enabled=true",
+            f"train.run_dir={Path(a.out) / 'run'}", "train.steps=2", "rollout.scripted_mix.enabled=true",
             "logging.progress_bar=false", "logging.tensorboard=false", "logging.report=false",
             "checkpoint.enabled=false", *a.step_overrides]
     t0 = time.perf_counter()
@@ -264,16 +270,19 @@ def part_step(a: argparse.Namespace) -> None:
     wall = time.perf_counter() - t0
     import jax
     peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
-    keys = ("time/step", "time/generate", "time/evaluate", "time/update", "time/compile", "time/compile_generate",
-            "time/compile_update", "tokens/generated", "update/rows", "update/seq_len", "update/trainable_tokens",
-            "env/evaluations", "rollout/scripted_frac")
-    for r in read_metrics(run):
-        rec = {k: r.get(k) for k in keys}
-        gen = r.get("time/generate") or 0.0
-        rec["gen_tok_s"] = (r.get("tokens/generated") or 0.0) / gen if gen else None
-        emit(a.out, "step", step=r.get("step"), **rec)
     emit(a.out, "step", summary=True, rc=rc, wall_s=wall, jax_peak_gib=None if peak is None else peak / 2**30,
          overrides=args[2:])
+
+
+def emit_step_records(out: Path) -> None:
+    """The step part's per-step records from its run's metrics file, written after each step, so a
+    step part cut at its cap still reports the steps it finished."""
+    from leap_jax.train.metrics import read_metrics
+    for r in read_metrics(Path(out) / "run"):
+        rec = {k: r.get(k) for k in STEP_KEYS}
+        gen = r.get("time/generate") or 0.0
+        rec["gen_tok_s"] = (r.get("tokens/generated") or 0.0) / gen if gen else None
+        emit(out, "step", step=r.get("step"), **rec)
 
 
 def part_memplan7b(a: argparse.Namespace) -> None:
@@ -371,6 +380,8 @@ def drive(a: argparse.Namespace, argv: list[str]) -> int:
             continue
         t0 = time.monotonic()
         ok[p] = _finish(out, p, _start(command(p), out / f"{p}.log", env), min(caps[p], left))
+        if p == "step":
+            emit_step_records(out)
         print(f"[scale] {p}: {'ok' if ok[p] else 'FAILED'} in {time.monotonic() - t0:.1f} s", flush=True)
     for p, (proc, t0) in background.items():
         ok[p] = _finish(out, p, proc, min(caps[p] - (time.monotonic() - t0), end - time.monotonic()))
