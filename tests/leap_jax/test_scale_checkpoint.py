@@ -105,3 +105,18 @@ def test_qwen_config_builds_its_policy_from_a_tiny_stand_in(tiny_dir, tmp_path):
     assert tok.vocab_size == mcfg.vocab_size == 4096 and tok.eos_ids == (summary["eos_id"],)
     assert mcfg.param_dtype == "float32" and mcfg.dtype == "bfloat16" and mcfg.remat
     assert {x.dtype for x in jax.tree_util.tree_leaves(params)} == {jnp.dtype("float32")}
+
+
+def test_pad_vocab_refuses_a_smaller_vocabulary(tmp_path):
+    from leap_jax.models.bpe import pad_vocab, train_tokenizer
+    tok = train_tokenizer(prompt_texts(["relu"]), 400)
+    with pytest.raises(ValueError, match=r"already has 400 ids, more than vocab_size=300"):
+        pad_vocab(tok, 300, tmp_path / "t.json")
+    assert pad_vocab(tok, 400, tmp_path / "same.json").vocab_size == 400  # nothing to add
+
+
+def test_tokenizer_texts_are_the_prompts_without_a_corpus(tmp_path):
+    from leap_jax.bootstrap.tokenizer_train import tokenizer_texts
+    assert list(tokenizer_texts(None, ["relu"])) == list(prompt_texts(["relu"]))
+    with pytest.raises(FileNotFoundError, match=r"no examples.jsonl there"):
+        tokenizer_texts(tmp_path, ["relu"])
