@@ -1,8 +1,11 @@
 """The pipeline at Qwen2.5-Coder-1.5B's shape on one GPU: sampler vs the HBM roofline and transformers,
 the update's tokens/s, MFU and peak memory vs `memory_plan.py`, compile times, a full LEAP step.
 
-    python benchmarks/scale_1p5b.py --out $OUT/scale                  # one H100/H200, ~7 minutes
-    python benchmarks/scale_1p5b.py --out /tmp/scale --tiny           # CPU smoke: tiny shape, seconds per part
+    # one H100, two calls of ~8 minutes (OUT gets a 3 GB checkpoint: keep it off a returned folder)
+    python benchmarks/scale_1p5b.py --out /tmp/scale --budget 500 \
+        --parts memplan7b,checkpoint,parity,sampler,hf,update,sampler_resume,update_resume
+    python benchmarks/scale_1p5b.py --out /tmp/scale --budget 520 --parts checkpoint,step
+    python benchmarks/scale_1p5b.py --out /tmp/scale --tiny           # CPU smoke: the tiny shape
 
 Each part runs in its own process (session) under its own time cap (`--caps part=seconds`) and all
 together under `--budget` seconds; each appends JSON lines to OUT/results.jsonl (a failed, timed-out
@@ -16,16 +19,17 @@ nothing else. Parts, in order (`--parts` picks some):
                  tokens/s against the roofline = rows / (bytes one decode step must read / bandwidth),
                  bytes = bf16 weights + the K/V of every row at its length (prompt + the step's tokens,
                  averaged over the steps); bandwidth nominal (--hbm-tbs, H100 SXM HBM3 3.35) and measured
-                 (a large on-device copy). Cold compile (an empty persistent cache), then
-  sampler_resume the same in a new process on that cache (what a resumed run compiles)
+                 (a large on-device copy); cold compile (an empty persistent cache)
+  hf             transformers' generate (torch bf16, SDPA) on the same folder, prompts and lengths:
+                 dynamic cache, then static cache (its decode torch.compile'd by transformers)
   update         the jitted LEAP update (make_update, accumulate="scan", donated state, as memory_plan.py)
                  with fp32 master weights, AdamW, bf16 compute, remat: tokens/s, model FLOPs (6N + causal
                  attention per token, no recompute) / time / --peak-tflops (989: H100 SXM dense bf16), XLA's
                  own FLOP count (with the recompute), the allocator's peak bytes against memory_plan.plan's
-                 compiled estimate of the same program; cold compile, then
-  update_resume  the same from the persistent cache
-  hf             transformers' generate (torch bf16, SDPA) on the same folder, prompts and lengths:
-                 dynamic cache, then static cache (its decode torch.compile'd by transformers)
+                 compiled estimate of the same program; cold compile
+  sampler_resume, update_resume
+                 the same in a new process on the persistent cache the cold part filled (what a resumed
+                 run compiles)
   step           `python -m leap_jax.main --config configs/qwen2.5-coder-1.5b.yaml model.path=OUT/ckpt`,
                  2 steps with the real cupy environment (the labelled scripted mix on, so DCP and the
                  update have work; random weights write noise to max_new_tokens): per-step time and its
@@ -47,7 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PARTS = ("memplan7b", "checkpoint", "parity", "sampler", "sampler_resume", "update", "update_resume", "hf", "step")
+PARTS = ("memplan7b", "checkpoint", "parity", "sampler", "hf", "update", "sampler_resume", "update_resume", "step")
 CPU_PARTS = ("memplan7b",)  # need no GPU: run in the background from the start
 CAPS = {"checkpoint": 90, "parity": 120, "sampler": 120, "sampler_resume": 60, "update": 180,
         "update_resume": 90, "hf": 200, "step": 420, "memplan7b": 420}
