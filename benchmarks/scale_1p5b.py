@@ -104,21 +104,6 @@ def _prompts(vocab: int, rows: int, length: int):
     return np.random.default_rng(0).integers(0, min(vocab, 2000), (rows, length))
 
 
-def bandwidth_bytes_s(n_bytes: int, reps: int = 5) -> float:
-    """Bytes/s of an on-device read + write of an n_bytes fp32 array (the best of reps)."""
-    import jax
-    import jax.numpy as jnp
-    x = jnp.ones((n_bytes // 4,), jnp.float32)
-    f = jax.jit(lambda v: v * 1.0001)
-    f(x).block_until_ready()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f(x).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n_bytes / best
-
-
 def decode_roofline(weight_bytes: int, kv_bytes_per_token: int, rows: int, context: float,
                     bytes_per_s: float) -> float:
     """Tokens/s when every decode step reads the weights once and each row's K/V at `context`."""
@@ -154,7 +139,9 @@ def part_sampler(a: argparse.Namespace, label: str) -> None:
             best = (wall, dict(sampler.last_timings))
     assert best is not None
     wall, tim = best
-    measured_bw = bandwidth_bytes_s((1 << 24) if a.tiny else (1 << 32))
+    # imported once JAX's backend is up (the module sets a default memory fraction at import)
+    from benchmarks.sampler_throughput import measure_bandwidth
+    measured_bw = measure_bandwidth((1 << 24) if a.tiny else (1 << 32), reps=5)
     context = prompt + (new - 1) / 2  # a decode step's mean K/V length per row
     decode_tok_s = rows * (new - 1) / tim["decode_s"]
     nominal = decode_roofline(weight_bytes, kv_per_token, rows, context, a.hbm_tbs * 1e12)
