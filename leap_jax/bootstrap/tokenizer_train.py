@@ -31,6 +31,19 @@ def corpus_texts(examples: Iterable[dict[str, Any]], tasks: Iterable[Any],
     yield from prompts
 
 
+def tokenizer_texts(corpus_dir: str | Path | None, tasks: Iterable[Any]) -> Iterator[str]:
+    """`corpus_texts` of CORPUS_DIR/examples.jsonl and the tasks' prompts; with no corpus directory,
+    the prompts alone (`prompt_texts`)."""
+    from leap_jax.bootstrap.corpus import EXAMPLES_FILE, read_jsonl
+    if corpus_dir is None:
+        return iter(prompt_texts(tasks))
+    ex_path = Path(corpus_dir) / EXAMPLES_FILE
+    if not ex_path.is_file():
+        raise FileNotFoundError(f"corpus {corpus_dir}: no {EXAMPLES_FILE} there (build it with "
+                                "`python -m leap_jax.bootstrap.corpus --out DIR`)")
+    return corpus_texts(read_jsonl(ex_path), tasks)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from kernels_env.tasks import list_tasks
     from leap_jax.bootstrap.corpus import EXAMPLES_FILE, read_jsonl

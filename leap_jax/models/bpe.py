@@ -71,3 +71,31 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, out_path: str | Path 
     tk.save(str(tmp))
     tmp.replace(path)
     return load_trained(path)
+
+
+RESERVED_TOKEN = "<|reserved_{}|>"
+
+
+def pad_vocab(tokenizer: Tokenizer, vocab_size: int, out_path: str | Path) -> Tokenizer:
+    """`tokenizer` with its BPE vocabulary padded to exactly `vocab_size` ids by `<|reserved_N|>`
+    entries, saved as tokenizer.json at `out_path`: a trained BPE for a model whose embedding has
+    more rows than the training text yields merges (e.g. a 151,936-row Qwen2 vocabulary). No merge
+    produces a reserved entry, so encoding is unchanged; decoding one gives its name."""
+    import json
+    vocab_size = check_vocab(vocab_size)
+    have = tokenizer.vocab_size
+    if have > vocab_size:
+        raise ValueError(f"pad_vocab: the tokenizer already has {have} ids, more than vocab_size={vocab_size}")
+    spec = json.loads(tokenizer.hf.to_str())
+    vocab = spec["model"]["vocab"]
+    if len(vocab) != have or sorted(vocab.values()) != list(range(have)):
+        raise ValueError(f"pad_vocab: expected a BPE vocabulary of ids 0..{have - 1} (one from "
+                         f"train_tokenizer); got {len(vocab)} entries")
+    for i in range(have, vocab_size):
+        vocab[RESERVED_TOKEN.format(i - have)] = i
+    path = Path(out_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(spec, ensure_ascii=False))
+    tmp.replace(path)
+    return load_trained(path)
