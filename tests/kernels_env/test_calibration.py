@@ -1,0 +1,243 @@
+"""Calibration of the judge's verdicts: correct float32 arithmetic passes, range and sample cheats fail.
+
+NumPy stand-ins of what kernels compute (a sequential float32 running sum, a pairwise tree, Welford's
+update, float64 accumulation) run on the inputs the environment draws (make_inputs, every draw
+family: typical, edges and structured trials with their distributions) at eval reduction lengths,
+with only the rows the draws' structure needs (the constant row 0, the shifted rows 4 and 5, the
+sorted last row; the shifted sample x[0] and channel x[:, 0] of an NCHW buffer). Each must stay
+within half the judge's tolerance (Task.atol_for with the task's rtol: the rule compare_output
+applies) at every seed. The cheats (a one-pass variance, clamped inputs, a loss over every other
+chunk) must exceed it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernels_env.execute.inputs import make_inputs
+from kernels_env.tasks import get_task
+from kernels_env.tasks.spec import Task
+
+SEEDS = range(100)
+WELFORD_SEEDS = SEEDS
+FAMILIES = (0, 1, 2)  # trial t draws mode t % 3 with distribution t % 3: three families in all
+F32 = np.float32
+
+
+def _sequential(a: Any) -> Any:
+    """Sum over the last axis as one float32 running sum."""
+    return np.cumsum(a, axis=-1, dtype=F32)[..., -1]
+
+
+def _tree(a: Any) -> Any:
+    """Pairwise float32 sum over the last axis (halves added elementwise, zero-padded to even)."""
+    a = a.astype(F32)
+    while a.shape[-1] > 1:
+        if a.shape[-1] % 2:
+            a = np.concatenate([a, np.zeros(a.shape[:-1] + (1,), F32)], axis=-1)
+        h = a.shape[-1] // 2
+        a = a[..., :h] + a[..., h:]
+    return a[..., 0]
+
+
+def _float64(a: Any) -> Any:
+    return a.astype(np.float64).sum(axis=-1).astype(F32)
+
+
+def _welford(a: Any, threads: int = 256) -> tuple[Any, Any]:
+    """(mean, biased variance) over the last axis as a block of `threads` computes them: each thread
+    runs Welford's float32 update over its strided elements, then the partial (count, mean, M2) are
+    merged pairwise (Chan et al.), vectorised over rows and threads."""
+    a = a.astype(F32)
+    n = a.shape[-1]
+    lanes = a.reshape(a.shape[:-1] + (n // threads, threads))
+    mean = np.zeros(a.shape[:-1] + (threads,), F32)
+    m2 = np.zeros_like(mean)
+    for k in range(lanes.shape[-2]):
+        v = lanes[..., k, :]
+        d = v - mean
+        mean = mean + d / F32(k + 1)
+        m2 = m2 + d * (v - mean)
+    count = F32(n // threads)
+    while mean.shape[-1] > 1:
+        h = mean.shape[-1] // 2
+        delta = mean[..., h:] - mean[..., :h]
+        mean = mean[..., :h] + delta * F32(0.5)
+        m2 = m2[..., :h] + m2[..., h:] + delta * delta * (count * F32(0.5))
+        count = count * F32(2)
+    return mean[..., 0], m2[..., 0] / F32(n)
+
+
+SUMS: dict[str, Callable[[Any], Any]] = {"sequential": _sequential, "tree": _tree, "float64": _float64}
+
+
+def _stats(h: Any, how: str) -> tuple[Any, Any]:
+    """(mean, biased variance) of the rows of `h` (last axis) as a two-pass float32 kernel computes them."""
+    if how == "welford":
+        return _welford(h)
+    total = SUMS[how]
+    n = F32(h.shape[-1])
+    mu = (total(h) / n).astype(F32)
+    d = (h - mu[..., None]).astype(F32)
+    return mu, (total(d * d) / n).astype(F32)
+
+
+def _one_pass(h: Any) -> tuple[Any, Any]:
+    """The cheat: var = E[x^2] - E[x]^2, float32 tree sums."""
+    n = F32(h.shape[-1])
+    mu = _tree(h) / n
+    return mu, np.maximum(_tree(h * h) / n - mu * mu, F32(0))
+
+
+def _normalise(h: Any, stats: Callable[[Any], tuple[Any, Any]], eps: float) -> Any:
+    mu, var = stats(h)
+    rstd = (F32(1) / np.sqrt(var + F32(eps))).astype(F32)
+    return (h - mu[..., None]) * rstd[..., None]
+
+
+def _worst(task: Task, got: list[Any], inputs: dict[str, Any], sizes: dict[str, int]) -> float:
+    """The largest |got - expected| / tolerance over the outputs (compare_output's rule: <= 1 passes;
+    NaN or Inf where the reference is finite counts as infinitely far)."""
+    scalars = {s.name: s.value for s in task.scalars}
+    expected = task.reference(np, **inputs, **scalars)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    worst = 0.0
+    for b, g, e, atol in zip(task.outputs, got, expected, task.atol_for(np, inputs, sizes), strict=True):
+        e = np.asarray(e, np.float64).reshape(g.shape)
+        g = np.asarray(g, np.float64)
+        tol = atol + task.tol(b.dtype)[1] * np.abs(e)
+        err = np.where(np.isfinite(g), np.abs(g - e), np.inf)
+        worst = max(worst, float(np.max(err / tol)))
+    return worst
+
+
+def _rows_ln(how: str, residual_in: bool) -> Callable[..., list[Any]]:
+    """add_layer_norm (residual_in: h = x + residual) or layer_norm_residual (y += residual)."""
+    def run(x, residual, weight, bias, eps):
+        h = (x + residual).astype(F32) if residual_in else x
+        y = _normalise(h, lambda v: _stats(v, how) if how != "one_pass" else _one_pass(v), eps) * weight + bias
+        return [y + residual if not residual_in else y]
+    return run
+
+
+def _nchw_norm(how: str) -> Callable[..., list[Any]]:
+    def run(x, eps):
+        n, c, hh, ww = x.shape
+        planes = x.reshape(n, c, hh * ww)
+        stats = (lambda v: _stats(v, how)) if how != "one_pass" else _one_pass
+        return [_normalise(planes, stats, eps).reshape(x.shape)]
+    return run
+
+
+def _layer_norm_nd(how: str) -> Callable[..., list[Any]]:
+    def run(x, weight, bias, eps):
+        b = x.shape[0]
+        flat = x.reshape(b, -1)
+        stats = (lambda v: _stats(v, how)) if how != "one_pass" else _one_pass
+        return [_normalise(flat, stats, eps).reshape(x.shape) * weight + bias]
+    return run
+
+
+def _scan(how: str, reverse: bool) -> Callable[..., list[Any]]:
+    def run(x):
+        a = x[:, ::-1] if reverse else x
+        if how == "sequential":
+            y = np.cumsum(a, axis=1, dtype=F32)
+        elif how == "float64":
+            y = np.cumsum(a.astype(np.float64), axis=1).astype(F32)
+        else:  # blocked: 256-element chunks scanned in float32, chunk totals carried (the suite's form)
+            m, n = a.shape
+            pad = (-n) % 256
+            c = np.concatenate([a, np.zeros((m, pad), F32)], axis=1).reshape(m, -1, 256)
+            inner = np.cumsum(c, axis=2, dtype=F32)
+            carry = np.concatenate([np.zeros((m, 1), F32), np.cumsum(inner[:, :, -1], axis=1, dtype=F32)[:, :-1]],
+                                   axis=1)
+            y = (inner + carry[:, :, None]).reshape(m, -1)[:, :n]
+        return [y[:, ::-1] if reverse else y]
+    return run
+
+
+ROW_SIZES = {"M": 8, "N": 4096}  # eval row length; rows 0 (constant), 4-5 (shifted), 7 (sorted)
+SCAN_SIZES = {"M": 8, "N": 8192}
+NCHW_SIZES = {"N": 2, "C": 2, "H": 128, "W": 128}  # eval plane; x[0] and x[:, 0] shifted
+CORRECT = ("sequential", "tree", "welford", "float64")
+
+CASES = [
+    ("add_layer_norm", ROW_SIZES, lambda how: _rows_ln(how, True), CORRECT),
+    ("layer_norm_residual", ROW_SIZES, lambda how: _rows_ln(how, False), CORRECT),
+    ("instance_norm", NCHW_SIZES, _nchw_norm, CORRECT),
+    ("cumsum", SCAN_SIZES, lambda how: _scan(how, False), ("sequential", "tree", "float64")),
+    ("reverse_cumsum", SCAN_SIZES, lambda how: _scan(how, True), ("sequential", "tree", "float64")),
+]
+
+
+def _ratios(name: str, sizes: dict[str, int], make: Callable[[str], Callable[..., list[Any]]], how: str,
+            trial: int, seeds: range) -> list[float]:
+    task = get_task(name)
+    scalars = {s.name: s.value for s in task.scalars}
+    out = []
+    for seed in seeds:
+        inputs = make_inputs(task, sizes, trial, seed, np)
+        with np.errstate(all="ignore"):
+            got = make(how)(**inputs, **scalars)
+        out.append(_worst(task, got, inputs, sizes))
+    return out
+
+
+@pytest.mark.parametrize("trial", FAMILIES)
+@pytest.mark.parametrize("name,sizes,make,hows", CASES, ids=[c[0] for c in CASES])
+def test_correct_float32_arithmetic_stays_within_half_the_tolerance(name, sizes, make, hows, trial):
+    for how in hows:
+        ratios = _ratios(name, sizes, make, how, trial, WELFORD_SEEDS if how == "welford" else SEEDS)
+        worst = int(np.argmax(ratios))
+        assert ratios[worst] <= 0.5, f"{name} {how} trial {trial}: seed {worst} at {ratios[worst]:.3g}x the tolerance"
+
+
+def test_layer_norm_over_a_million_terms_passes_in_a_tree_or_float64():
+    """layer_norm's rows are 1M terms: tree and float64 sums pass (a sequential float32 running sum
+    stagnates and is rightly wrong; the task's text says so). Two samples per draw, fewer seeds: each
+    draw is 2M elements."""
+    sizes = {"B": 2, "F": 64, "D1": 128, "D2": 128}
+    for trial in FAMILIES:
+        for how in ("tree", "float64"):
+            ratios = _ratios("layer_norm", sizes, _layer_norm_nd, how, trial, range(2))
+            assert max(ratios) <= 0.5, f"layer_norm {how} trial {trial}: {max(ratios):.3g}x the tolerance"
+
+
+@pytest.mark.parametrize("name,sizes,make", [(c[0], c[1], c[2]) for c in CASES[:3]], ids=[c[0] for c in CASES[:3]])
+def test_one_pass_variance_fails_the_structured_trial(name, sizes, make):
+    """E[x^2] - E[x]^2 cancels to noise on the shifted blocks (large mean, small spread): wrong at
+    every seed."""
+    ratios = _ratios(name, sizes, make, "one_pass", 2, range(30))
+    assert min(ratios) > 1.0, f"{name}: one-pass variance within tolerance at seed {int(np.argmin(ratios))}"
+
+
+def test_clamped_inputs_fail_the_edges_trial():
+    """A layer norm that clamps its inputs to +-8 (a range-limited kernel) is wrong whenever the edges
+    trial reaches the domain's bound."""
+    task = get_task("add_layer_norm")
+    eps = task.scalars[0].value
+    for seed in range(30):
+        inputs = make_inputs(task, ROW_SIZES, 1, seed, np)
+        x = np.clip(inputs["x"], -8, 8)
+        got = _rows_ln("float64", True)(x, inputs["residual"], inputs["weight"], inputs["bias"], eps)
+        assert _worst(task, got, inputs, ROW_SIZES) > 1.0, f"seed {seed}: a clamp passes"
+
+
+def test_mse_over_every_other_chunk_fails_the_structured_trial():
+    """A loss that sums every other 1024-element chunk and divides by N / 2 misses about half of the
+    structured trial's spikes: wrong at every seed, where a tree and a float64 sum pass."""
+    task = get_task("mse_loss")
+    sizes = {"N": 1 << 20}
+    for seed in range(20):
+        inputs = make_inputs(task, sizes, 2, seed, np)
+        d = (inputs["pred"] - inputs["target"]).astype(F32)
+        sq = (d * d).reshape(-1, 1024)
+        half = np.float32(sq[::2].astype(np.float64).sum() / (sizes["N"] / 2))
+        assert _worst(task, [np.array([half])], inputs, sizes) > 1.0, f"seed {seed}: half the chunks pass"
+        for total in (_tree, _float64):
+            full = np.float32(total(sq.ravel()) / F32(sizes["N"]))
+            assert _worst(task, [np.array([full])], inputs, sizes) <= 0.5, f"seed {seed}: {total.__name__} fails"
