@@ -326,6 +326,9 @@ _NCHW_SIZES = {"eval": {"N": 16, "C": 64, "H": 128, "W": 128}, "small": {"N": 3,
 _AFFINE = (Buffer("weight", "float32", ("C",)), Buffer("bias", "float32", ("C",)))
 _EPS = Scalar("eps", "float32", 1e-5)
 _NCHW_TEXT = "x and y are float32 [N, C, H, W] (NCHW), contiguous row-major."
+_LONG_SUM = (" Each mean sums over 100K terms at eval sizes: one float32 running sum loses them to rounding, so "
+             "sum in a tree or blocks (or in float64); such a sum is judged wrong_output.")
+
 
 KB_NORM_TASKS = [
     Task(name="batch_norm", level=1,
@@ -334,7 +337,7 @@ KB_NORM_TASKS = [
                       "elements x[:, c, :, :] (the batch statistics, not running statistics), y[n, c, i, j] = "
                       "(x[n, c, i, j] - mean_c) / sqrt(var_c + eps) * weight[c] + bias[c] with eps = 1e-5. "
                       + _NCHW_TEXT + " weight and bias (the module's affine parameters) are float32 [C]. The "
-                      "module's running-statistics update is not part of the output."),
+                      "module's running-statistics update is not part of the output." + _LONG_SUM),
          sizes=_NCHW_SIZES, inputs=(_X_NCHW,) + _AFFINE, outputs=(_Y_NCHW,), reference=_batch_norm_ref,
          scalars=(_EPS,), tolerance=_ROW_TOL, slack=_batch_norm_slack,
          solution=common.solution(_BN_CUDA, "batch_norm_kernel<<<C, 1024>>>(x, weight, bias, y, N, C, H * W, eps);"),
@@ -354,7 +357,7 @@ KB_NORM_TASKS = [
                       "channels; for each (n, group), mean and biased variance over the group's (C / num_groups)"
                       "*H*W elements, y[n, c, i, j] = (x[n, c, i, j] - mean) / sqrt(var + eps) * weight[c] + "
                       "bias[c] with eps = 1e-5. " + _NCHW_TEXT + " weight and bias (the module's per-channel "
-                      "affine parameters) are float32 [C]; C is a multiple of num_groups."),
+                      "affine parameters) are float32 [C]; C is a multiple of num_groups." + _LONG_SUM),
          sizes={"eval": {"N": 16, "C": 64, "H": 128, "W": 128}, "small": {"N": 3, "C": 16, "H": 3, "W": 5}},
          inputs=(_X_NCHW,) + _AFFINE, outputs=(_Y_NCHW,), reference=_group_norm_ref,
          scalars=(_EPS, Scalar("num_groups", "int32", 8)), tolerance=_ROW_TOL, slack=_group_norm_slack,
