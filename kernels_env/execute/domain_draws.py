@@ -48,7 +48,7 @@ TINY_ROW_SCALE = 1.0 / 64  # structured trial: rows scaled toward zero (outputs 
 NOISE = 0.05  # relative size of the per-buffer noise of a structured trial
 NEAR_ZERO = 1e-3
 EXACT_BITS = 3  # significant bits of the constant row: 2^20 copies still sum exactly in float32
-SHIFT, SPREAD = 0.5, 1e-4  # shifted blocks: SHIFT * bound +- SHIFT * bound * SPREAD
+SHIFT, SPREAD = 0.9, 2e-4  # shifted blocks: SHIFT * bound +- SHIFT * bound * SPREAD (90 +- 0.018)
 SPIKES = 16  # 1-D structured draws: large entries, one per stretch of len / SPIKES
 SPIKE_STREAM = 18
 EDGE_STREAM = 16  # counter_rng streams clear of the legacy draws (student_t uses 0..3)
@@ -144,9 +144,9 @@ def _rows(xp: Any, values: Any, domain: Domain, dtype: str, sizes: dict[str, int
         tiny = (xp.arange(rows) // 2 % 3 == 1).reshape(-1, 1)
         out = xp.where(tiny, xp.maximum(out * np.float32(TINY_ROW_SCALE), lo), out).astype(values.dtype)
     shifting = _shifts(domain, values.dtype)
-    if shifting:
-        out = _shifted(xp, out.reshape(shape), domain, dtype).reshape(rows, length)
     out[0] = _exact_constant(out[0, 0], domain) if shifting else out[0, 0]
+    if shifting:  # after the constant row: in 3-D and up, x[0] (holding row 0) is wholly shifted
+        out = _shifted(xp, out.reshape(shape), domain, dtype).reshape(rows, length)
     out[rows - 1] = xp.sort(out[rows - 1])
     return xp.ascontiguousarray(out).reshape(shape)
 

@@ -141,7 +141,7 @@ def norm_slack(xp: Any, h: Any, axes: tuple[int, ...], eps: float) -> Any:
     """A normalisation's rounding over `axes` of `h`, before any affine weight: NORM_SLACK * sqrt(n)
     * UNIT * mean|h| * rstd, rstd = 1 / sqrt(var + eps). The mean of n float32 terms is off by about
     sqrt(n) * UNIT * mean|h| whatever the summation order, and (h - mean) * rstd multiplies that by
-    rstd: a row of large mean and small spread (50 +- 0.05: rstd ~ 35) or a constant row (var 0:
+    rstd: a row of large mean and small spread (90 +- 0.018: rstd ~ 95) or a constant row (var 0:
     rstd = 1 / sqrt(eps) ~ 316) amplifies it. Multiply by |weight| where the task scales."""
     h = h.astype(xp.float64)
     n = 1

@@ -326,8 +326,8 @@ _NCHW_SIZES = {"eval": {"N": 16, "C": 64, "H": 128, "W": 128}, "small": {"N": 3,
 _AFFINE = (Buffer("weight", "float32", ("C",)), Buffer("bias", "float32", ("C",)))
 _EPS = Scalar("eps", "float32", 1e-5)
 _NCHW_TEXT = "x and y are float32 [N, C, H, W] (NCHW), contiguous row-major."
-_LONG_SUM = (" Each mean sums over 100K terms at eval sizes: one float32 running sum loses them to rounding, so "
-             "sum in a tree or blocks (or in float64); such a sum is judged wrong_output.")
+_LONG_SUM = (" Each mean sums over 100K terms at eval sizes: one float32 running sum can lose them to rounding, "
+             "so sum in a tree or blocks (or in float64).")
 
 
 KB_NORM_TASKS = [

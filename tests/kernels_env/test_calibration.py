@@ -224,9 +224,9 @@ def _group_norm(how: str) -> Callable[..., list[Any]]:
 
 
 # Normalised groups of 131K to 1M terms at eval sizes, millions of elements a draw: a few seeds each.
-# A sequential float32 running sum stagnates over layer_norm's 1M terms, batch_norm's 262K and
-# group_norm's 131K (4 to 5x the tolerance; the tasks' texts say to sum in a tree or blocks): there
-# only the tree, blocked Welford and float64 forms must pass.
+# A sequential float32 running sum can stagnate over layer_norm's 1M terms (4.8x the tolerance),
+# batch_norm's 262K and group_norm's 131K (the tasks' texts say to sum in a tree or blocks): there only
+# the tree, blocked Welford and float64 forms must pass.
 LONG = [("layer_norm", {"B": 2, "F": 64, "D1": 128, "D2": 128}, _layer_norm_nd, ("tree", "float64")),
         ("batch_norm", {"N": 16, "C": 2, "H": 128, "W": 128}, _batch_norm, ("tree", "welford", "float64")),
         ("group_norm", {"N": 2, "C": 64, "H": 128, "W": 128}, _group_norm, ("tree", "welford", "float64"))]
@@ -244,6 +244,14 @@ def test_one_pass_variance_fails_the_structured_trial(name, sizes, make):
     """E[x^2] - E[x]^2 cancels to noise on the shifted blocks (large mean, small spread): wrong at
     every seed."""
     ratios = _ratios(name, sizes, make, ("one_pass",), 2, range(30))["one_pass"]
+    assert min(ratios) > 1.0, f"{name}: one-pass variance within tolerance at seed {int(np.argmin(ratios))}"
+
+
+@pytest.mark.parametrize("name,make", [("batch_norm", _batch_norm), ("group_norm", _group_norm)])
+def test_one_pass_variance_fails_the_structured_trial_at_small_sizes(name, make):
+    """The cpu backend's sizes: the shifted channel (batch_norm) and group (group_norm)."""
+    task = get_task(name)
+    ratios = _ratios(name, task.size_set("small"), make, ("one_pass",), 2, range(30))["one_pass"]
     assert min(ratios) > 1.0, f"{name}: one-pass variance within tolerance at seed {int(np.argmin(ratios))}"
 
 

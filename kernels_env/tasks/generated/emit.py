@@ -307,7 +307,7 @@ def _real(dt: str) -> Domain:
     """The generated tasks' real domain: the default reach, declared. Declaring it keeps the structured
     trial's shifted blocks and spikes (execute/domain_draws.py, for undeclared default reals) out of
     the generated family: an elementwise op before a layer norm rounds each element of a block of
-    mean 50 and spread 0.005 by ~1e-5, which the norm amplifies ~300x, and the family's tolerances
+    mean 90 and spread 0.018 by ~1e-5, which the norm amplifies ~100x, and the family's tolerances
     carry no input-derived term for it (test_rounding_margin.py)."""
     return Domain("real", max_abs=DEFAULT_MAX_ABS[dt])
 
