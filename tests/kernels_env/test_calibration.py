@@ -166,9 +166,29 @@ def _scan(how: str, reverse: bool) -> Callable[..., list[Any]]:
     return run
 
 
+def _masked_scan(how: str) -> Callable[..., list[Any]]:
+    return lambda x, mask: _scan(how, False)((x * (mask != 0)).astype(F32))
+
+
+def _exclusive_scan(how: str) -> Callable[..., list[Any]]:
+    def run(x):
+        y = _scan(how, False)(x[:, :-1])[0]
+        return [np.concatenate([np.zeros((x.shape[0], 1), F32), y], axis=1)]
+    return run
+
+
+def _mid_reduce(how: str, mean: bool) -> Callable[..., list[Any]]:
+    """sum_dim / mean_dim: x [B, D, I] reduced over D, each output's D terms summed as `how` does."""
+    def run(x):
+        total = SUMS[how](np.moveaxis(x, 1, -1))
+        return [(total / F32(x.shape[1])).astype(F32) if mean else total]
+    return run
+
+
 ROW_SIZES = {"M": 8, "N": 4096}  # eval row length; rows 0 (constant), 4-5 (shifted), 7 (sorted)
 SCAN_SIZES = {"M": 8, "N": 8192}
-NCHW_SIZES = {"N": 2, "C": 2, "H": 128, "W": 128}  # eval plane; x[0] and x[:, 0] shifted
+NCHW_SIZES = {"N": 2, "C": 2, "H": 128, "W": 128}
+MID_SIZES = {"B": 2, "D": 256, "I": 64}  # the eval reduction length D  # eval plane; x[0] and x[:, 0] shifted
 CORRECT = ("sequential", "tree", "welford", "float64")
 
 CASES = [
@@ -177,6 +197,10 @@ CASES = [
     ("instance_norm", NCHW_SIZES, _nchw_norm, CORRECT),
     ("cumsum", SCAN_SIZES, lambda how: _scan(how, False), ("sequential", "tree", "float64")),
     ("reverse_cumsum", SCAN_SIZES, lambda how: _scan(how, True), ("sequential", "tree", "float64")),
+    ("cumsum_exclusive", SCAN_SIZES, _exclusive_scan, ("sequential", "tree", "float64")),
+    ("masked_cumsum", SCAN_SIZES, _masked_scan, ("sequential", "tree", "float64")),
+    ("sum_dim", MID_SIZES, lambda how: _mid_reduce(how, False), ("sequential", "tree", "float64")),
+    ("mean_dim", MID_SIZES, lambda how: _mid_reduce(how, True), ("sequential", "tree", "float64")),
 ]
 
 
@@ -253,6 +277,34 @@ def test_one_pass_variance_fails_the_structured_trial_at_small_sizes(name, make)
     task = get_task(name)
     ratios = _ratios(name, task.size_set("small"), make, ("one_pass",), 2, range(30))["one_pass"]
     assert min(ratios) > 1.0, f"{name}: one-pass variance within tolerance at seed {int(np.argmin(ratios))}"
+
+
+def _loss(how: str, terms: Callable[[Any, Any], Any]) -> Callable[..., list[Any]]:
+    """A whole-tensor mean loss: the per-element terms in float32, summed as `how` does."""
+    return lambda pred, target, **scalars: [np.array([SUMS[how](terms(pred, target, **scalars)) / F32(pred.size)],
+                                                     F32)]
+
+
+def _mse_terms(pred: Any, target: Any) -> Any:
+    d = (pred - target).astype(F32)
+    return d * d
+
+
+def _huber_terms(pred: Any, target: Any, beta: float) -> Any:
+    d = np.abs(pred - target).astype(F32)
+    return np.where(d < F32(beta), F32(0.5) * d * d / F32(beta), d - F32(0.5 * beta)).astype(F32)
+
+
+LOSSES = [("mse_loss", _mse_terms), ("huber_loss", _huber_terms)]
+
+
+@pytest.mark.parametrize("trial", FAMILIES)
+@pytest.mark.parametrize("name,terms", LOSSES, ids=[c[0] for c in LOSSES])
+def test_losses_summed_in_a_tree_or_float64_stay_within_half_the_tolerance(name, terms, trial):
+    """A quarter of a million terms (a tree's rounding grows with log N: far inside at 64M too)."""
+    ratios = _ratios(name, {"N": 1 << 18}, lambda how: _loss(how, terms), ("tree", "float64"), trial, range(30))
+    for how, r in ratios.items():
+        assert max(r) <= 0.5, f"{name} {how} trial {trial}: {max(r):.3g}x the tolerance"
 
 
 def test_clamped_inputs_fail_the_edges_trial():
