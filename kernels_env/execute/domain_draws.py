@@ -14,8 +14,17 @@ cost a timed run several extra kernels, sorts included, while the timing stage h
     structured  not i.i.d.: buffers of one shape and domain kind share a base draw (correlated
                 inputs, e.g. a ~= b), plus small per-buffer noise; rows 2k and 2k+1 are duplicates,
                 every third such pair is scaled toward zero (real/positive domains: norms below 1,
-                where clamps and saturating ops stop saturating), row 0 is constant (ties), the last
-                row is sorted (monotone); 1-D buffers are sorted with their first quarter tied
+                where clamps and saturating ops stop saturating), row 0 is constant (ties) at a value
+                of EXACT_BITS significant bits (its mean is exact in any summation order, so a norm's
+                output there is exactly its bias), the last row is sorted (monotone); float32 buffers
+                of a real domain at its default reach also get shifted blocks, values of large mean
+                and small spread (SHIFT +- SHIFT * SPREAD: a one-pass variance E[x^2] - E[x]^2
+                cancels to noise there): rows 4 and 5 of a matrix, and of a 3-D or higher buffer the
+                whole first slice x[0] and x[:, 0] (a sample, a channel, a plane and a group of every
+                normalisation layout); 1-D buffers are sorted with their first quarter tied, and a
+                real one gets SPIKES large entries, one at a random place in each of SPIKES equal
+                stretches, over a background scaled toward zero: a whole-tensor reduction that skips
+                elements (every other chunk) misses some of them
 Everything is counter_rng on `xp` plus elementwise/sort/take, so draws stay a pure function of
 (seed, task, trial, buffer) and agree under NumPy and CuPy. tasks/domains.py DOMAIN_VERSION goes into
 every cache key that holds expected outputs or results; bump it when the draws here change.
@@ -38,6 +47,10 @@ LABEL_SKEW_ONE_IN = 8  # labels in an edges trial: all but 1 in 8 on one class
 TINY_ROW_SCALE = 1.0 / 64  # structured trial: rows scaled toward zero (outputs that saturate elsewhere)
 NOISE = 0.05  # relative size of the per-buffer noise of a structured trial
 NEAR_ZERO = 1e-3
+EXACT_BITS = 3  # significant bits of the constant row: 2^20 copies still sum exactly in float32
+SHIFT, SPREAD = 0.9, 2e-4  # shifted blocks: SHIFT * bound +- SHIFT * bound * SPREAD (90 +- 0.018)
+SPIKES = 16  # 1-D structured draws: large entries, one per stretch of len / SPIKES
+SPIKE_STREAM = 18
 EDGE_STREAM = 16  # counter_rng streams clear of the legacy draws (student_t uses 0..3)
 NOISE_STREAM = 17
 __all__ = ["DOMAIN_VERSION", "TRIAL_MODES", "domain_draw", "draws_version", "edge_values", "shared_name",
@@ -130,9 +143,56 @@ def _rows(xp: Any, values: Any, domain: Domain, dtype: str, sizes: dict[str, int
         lo = np.float32(domain.limits(dtype, sizes)[0] if domain.kind == "positive" else -np.inf)
         tiny = (xp.arange(rows) // 2 % 3 == 1).reshape(-1, 1)
         out = xp.where(tiny, xp.maximum(out * np.float32(TINY_ROW_SCALE), lo), out).astype(values.dtype)
-    out[0] = out[0, 0]
+    shifting = _shifts(domain, values.dtype)
+    out[0] = _exact_constant(out[0, 0], domain) if shifting else out[0, 0]
+    if shifting:  # after the constant row: in 3-D and up, x[0] (holding row 0) is wholly shifted
+        out = _shifted(xp, out.reshape(shape), domain, dtype).reshape(rows, length)
     out[rows - 1] = xp.sort(out[rows - 1])
     return xp.ascontiguousarray(out).reshape(shape)
+
+
+def _shifts(domain: Domain, dtype: Any) -> bool:
+    """Whether a structured draw gets shifted blocks, spikes and an exact constant row: float32 real
+    domains at their default reach (contraction tasks bound theirs: execute/domains.contraction_domain)."""
+    return domain.kind == "real" and domain.max_abs is None and np.dtype(dtype) == np.float32
+
+
+def _exact_constant(value: Any, domain: Domain) -> Any:
+    """`value` rounded to EXACT_BITS significant bits: every partial sum of up to 2^20 copies is exact."""
+    mantissa, exponent = np.frexp(np.float32(float(value)))
+    return np.float32(np.ldexp(np.round(mantissa * 2 ** EXACT_BITS) / 2 ** EXACT_BITS, exponent))
+
+
+def _shifted(xp: Any, values: Any, domain: Domain, dtype: str) -> Any:
+    """`values` (>= 2-D) with the shifted blocks of the module docstring: SHIFT * bound plus the values
+    clipped to +-1 and scaled by SHIFT * bound * SPREAD, inside the domain."""
+    shift = np.float32(SHIFT * domain.bound(dtype))
+    scale = np.float32(shift * SPREAD)
+    out = values.copy()
+    one = np.float32(1.0)
+    if values.ndim == 2:
+        if values.shape[0] >= 8:
+            out[4:6] = shift + xp.clip(values[4:6], -one, one) * scale
+        return out
+    out[0] = shift + xp.clip(values[0], -one, one) * scale
+    out[:, 0] = shift + xp.clip(values[:, 0], -one, one) * scale
+    return out
+
+
+def _spiked(xp: Any, key: int, values: Any, domain: Domain, dtype: str) -> Any:
+    """A 1-D draw scaled toward zero with SPIKES entries of magnitude in [bound / 2, bound] (random
+    sign), one at a random place in each of SPIKES equal stretches (so no two collide)."""
+    n = values.shape[0]
+    stretch = n // SPIKES
+    if stretch < 2:
+        return values
+    bound = domain.bound(dtype)
+    place = xp.arange(SPIKES) * stretch + counter_rng.integers(xp, key, (SPIKES,), 0, stretch, stream=SPIKE_STREAM)
+    half = np.float32(bound / 2)
+    size = counter_rng.uniform(xp, key, (SPIKES,), -float(half), float(half), stream=SPIKE_STREAM + 1)
+    out = values * np.float32(TINY_ROW_SCALE)
+    out[place] = xp.where(size < 0, size - half, size + half).astype(values.dtype)
+    return out
 
 
 def typical_bound(buffer: Buffer) -> np.float32 | None:
@@ -174,7 +234,10 @@ def domain_draw(xp: Any, buffer: Buffer, sizes: dict[str, int], trial: int, key:
     if mode == "edges":
         return _edges(xp, key, inside(key), buffer, sizes, trial)
     base = _noise(xp, key, inside(shared_key), buffer.input_domain, buffer.dtype, sizes)
-    return _rows(xp, base, buffer.input_domain, buffer.dtype, sizes)
+    rows = _rows(xp, base, buffer.input_domain, buffer.dtype, sizes)
+    if rows.ndim == 1 and _shifts(buffer.input_domain, rows.dtype):
+        return _spiked(xp, key, rows, buffer.input_domain, buffer.dtype)
+    return rows
 
 
 def shared_name(buffer: Buffer, shape: tuple[int, ...]) -> str:

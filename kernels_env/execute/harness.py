@@ -229,14 +229,15 @@ class _Run:
         """check_outputs with the cache entry looked up (`cached`) and, optionally, its fused checks
         already run (`counts`: per output the failing elements, None for a failed checksum)."""
         if cached is not None:
-            verdict = self._check_cached(cached, trial, arrays, dist, counts)
+            verdict = self._check_cached(cached, trial, pristine, arrays, dist, counts)
             if verdict is not False:
                 return verdict  # type: ignore[return-value]
             self._discard_tampered(trial, seed)
         expected = self._compute_expected(trial, seed, pristine)
         try:
-            for b, exp in zip(self.task.outputs, expected, strict=False):
-                atol, rtol = self.task.tol(b.dtype)
+            atols = self.task.atol_for(self.xp, pristine, self.sizes)
+            for b, exp, atol in zip(self.task.outputs, expected, atols, strict=False):
+                rtol = self.task.tol(b.dtype)[1]
                 m = compare_output(self.xp, b.name, arrays[b.name], exp, b.dtype, atol, rtol, trial, dist)
                 if m is not None:
                     return m
@@ -244,10 +245,13 @@ class _Run:
         finally:
             self.scrub_expected(expected, pristine)
 
-    def _check_cached(self, cached: list[expected_cache.MaskedOutput], trial: int, arrays: dict[str, Any],
-                      dist: str, counts: list[int | None] | None = None) -> Mismatch | None | bool:
+    def _check_cached(self, cached: list[expected_cache.MaskedOutput], trial: int, pristine: dict[str, Any],
+                      arrays: dict[str, Any], dist: str,
+                      counts: list[int | None] | None = None) -> Mismatch | None | bool:
         """check_outputs on a cache hit: None (all pass), a Mismatch, or False (an entry's checksum
-        failed: recompute). `counts`: the fused checks' results when already run (judge_outputs)."""
+        failed: recompute). `counts`: the fused checks' results when already run (judge_outputs).
+        The fused check uses the dtype's atol, a lower bound of Task.atol_for's: elements it flags
+        are judged again by compare_output with the input-derived tolerance."""
         for j, (b, masked) in enumerate(zip(self.task.outputs, cached, strict=True)):
             atol, rtol = self.task.tol(b.dtype)
             bad = counts[j] if counts is not None else masked.check(self.xp, arrays[b.name], b.dtype, atol, rtol)
@@ -256,7 +260,8 @@ class _Run:
             if bad:
                 plain = masked.unmask(self.xp)
                 try:
-                    m = compare_output(self.xp, b.name, arrays[b.name], plain, b.dtype, atol, rtol, trial, dist)
+                    full = self.task.atol_for(self.xp, pristine, self.sizes)[j]
+                    m = compare_output(self.xp, b.name, arrays[b.name], plain, b.dtype, full, rtol, trial, dist)
                 finally:
                     expected_cache.scrub(self.xp, [plain])
                 if m is not None:

@@ -17,14 +17,16 @@ from kernels_env.judge.feedback import mismatch_summary
 from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS, bits
 
 
-def compare_output(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: float, rtol: float,
+def compare_output(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: Any, rtol: float,
                    trial: int, distribution: str) -> Mismatch | None:
-    """Compare one candidate output with the reference; None when allclose and free of bad NaN/Inf."""
+    """Compare one candidate output with the reference; None when allclose and free of bad NaN/Inf.
+    `atol` is a number or, for a task with an input-derived tolerance term (Task.atol_for), a float64
+    array of the output's shape; the Mismatch reports its value at the first failing element."""
     with np.errstate(all="ignore"):
         return _compare(xp, name, got, expected, dtype, atol, rtol, trial, distribution)
 
 
-def _compare(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: float, rtol: float,
+def _compare(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: Any, rtol: float,
              trial: int, distribution: str) -> Mismatch | None:
     shape = tuple(got.shape)
     expected = xp.asarray(expected)
@@ -70,10 +72,15 @@ def _compare(xp: Any, name: str, got: Any, expected: Any, dtype: str, atol: floa
         reason=reason, buffer=name, trial=trial, distribution=distribution,
         max_abs_err=_scalar(absd.max()), max_rel_err=_scalar(rel.max()),
         frac_mismatched=_scalar(bad.sum()) / size, first_bad_index=idx,
-        expected=_scalar(e.ravel()[flat]), got=_scalar(g.ravel()[flat]), atol=atol, rtol=rtol)
+        expected=_scalar(e.ravel()[flat]), got=_scalar(g.ravel()[flat]), atol=_atol_at(atol, flat), rtol=rtol)
 
 
-def _int_bad(xp: Any, got: Any, expected: Any, atol: float, rtol: float,
+def _atol_at(atol: Any, flat: int) -> float:
+    """The absolute tolerance of flat element `flat` (a number, or an element of an atol array)."""
+    return _scalar(atol.ravel()[flat]) if hasattr(atol, "ravel") else float(atol)
+
+
+def _int_bad(xp: Any, got: Any, expected: Any, atol: Any, rtol: float,
              sentinel: int) -> tuple[Any, Any, Any, Any]:
     """(g, e as int64, |g - e| as float64, failing mask) of an int output: compare_output's rule.
 
@@ -88,14 +95,14 @@ def _int_bad(xp: Any, got: Any, expected: Any, atol: float, rtol: float,
     return g, e, absd, (absd > (atol + rtol * xp.abs(e64))) | unwritten
 
 
-def _float_bad(xp: Any, got: Any, expected: Any, atol: float, rtol: float) -> tuple[Any, Any, Any]:
+def _float_bad(xp: Any, got: Any, expected: Any, atol: Any, rtol: float) -> tuple[Any, Any, Any]:
     """(g, e as float64, failing mask) of a float output: compare_output's rule (isclose, equal_nan)."""
     g = got.astype(xp.float64)
     e = expected.astype(xp.float64)
     return g, e, ~xp.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
 
 
-def mismatch_mask(xp: Any, got: Any, expected: Any, dtype: str, atol: float, rtol: float) -> Any:
+def mismatch_mask(xp: Any, got: Any, expected: Any, dtype: str, atol: Any, rtol: float) -> Any:
     """The elements of `got` that compare_output counts as failing (expected: got's element count)."""
     expected = expected.reshape(got.shape)
     if dtype in INT_SENTINEL:

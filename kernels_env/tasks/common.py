@@ -6,6 +6,8 @@ once. Nothing here runs policy code.
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 
@@ -98,3 +100,53 @@ def sigmoid(xp: Any, x: Any) -> Any:
     e = xp.exp(-xp.abs(x))
     return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
+
+
+def float64_reference(reference: Callable[..., Any]) -> Callable[..., Any]:
+    """`reference` run on float64 copies of its floating-point arrays (integer arrays and scalars as
+    given); the reference casts its result to the output dtype. Why: a float32 reference of a long sum
+    is itself off by the rounding a correct kernel is judged against (a float32 layer norm disagreed
+    with a float64-accumulating kernel by 0.006), so expected outputs are the exact values rounded once."""
+    @functools.wraps(reference)
+    def in_float64(xp: Any, **arrays: Any) -> Any:
+        wide = {k: v.astype(xp.float64) if getattr(v, "dtype", None) is not None and v.dtype.kind == "f" else v
+                for k, v in arrays.items()}
+        return reference(xp, **wide)
+    return in_float64
+
+
+# Input-derived tolerance terms (Task.slack): the rounding a correct float32 kernel makes where the
+# inputs amplify it, as the reference computes it from the inputs in float64. UNIT is float32's unit
+# roundoff; the factors are measured with the stand-ins of tests/kernels_env/test_calibration.py
+# (sequential, tree, Welford and float64 accumulation, every draw family) with a margin of 2 or more.
+UNIT = 2.0 ** -24
+SCAN_SLACK = 4.0  # times sqrt(j) * UNIT * sum_{i <= j} |x_i|
+NORM_SLACK = 4.0  # times sqrt(n) * UNIT * mean|x| * rstd * |w|
+
+
+def scan_slack(xp: Any, x: Any, reverse: bool = False) -> Any:
+    """A prefix sum's rounding along axis 1: SCAN_SLACK * sqrt(j) * UNIT * (prefix sum of |x| up to
+    j), j the number of terms summed (from the end with `reverse`). A sequential float32 scan's
+    error grows like sqrt(j) * UNIT * sum|x| (a random walk of roundings of partial sums of at most
+    sum|x|); a term this size is far below the error of a skipped or repeated element."""
+    a = xp.abs(x.astype(xp.float64))
+    if reverse:
+        a = xp.flip(a, axis=1)
+    j = xp.arange(1, a.shape[1] + 1, dtype=xp.float64)
+    term = SCAN_SLACK * UNIT * xp.sqrt(j) * xp.cumsum(a, axis=1)
+    return xp.flip(term, axis=1) if reverse else term
+
+
+def norm_slack(xp: Any, h: Any, axes: tuple[int, ...], eps: float) -> Any:
+    """A normalisation's rounding over `axes` of `h`, before any affine weight: NORM_SLACK * sqrt(n)
+    * UNIT * mean|h| * rstd, rstd = 1 / sqrt(var + eps). The mean of n float32 terms is off by about
+    sqrt(n) * UNIT * mean|h| whatever the summation order, and (h - mean) * rstd multiplies that by
+    rstd: a row of large mean and small spread (90 +- 0.018: rstd ~ 95) or a constant row (var 0:
+    rstd = 1 / sqrt(eps) ~ 316) amplifies it. Multiply by |weight| where the task scales."""
+    h = h.astype(xp.float64)
+    n = 1
+    for a in axes:
+        n *= h.shape[a]
+    mu = xp.mean(h, axis=axes, keepdims=True)
+    var = xp.mean((h - mu) ** 2, axis=axes, keepdims=True)
+    return NORM_SLACK * UNIT * float(n) ** 0.5 * xp.mean(xp.abs(h), axis=axes, keepdims=True) / xp.sqrt(var + eps)

@@ -31,7 +31,8 @@ DEFAULT_TINY = 1e-3
 # outputs or results when EnvConfig.input_domains is on; bump it whenever those draws change.
 # 2: real inputs of contraction tasks bounded by CONTRACTION_MAX_ABS (`contraction_domain`).
 # 3: timing runs (trials >= core.config.TIMING_TRIAL_BASE) draw the typical mode only.
-DOMAIN_VERSION = 3
+# 4: structured trials: an exact-mean constant row, shifted blocks, spikes in 1-D buffers.
+DOMAIN_VERSION = 4
 # Tasks with any of these tags sum products of their inputs (matrix products, convolutions, attention);
 # their real inputs get `contraction_domain`. Tagged tasks that sum no products (matmul_diag,
 # matrix_scalar_mul) get it too: the bound costs them nothing a kernel could get wrong.

@@ -22,7 +22,7 @@ _ROW_TOL = {"float32": (1e-3, 1e-3)}
 
 def _row_task(name: str, description: str, body: str, reference: Any, *, extra_inputs: tuple = (),
               scalars: tuple[Scalar, ...] = (), eval_sizes: dict = WIDE_EVAL, tolerance: dict | None = None,
-              tags: tuple[str, ...] = ()) -> Task:
+              tags: tuple[str, ...] = (), slack: Any = None) -> Task:
     extra_params = "".join(f", const float* __restrict__ {b.name}" for b in extra_inputs)
     scalar_params = "".join(f", float {s.name}" for s in scalars)
     extra_args = "".join(f", {b.name}" for b in extra_inputs)
@@ -41,7 +41,7 @@ extern "C" __global__ void {name}_kernel(const float* __restrict__ x{extra_param
         sizes={"eval": eval_sizes, "small": ROW_SMALL},
         inputs=(Buffer("x", "float32", ("M", "N")),) + extra_inputs,
         outputs=(Buffer("y", "float32", ("M", "N")),),
-        reference=reference, scalars=scalars, tolerance=tolerance or {},
+        reference=common.float64_reference(reference), scalars=scalars, tolerance=tolerance or {}, slack=slack,
         solution=common.solution(cuda, f"{name}_kernel<<<M, 256>>>(x{extra_args}, y, M, N{scalar_args});"),
         tags=("norm",) + tags)
 
@@ -77,6 +77,10 @@ def _layer_norm_nd_ref(xp, x, weight, bias, eps):
     mu = xp.mean(x, axis=axes, keepdims=True)
     var = xp.mean((x - mu) ** 2, axis=axes, keepdims=True)
     return ((x - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32, copy=False)
+
+
+def _layer_norm_nd_slack(xp, x, weight, bias, eps):
+    return (common.norm_slack(xp, x, (1, 2, 3), eps) * xp.abs(weight),)
 
 
 def _l2_ref(xp, x, eps):
@@ -141,7 +145,7 @@ TASKS.append(Task(
                  + _ROWS + " The norm is over all M*N elements (a grid-wide reduction)."),
     sizes={"eval": WIDE_EVAL, "small": ROW_SMALL},
     inputs=(Buffer("x", "float32", ("M", "N")),), outputs=(Buffer("y", "float32", ("M", "N")),),
-    reference=_frob_ref, solution=common.solution(_FROB_CUDA, _FROB_LAUNCH),
+    reference=common.float64_reference(_frob_ref), solution=common.solution(_FROB_CUDA, _FROB_LAUNCH),
     tolerance={"float32": (1e-5, 1e-3)},  # outputs are ~1/sqrt(M*N); relative accuracy is what matters
     tags=("norm", "reduction")))
 
@@ -171,7 +175,7 @@ TASKS.append(Task(
                  "sqrt(mean(x ** 2, dim=1, keepdim=True) + eps) with eps = 1e-5 and no weight, i.e. "
                  "y[b, f, i, j] = x[b, f, i, j] / sqrt((1/F) sum_g x[b, g, i, j]^2 + eps). x and y are float32 "
                  "[B, F, D1, D2], contiguous row-major."),
-    sizes=_NCHW, inputs=(_X4,), outputs=(_Y4,), reference=_rms_norm_ref,
+    sizes=_NCHW, inputs=(_X4,), outputs=(_Y4,), reference=common.float64_reference(_rms_norm_ref),
     scalars=(Scalar("eps", "float32", 1e-5),), tolerance=_ROW_TOL,
     solution=common.solution(_RMS_CUDA, "rms_norm_kernel<<<cdiv(B * D1 * D2, 256), 256>>>(x, y, B, F, D1 * D2, eps);"),
     tags=("norm", "kernelbench")))
@@ -184,14 +188,16 @@ _LN = _row_task("layer_norm", "", """    float s = 0.0f;
     float rstd = rsqrtf(block_sum(v, sh) / (float)N + eps);
     for (int j = threadIdx.x; j < N; j += blockDim.x) q[j] = (p[j] - mu) * rstd * weight[j] + bias[j];""", _layer_norm_nd_ref,
                 extra_inputs=(Buffer("weight", "float32", ("N",)), Buffer("bias", "float32", ("N",))),
-                scalars=(Scalar("eps", "float32", 1e-5),))
+                scalars=(Scalar("eps", "float32", 1e-5),), slack=_layer_norm_nd_slack)
 TASKS.append(dataclasses.replace(
     _LN,
     description=("Layer normalisation over the trailing normalized_shape (F, D1, D2), as torch.nn.LayerNorm("
                  "normalized_shape=(F, D1, D2)) in KernelBench 40_LayerNorm: for each b, mean and biased variance "
                  "over all F*D1*D2 elements of x[b], y[b] = (x[b] - mean) / sqrt(var + eps) * weight + bias with "
                  "eps = 1e-5. x and y are float32 [B, F, D1, D2]; weight and bias (the module's affine "
-                 "parameters) are float32 [F, D1, D2]; all contiguous row-major."),
+                 "parameters) are float32 [F, D1, D2]; all contiguous row-major. Each mean sums about a million "
+                 "terms: one float32 running sum loses them to rounding (a partial sum near 5e7 drops whole "
+                 "units), so sum in a tree or blocks (or in float64); such a sum is judged wrong_output."),
     sizes={"eval": {"B": 16, "F": 64, "D1": 128, "D2": 128}, "small": {"B": 3, "F": 4, "D1": 5, "D2": 7}},
     inputs=(_X4, Buffer("weight", "float32", ("F", "D1", "D2")), Buffer("bias", "float32", ("F", "D1", "D2"))),
     outputs=(_Y4,), tolerance=_ROW_TOL, tags=("norm", "kernelbench"),
@@ -210,6 +216,21 @@ def _norm_over(xp: Any, x: Any, axes: tuple[int, ...], eps: float) -> Any:
     mu = xp.mean(x64, axis=axes, keepdims=True)
     var = xp.mean((x64 - mu) ** 2, axis=axes, keepdims=True)
     return (x64 - mu) / xp.sqrt(var + eps)
+
+
+def _batch_norm_slack(xp, x, weight, bias, eps):
+    return (common.norm_slack(xp, x, (0, 2, 3), eps) * xp.abs(weight.reshape(1, -1, 1, 1)),)
+
+
+def _instance_norm_slack(xp, x, eps):
+    return (common.norm_slack(xp, x, (2, 3), eps),)
+
+
+def _group_norm_slack(xp, x, weight, bias, eps, num_groups):
+    n, c, h, w = x.shape
+    term = common.norm_slack(xp, x.reshape(n, num_groups, c // num_groups, h, w), (2, 3, 4), eps)
+    term = xp.broadcast_to(term, (n, num_groups, c // num_groups, 1, 1)).reshape(n, c, 1, 1)
+    return (term * xp.abs(weight.reshape(1, -1, 1, 1)),)
 
 
 def _batch_norm_ref(xp, x, weight, bias, eps):
@@ -305,6 +326,9 @@ _NCHW_SIZES = {"eval": {"N": 16, "C": 64, "H": 128, "W": 128}, "small": {"N": 3,
 _AFFINE = (Buffer("weight", "float32", ("C",)), Buffer("bias", "float32", ("C",)))
 _EPS = Scalar("eps", "float32", 1e-5)
 _NCHW_TEXT = "x and y are float32 [N, C, H, W] (NCHW), contiguous row-major."
+_LONG_SUM = (" Each mean sums over 100K terms at eval sizes: one float32 running sum can lose them to rounding, "
+             "so sum in a tree or blocks (or in float64).")
+
 
 KB_NORM_TASKS = [
     Task(name="batch_norm", level=1,
@@ -313,9 +337,9 @@ KB_NORM_TASKS = [
                       "elements x[:, c, :, :] (the batch statistics, not running statistics), y[n, c, i, j] = "
                       "(x[n, c, i, j] - mean_c) / sqrt(var_c + eps) * weight[c] + bias[c] with eps = 1e-5. "
                       + _NCHW_TEXT + " weight and bias (the module's affine parameters) are float32 [C]. The "
-                      "module's running-statistics update is not part of the output."),
+                      "module's running-statistics update is not part of the output." + _LONG_SUM),
          sizes=_NCHW_SIZES, inputs=(_X_NCHW,) + _AFFINE, outputs=(_Y_NCHW,), reference=_batch_norm_ref,
-         scalars=(_EPS,), tolerance=_ROW_TOL,
+         scalars=(_EPS,), tolerance=_ROW_TOL, slack=_batch_norm_slack,
          solution=common.solution(_BN_CUDA, "batch_norm_kernel<<<C, 1024>>>(x, weight, bias, y, N, C, H * W, eps);"),
          tags=("norm", "kernelbench")),
     Task(name="instance_norm", level=1,
@@ -324,7 +348,7 @@ KB_NORM_TASKS = [
                       "variance over the H*W elements x[n, c, :, :], y[n, c, i, j] = (x[n, c, i, j] - mean) / "
                       "sqrt(var + eps) with eps = 1e-5; no weight or bias. " + _NCHW_TEXT),
          sizes=_NCHW_SIZES, inputs=(_X_NCHW,), outputs=(_Y_NCHW,), reference=_instance_norm_ref,
-         scalars=(_EPS,), tolerance=_ROW_TOL,
+         scalars=(_EPS,), tolerance=_ROW_TOL, slack=_instance_norm_slack,
          solution=common.solution(_IN_CUDA, "instance_norm_kernel<<<N * C, 256>>>(x, y, H * W, eps);"),
          tags=("norm", "kernelbench")),
     Task(name="group_norm", level=1,
@@ -333,10 +357,10 @@ KB_NORM_TASKS = [
                       "channels; for each (n, group), mean and biased variance over the group's (C / num_groups)"
                       "*H*W elements, y[n, c, i, j] = (x[n, c, i, j] - mean) / sqrt(var + eps) * weight[c] + "
                       "bias[c] with eps = 1e-5. " + _NCHW_TEXT + " weight and bias (the module's per-channel "
-                      "affine parameters) are float32 [C]; C is a multiple of num_groups."),
+                      "affine parameters) are float32 [C]; C is a multiple of num_groups." + _LONG_SUM),
          sizes={"eval": {"N": 16, "C": 64, "H": 128, "W": 128}, "small": {"N": 3, "C": 16, "H": 3, "W": 5}},
          inputs=(_X_NCHW,) + _AFFINE, outputs=(_Y_NCHW,), reference=_group_norm_ref,
-         scalars=(_EPS, Scalar("num_groups", "int32", 8)), tolerance=_ROW_TOL,
+         scalars=(_EPS, Scalar("num_groups", "int32", 8)), tolerance=_ROW_TOL, slack=_group_norm_slack,
          solution=common.solution(_GN_CUDA, "group_norm_kernel<<<N * num_groups, 1024>>>(x, weight, bias, y, C, "
                                   "H * W, num_groups, eps);"),
          tags=("norm", "kernelbench")),

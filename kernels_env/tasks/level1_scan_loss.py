@@ -50,30 +50,48 @@ extern "C" __global__ void NAME_kernel(const float* __restrict__ x, float* __res
 
 
 def scan_task(name: str, description: str, op: str, ident: str, pos: str, ref: Any, sizes: dict,
-              tolerance: dict, x: Buffer) -> Task:
+              tolerance: dict, x: Buffer, slack: Any = None) -> Task:
     cuda = (f"#define OP(a, b) ((a) {op} (b))\n#define POS(j) ({pos})\n"
             + _SCAN.replace("NAME", name).replace("IDENT", ident))
     return Task(name=name, level=1, description=description, sizes=sizes, inputs=(x,),
-                outputs=(Buffer("y", "float32", ("M", "N")),), reference=ref, tolerance=tolerance,
+                outputs=(Buffer("y", "float32", ("M", "N")),), reference=common.float64_reference(ref),
+                tolerance=tolerance, slack=slack,
                 solution=common.solution(cuda, f"{name}_kernel<<<M, 256>>>(x, y, M, N);"), tags=("scan",))
 
 
 _ROWS = "x is a contiguous row-major float32 matrix [M, N]; y is float32 [M, N]."
-# Running sums over up to 8192 terms (partial sums of heavy-tailed inputs reach ~1e2-1e3) in a
-# different association than the reference: float32 rounding accumulates to ~1e-3 absolute where a
-# partial sum crosses zero, so atol is 1e-2 (a wrong scan is off by O(1)).
+# Running sums over up to 8192 terms (partial sums of heavy-tailed inputs reach ~1e2-1e3): float32
+# rounding accumulates to ~1e-3 absolute where a partial sum crosses zero, so atol is 1e-2 (a wrong
+# scan is off by O(1)), plus common.scan_slack, which grows with the prefix sum of |x| (a sorted row
+# sums to -1e5 and back; its exact answer is far from a float32 scan's in relative terms).
 _SCAN_TOL = {"float32": (1e-2, 1e-3)}
+
+
+def _prefix_slack(xp, x):
+    return (common.scan_slack(xp, x),)
+
+
+def _suffix_slack(xp, x):
+    return (common.scan_slack(xp, x, reverse=True),)
+
+
+def _exclusive_slack(xp, x):
+    return (xp.concatenate([xp.zeros_like(x[:, :1], dtype=xp.float64), common.scan_slack(xp, x[:, :-1])], axis=1),)
+
+
+def _masked_slack(xp, x, mask):
+    return (common.scan_slack(xp, x * (mask != 0)),)
 
 TASKS = [
     scan_task("cumsum", "Inclusive cumulative sum along each row: y[m, j] = sum_{k <= j} x[m, k]. " + _ROWS,
               "+", "0.0f", "j", lambda xp, x: xp.cumsum(x, axis=1).astype(xp.float32, copy=False),
               {"eval": {"M": 8192, "N": 8192}, "small": {"M": 5, "N": 1000}}, _SCAN_TOL,
-              Buffer("x", "float32", ("M", "N"))),
+              Buffer("x", "float32", ("M", "N")), _prefix_slack),
     scan_task("reverse_cumsum", "Reverse inclusive cumulative sum along each row: y[m, j] = sum_{k >= j} "
               "x[m, k] (suffix sums). " + _ROWS, "+", "0.0f", "N - 1 - (j)",
               lambda xp, x: xp.flip(xp.cumsum(xp.flip(x, axis=1), axis=1), axis=1).astype(xp.float32, copy=False),
               {"eval": {"M": 8192, "N": 8192}, "small": {"M": 5, "N": 1000}}, _SCAN_TOL,
-              Buffer("x", "float32", ("M", "N"))),
+              Buffer("x", "float32", ("M", "N")), _suffix_slack),
     scan_task("cumprod", "Inclusive cumulative product along each row: y[m, j] = prod_{k <= j} x[m, k]. "
               + _ROWS + " Inputs are drawn from [0.9, 1.1] so products stay in range.", "*", "1.0f", "j",
               lambda xp, x: xp.cumprod(x, axis=1).astype(xp.float32, copy=False),
@@ -113,7 +131,8 @@ def pair_loss_task(name: str, description: str, expr: str, ref: Any, *, target: 
     return Task(name=name, level=1, description=description,
                 sizes={"eval": {"N": 64 * 1024 * 1024}, "small": {"N": 3001}},
                 inputs=(Buffer("pred", "float32", ("N",)), target),
-                outputs=(Buffer("loss", "float32", (1,)),), reference=ref, scalars=scalars,
+                outputs=(Buffer("loss", "float32", (1,)),), reference=common.float64_reference(ref),
+                scalars=scalars,
                 tolerance={"float32": (1e-4, 1e-3)},  # a mean over 64M terms, summed as a tree
                 solution=common.solution(cuda, launch), tags=("loss", "reduction"))
 
@@ -128,7 +147,7 @@ def _huber_ref(xp, pred, target, beta):
 
 
 def _hinge_ref(xp, pred, target):
-    y = 2.0 * target.astype(xp.float32, copy=False) - 1.0
+    y = 2.0 * target - 1.0
     return xp.mean(xp.maximum(1.0 - y * pred, 0)).reshape(1).astype(xp.float32, copy=False)
 
 
@@ -263,7 +282,7 @@ TASKS += [
          sizes={"eval": {"B": 4096, "C": 16384}, "small": {"B": 9, "C": 1000}},
          inputs=(Buffer("logits", "float32", ("B", "C")),
                  Buffer("target", "int64", ("B",), distributions=("indices",), high="C")),
-         outputs=(Buffer("loss", "float32", (1,)),), reference=_ce_ref, tolerance=_LOSS_TOL,
+         outputs=(Buffer("loss", "float32", (1,)),), reference=common.float64_reference(_ce_ref), tolerance=_LOSS_TOL,
          solution=common.solution(_CE_CUDA, "scratch float row_loss[B];\nce_rows<<<B, 256>>>(logits, target, "
                                   "row_loss, B, C);\nfinish_sum<<<1, 1024>>>(row_loss, loss, B, B);"),
          tags=("loss", "reduction", "softmax")),
@@ -274,7 +293,7 @@ TASKS += [
                       "contiguous row-major; loss is a float32 buffer of 1 element. Use stable log-softmax."),
          sizes={"eval": {"B": 4096, "C": 8192}, "small": {"B": 9, "C": 1000}},
          inputs=(Buffer("p_logits", "float32", ("B", "C")), Buffer("q_logits", "float32", ("B", "C"))),
-         outputs=(Buffer("loss", "float32", (1,)),), reference=_kl_ref, tolerance=_LOSS_TOL,
+         outputs=(Buffer("loss", "float32", (1,)),), reference=common.float64_reference(_kl_ref), tolerance=_LOSS_TOL,
          solution=common.solution(_KL_CUDA, "scratch float row_kl[B];\nkl_rows<<<B, 256>>>(p_logits, q_logits, "
                                   "row_kl, B, C);\nfinish_sum<<<1, 1024>>>(row_kl, loss, B, B);"),
          tags=("loss", "reduction", "softmax")),
@@ -287,7 +306,7 @@ TASKS += [
          sizes={"eval": {"B": 4096, "C": 8192}, "small": {"B": 9, "C": 1000}},
          inputs=(Buffer("predictions", "float32", ("B", "C"), distributions=("positive",)),
                  Buffer("targets", "float32", ("B", "C"), distributions=("positive",))),
-         outputs=(Buffer("loss", "float32", (1,)),), reference=_kl_batchmean_ref, tolerance=_LOSS_TOL,
+         outputs=(Buffer("loss", "float32", (1,)),), reference=common.float64_reference(_kl_batchmean_ref), tolerance=_LOSS_TOL,
          solution=common.solution(_KLB_CUDA, "scratch float row_kl[B];\nkl_prob_rows<<<B, 256>>>(predictions, "
                                   "targets, row_kl, B, C);\nfinish_sum<<<1, 1024>>>(row_kl, loss, B, B);"),
          tags=("loss", "reduction", "kernelbench")),
@@ -297,7 +316,8 @@ TASKS += [
                       "eps = 1e-8, and loss[0] = (1/B) sum_b (1 - cos_b). loss is a float32 buffer of 1 element."),
          sizes={"eval": {"B": 8192, "D": 4096}, "small": {"B": 9, "D": 1000}},
          inputs=(Buffer("a", "float32", ("B", "D")), Buffer("b", "float32", ("B", "D"))),
-         outputs=(Buffer("loss", "float32", (1,)),), reference=_cos_ref, scalars=(Scalar("eps", "float32", 1e-8),),
+         outputs=(Buffer("loss", "float32", (1,)),), reference=common.float64_reference(_cos_ref),
+         scalars=(Scalar("eps", "float32", 1e-8),),
          tolerance=_LOSS_TOL,
          solution=common.solution(_COS_CUDA, "scratch float row_loss[B];\ncos_rows<<<B, 256>>>(a, b, row_loss, "
                                   "B, D, eps);\nfinish_sum<<<1, 1024>>>(row_loss, loss, B, B);"),
@@ -310,7 +330,8 @@ for _t in TASKS:
 
 # ---- KernelBench 92_cumsum_exclusive, 93_masked_cumsum, 99_TripletMarginLoss --------------------------
 
-def _scan_variant(name: str, description: str, load: str, ref: Any, inputs: tuple[Buffer, ...]) -> Task:
+def _scan_variant(name: str, description: str, load: str, ref: Any, inputs: tuple[Buffer, ...],
+                  slack: Any) -> Task:
     """An inclusive row scan of `load(j)` (a macro over the row pointers p, and mp for a mask)."""
     extra = "".join(f", const int* __restrict__ {b.name}" for b in inputs[1:])
     cuda = (f"#define OP(a, b) ((a) + (b))\n#define LOAD(j) ({load})\n"
@@ -323,19 +344,20 @@ def _scan_variant(name: str, description: str, load: str, ref: Any, inputs: tupl
     args = ", ".join(b.name for b in inputs)
     return Task(name=name, level=1, description=description,
                 sizes={"eval": {"M": 8192, "N": 8192}, "small": {"M": 5, "N": 1000}}, inputs=inputs,
-                outputs=(Buffer("y", "float32", ("M", "N")),), reference=ref, tolerance=_SCAN_TOL,
+                outputs=(Buffer("y", "float32", ("M", "N")),), reference=common.float64_reference(ref),
+                tolerance=_SCAN_TOL, slack=slack,
                 solution=common.solution(cuda, f"{name}_kernel<<<M, 256>>>({args}, y, M, N);"),
                 tags=("scan", "kernelbench"))
 
 
 def _exclusive_cumsum_ref(xp, x):
-    y = xp.zeros(x.shape, dtype=xp.float32)
+    y = xp.zeros(x.shape, dtype=x.dtype)
     y[:, 1:] = xp.cumsum(x[:, :-1], axis=1)
-    return y
+    return y.astype(xp.float32, copy=False)
 
 
 def _masked_cumsum_ref(xp, x, mask):
-    return xp.cumsum(x * mask.astype(xp.float32), axis=1).astype(xp.float32, copy=False)
+    return xp.cumsum(x * (mask != 0), axis=1).astype(xp.float32, copy=False)
 
 
 _TRIPLET_CUDA = common.REDUCE_CUDA + common.FINISH_SUM_CUDA + r"""
@@ -369,14 +391,16 @@ def _triplet_ref(xp, anchor, positive, negative, margin, eps):
 KB_SCAN_LOSS_TASKS = [
     _scan_variant("cumsum_exclusive", "Exclusive cumulative sum along each row (KernelBench 92_cumsum_exclusive, "
                   "dim 1): y[m, 0] = 0 and y[m, j] = sum_{k < j} x[m, k], the element itself excluded. " + _ROWS,
-                  "(j) > 0 ? p[(j) - 1] : 0.0f", _exclusive_cumsum_ref, (Buffer("x", "float32", ("M", "N")),)),
+                  "(j) > 0 ? p[(j) - 1] : 0.0f", _exclusive_cumsum_ref, (Buffer("x", "float32", ("M", "N")),),
+                  _exclusive_slack),
     _scan_variant("masked_cumsum", "Masked cumulative sum along each row, torch.cumsum(x * mask, dim=1) "
                   "(KernelBench 93_masked_cumsum): y[m, j] = sum over k <= j with mask[m, k] != 0 of x[m, k]. "
                   "x is a contiguous row-major float32 matrix [M, N]; mask is int32 [M, N] of 0/1 values (the "
                   "KernelBench model takes a bool tensor; here 1 means true); y is float32 [M, N].",
                   "mp[j] != 0 ? p[j] : 0.0f", _masked_cumsum_ref,
                   (Buffer("x", "float32", ("M", "N")),
-                   Buffer("mask", "int32", ("M", "N"), distributions=("randint",), low=0, high=2))),
+                   Buffer("mask", "int32", ("M", "N"), distributions=("randint",), low=0, high=2)),
+                  _masked_slack),
     Task(name="triplet_margin_loss", level=1,
          description=("Triplet margin loss as torch.nn.TripletMarginLoss(margin=1.0) with its defaults (p = 2, "
                       "eps = 1e-6, swap = False, mean reduction; KernelBench 99_TripletMarginLoss): for each row b, "
@@ -387,7 +411,7 @@ KB_SCAN_LOSS_TASKS = [
          sizes={"eval": {"B": 8192, "D": 2048}, "small": {"B": 9, "D": 1000}},
          inputs=(Buffer("anchor", "float32", ("B", "D")), Buffer("positive", "float32", ("B", "D")),
                  Buffer("negative", "float32", ("B", "D"))),
-         outputs=(Buffer("loss", "float32", (1,)),), reference=_triplet_ref, tolerance=_LOSS_TOL,
+         outputs=(Buffer("loss", "float32", (1,)),), reference=common.float64_reference(_triplet_ref), tolerance=_LOSS_TOL,
          scalars=(Scalar("margin", "float32", 1.0), Scalar("eps", "float32", 1e-6)),
          solution=common.solution(_TRIPLET_CUDA, "scratch float row_loss[B];\ntriplet_rows<<<B, 256>>>(anchor, "
                                   "positive, negative, row_loss, B, D, margin, eps);\nfinish_sum<<<1, 1024>>>"

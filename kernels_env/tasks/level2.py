@@ -164,7 +164,7 @@ _ROWS = "All matrices are float32 [M, N], contiguous row-major"
 
 
 def _row_fusion(name: str, description: str, inputs: tuple[Buffer, ...], body: str, reference: Any,
-                scalars: tuple[Scalar, ...] = (), tags: tuple[str, ...] = ()) -> Task:
+                scalars: tuple[Scalar, ...] = (), tags: tuple[str, ...] = (), slack: Any = None) -> Task:
     params = ", ".join(f"const float* __restrict__ {b.name}" for b in inputs)
     sparams = "".join(f", float {s.name}" for s in scalars)
     cuda = common.REDUCE_CUDA + f"""
@@ -178,14 +178,23 @@ extern "C" __global__ void {name}_kernel({params}, float* __restrict__ y, int M,
     args = ", ".join(b.name for b in inputs)
     sargs = "".join(f", {s.name}" for s in scalars)
     return Task(name=name, level=2, description=description, sizes={"eval": ROW_EVAL, "small": ROW_SMALL},
-                inputs=inputs, outputs=(Buffer("y", "float32", ("M", "N")),), reference=reference,
+                inputs=inputs, outputs=(Buffer("y", "float32", ("M", "N")),),
+                reference=common.float64_reference(reference), slack=slack,
                 scalars=scalars, tolerance={"float32": (1e-3, 1e-3)},  # row statistics over N terms
                 solution=common.solution(cuda, f"{name}_kernel<<<M, 256>>>({args}, y, M, N{sargs});"),
                 tags=("fusion", "norm") + tags)
 
 
+def _add_ln_slack(xp, x, residual, weight, bias, eps):
+    return (common.norm_slack(xp, x + residual, (1,), eps) * xp.abs(weight),)
+
+
+def _ln_residual_slack(xp, x, residual, weight, bias, eps):
+    return (common.norm_slack(xp, x, (1,), eps) * xp.abs(weight),)
+
+
 def _add_ln_ref(xp, x, residual, weight, bias, eps):
-    h = x + residual
+    h = (x.astype(xp.float32) + residual.astype(xp.float32)).astype(xp.float64)  # h as a kernel holds it
     mu = xp.mean(h, axis=1, keepdims=True)
     var = xp.mean((h - mu) ** 2, axis=1, keepdims=True)
     return ((h - mu) / xp.sqrt(var + eps) * weight + bias).astype(xp.float32, copy=False)
@@ -218,7 +227,7 @@ TASKS += [
     for (int j = threadIdx.x; j < N; j += blockDim.x) { float d = a[j] + b[j] - mu; v += d * d; }
     float rstd = rsqrtf(block_sum(v, sh) / (float)N + eps);
     for (int j = threadIdx.x; j < N; j += blockDim.x) q[j] = (a[j] + b[j] - mu) * rstd * weight[j] + bias[j];""",
-                _add_ln_ref, scalars=(Scalar("eps", "float32", 1e-5),), tags=("residual",)),
+                _add_ln_ref, scalars=(Scalar("eps", "float32", 1e-5),), tags=("residual",), slack=_add_ln_slack),
     _row_fusion("rms_norm_silu_gate", "RMS norm gated by SiLU (as in gated SwiGLU-style blocks): r[m, j] = x[m, j] / "
                 "sqrt(mean_k x[m, k]^2 + eps) * weight[j] with eps = 1e-6, and y[m, j] = r[m, j] * silu(gate[m, j]) "
                 "where silu(z) = z / (1 + exp(-z)). " + _ROWS + "; weight is float32 [N].",
@@ -268,7 +277,7 @@ TASKS.append(_row_fusion(
     for (int j = threadIdx.x; j < N; j += blockDim.x) { float d = a[j] - mu; v += d * d; }
     float rstd = rsqrtf(block_sum(v, sh) / (float)N + eps);
     for (int j = threadIdx.x; j < N; j += blockDim.x) q[j] = r[j] + (a[j] - mu) * rstd * weight[j] + bias[j];""",
-    _ln_residual_ref, scalars=(Scalar("eps", "float32", 1e-5),), tags=("residual",)))
+    _ln_residual_ref, scalars=(Scalar("eps", "float32", 1e-5),), tags=("residual",), slack=_ln_residual_slack))
 
 # ---- linear layer then layer norm over its features: GEMM epilogue into scratch, then row LN --------
 _LINEAR_LN_CUDA = (gemm_kernel("linear_bias", epilogue="v + bias[col]", extra_params=", const float* __restrict__ bias")
@@ -307,7 +316,7 @@ TASKS.append(Task(
     sizes={"eval": GEMM_EVAL, "small": GEMM_SMALL},
     inputs=(Buffer("x", "float32", ("M", "K")), Buffer("w", "float32", ("K", "N")), _BIAS,
             Buffer("gamma", "float32", ("N",)), Buffer("beta", "float32", ("N",))),
-    outputs=(Buffer("y", "float32", ("M", "N")),), reference=_linear_ln_ref,
+    outputs=(Buffer("y", "float32", ("M", "N")),), reference=common.float64_reference(_linear_ln_ref),
     scalars=(Scalar("eps", "float32", 1e-5),), tolerance=MM_TOL,
     solution=common.solution(_LINEAR_LN_CUDA, f"scratch float h[M * N];\nlinear_bias<<<{_GEMM_LAUNCH}>>>"
                              "(x, w, bias, h, M, N, K);\nrow_layer_norm<<<M, 256>>>(h, gamma, beta, y, M, N, eps);"),

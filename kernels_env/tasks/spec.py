@@ -2,7 +2,13 @@
 
 A task's reference is `reference(xp, **arrays) -> array | tuple[array, ...]` where `xp` is numpy or
 cupy, `arrays` holds every input buffer by name plus every scalar by name (as a Python number), and
-the return value gives the outputs in the order of `Task.outputs`.
+the return value gives the outputs in the order of `Task.outputs`. References of reductions, scans,
+norms and losses compute in float64 and cast to the output dtype (tasks/common.float64_reference).
+
+A task's optional `slack(xp, **arrays)` takes the same arguments and returns, per output, an extra
+absolute tolerance (a float64 array broadcastable to the output's shape, or None): the rounding a
+correct float32 kernel cannot avoid where the inputs amplify it (a long prefix sum, a normalised row
+of large mean and small spread). `Task.atol_for` adds it to the dtype's atol.
 """
 from __future__ import annotations
 
@@ -91,6 +97,7 @@ class Task:
     scalars: tuple[Scalar, ...] = ()
     tolerance: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype -> (atol, rtol)
     tags: tuple[str, ...] = ()
+    slack: Callable[..., tuple[Any, ...]] | None = None  # input-derived atol terms (module docstring)
 
     def __post_init__(self) -> None:
         if self.level not in (1, 2, 3):
@@ -111,6 +118,24 @@ class Task:
 
     def tol(self, dtype: str) -> tuple[float, float]:
         return self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype])
+
+    def atol_for(self, xp: Any, inputs: dict[str, Any], sizes: dict[str, int]) -> list[Any]:
+        """Each output's absolute tolerance on a trial's `inputs` (by buffer name) at `sizes`: the
+        dtype's atol, plus the task's `slack` term where it has one (a float64 array of the output's
+        shape)."""
+        atols: list[Any] = [self.tol(b.dtype)[0] for b in self.outputs]
+        if self.slack is None:
+            return atols
+        scalars = {s.name: s.value for s in self.scalars}
+        terms = self.slack(xp, **{b.name: inputs[b.name] for b in self.inputs}, **scalars)
+        if len(terms) != len(self.outputs):
+            raise ValueError(f"task {self.name!r}: slack returned {len(terms)} terms; expected one per "
+                             f"output ({len(self.outputs)})")
+        for i, (b, term) in enumerate(zip(self.outputs, terms, strict=True)):
+            if term is not None:
+                term = xp.asarray(term, dtype=xp.float64)
+                atols[i] = xp.broadcast_to(atols[i] + term, b.resolve_shape(sizes))
+        return atols
 
     @property
     def buffers(self) -> tuple[Buffer, ...]:

@@ -237,8 +237,15 @@ def test_structured_trial_is_structured():
     np.testing.assert_array_equal(a[2], a[3])  # duplicated rows
     assert np.all(np.diff(a[-1]) >= 0)  # a sorted row
     assert not np.array_equal(a, b) and np.corrcoef(a.ravel(), b.ravel())[0, 1] > 0.99  # correlated
+    mantissa = np.frexp(a[0, 0])[0] * 2 ** domain_draws.EXACT_BITS
+    assert mantissa == np.round(mantissa)  # the constant has few significant bits: exact sums
+    shifted = a[4:6]  # a block of large mean and small spread
+    assert np.all(np.abs(shifted - 90.0) <= 0.018 + 1e-5) and shifted.std() > 1e-3
     v = make_inputs(_one(Domain("real"), shape=(400,)), {}, 2, 0, np)["a"]
-    assert np.all(np.diff(v) >= 0) and np.all(v[:100] == v[0])
+    spikes = np.abs(v) >= 50.0
+    assert spikes.sum() == domain_draws.SPIKES and np.all(spikes.reshape(domain_draws.SPIKES, -1).sum(axis=1) == 1)
+    rest = v[~spikes]
+    assert np.all(np.diff(rest) >= 0) and np.all(rest[:90] == rest[0])  # sorted, a tied quarter
 
 
 def test_timing_runs_draw_the_typical_mode():

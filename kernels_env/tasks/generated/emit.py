@@ -18,6 +18,7 @@ from kernels_env.tasks import common
 from kernels_env.tasks.generated.grammar import Spec
 from kernels_env.tasks.generated.ops import (BCAST, BINARY, DEFINITIONS, DTYPES, EPS, REDUCE, SCALAR_C,
                                              SHAPES, UNARY)
+from kernels_env.tasks.domains import DEFAULT_MAX_ABS, Domain
 from kernels_env.tasks.spec import Buffer, Scalar, Task
 
 _CT = {"f32": "float", "f16": "__half"}
@@ -302,16 +303,25 @@ def _tolerance(spec: Spec) -> dict[str, tuple[float, float]]:
     return {dt: (1e-4, 1e-4)}
 
 
+def _real(dt: str) -> Domain:
+    """The generated tasks' real domain: the default reach, declared. Declaring it keeps the structured
+    trial's shifted blocks and spikes (execute/domain_draws.py, for undeclared default reals) out of
+    the generated family: an elementwise op before a layer norm rounds each element of a block of
+    mean 90 and spread 0.018 by ~1e-5, which the norm amplifies ~100x, and the family's tolerances
+    carry no input-derived term for it (test_rounding_margin.py)."""
+    return Domain("real", max_abs=DEFAULT_MAX_ABS[dt])
+
+
 def build_task(spec: Spec) -> Task:
     dt = DTYPES[spec.dtype]
-    inputs = [Buffer("x", dt, ("M", "N"))]
+    inputs = [Buffer("x", dt, ("M", "N"), domain=_real(dt))]
     v_shape = BCAST[spec.bcast][0] if spec.bcast else None
     if v_shape is not None:  # None: the scalar operand ("sc"), which has no buffer
-        inputs.append(Buffer("v", dt, v_shape))
+        inputs.append(Buffer("v", dt, v_shape, domain=_real(dt)))
     if spec.row in ("rms", "ln"):
-        inputs.append(Buffer("w", dt, ("N",)))
+        inputs.append(Buffer("w", dt, ("N",), domain=_real(dt)))
     if spec.row == "ln":
-        inputs.append(Buffer("b", dt, ("N",)))
+        inputs.append(Buffer("b", dt, ("N",), domain=_real(dt)))
     scalars = []
     if spec.bcast == "sc":
         scalars.append(Scalar("c", "float32", SCALAR_C))
