@@ -121,7 +121,7 @@ def run_windows(events: list[dict[str, Any]], marker: str = MARK_NAME) -> list[t
 def env_clock(task: Any, device: Any, cfg: Any, ref_impl: str) -> dict[str, Any]:
     """The environment's scoring path on the task's solution: kernel and reference medians (ms)."""
     from kernels_env.execute import harness
-    from kernels_env.schedule.pipeline import Prepared, prepare
+    from kernels_env.execute.score import Prepared, prepare
     prep = prepare(task, task.solution, cfg, arch=device.arch)
     if not isinstance(prep, Prepared):
         return {"error": f"{prep.status.value}: {prep.message[:120]}"}

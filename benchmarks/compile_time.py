@@ -1,6 +1,6 @@
 """NVRTC compile time of the known-good solutions, per prelude arm, side by side in one process.
 
-The environment compiles every new submission with NVRTC on a CPU core (`kernels_env/build/compile.py`);
+The environment compiles every new submission with NVRTC on a CPU core (`kernels_env/compiler/compile.py`);
 in the RL configuration (the generated family, correctness only) that is the costliest stage of an
 evaluation (~80 ms of ~100 on the GPU host, where 12 compile workers share the cores). Arms:
   always     libcu++'s climits/cstdint/cfloat pre-included for every source (the first prelude)
@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from unittest import mock
 
-from kernels_env.build.std_prelude import PRELUDE_NAME
+from kernels_env.compiler.std_prelude import PRELUDE_NAME
 
 
 def sources(workload: str, n: int) -> list[str]:
@@ -49,7 +49,7 @@ ARMS = ("always", "any-cuda", "as-needed", "pch")
 @contextlib.contextmanager
 def extra_nvrtc_options(extra: list[str]) -> Iterator[None]:
     """compile_cuda with `extra` added to NVRTC's options, inside the block."""
-    from kernels_env.build import compile as compile_mod
+    from kernels_env.compiler import compile as compile_mod
     options = compile_mod.nvrtc_options
     with mock.patch.object(compile_mod, "nvrtc_options", lambda arch: options(arch) + extra):
         yield
@@ -57,8 +57,8 @@ def extra_nvrtc_options(extra: list[str]) -> Iterator[None]:
 
 def time_arm(srcs: list[str], arm: str, cubins: list[bytes] | None = None) -> list[float]:
     """Seconds per compile_cuda of each source under `arm` (`cubins`, when given, gets each cubin)."""
-    from kernels_env.build import compile as compile_mod
-    from kernels_env.build import std_prelude
+    from kernels_env.compiler import compile as compile_mod
+    from kernels_env.compiler import std_prelude
     if arm not in ARMS:
         raise ValueError(f"arm {arm!r}: expected one of {ARMS}")
     with contextlib.ExitStack() as stack:

@@ -29,7 +29,7 @@ def main() -> None:
     os.environ["LEAP_CPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="leap_cpu_bench_")
     from kernels_env.backends.cpu import CpuDevice
     from kernels_env.core.config import EnvConfig
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     from kernels_env.tasks import get_task, list_tasks
 
     tasks = [get_task(n) for n in args.tasks] if args.tasks else list_tasks()

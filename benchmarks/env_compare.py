@@ -257,7 +257,7 @@ def task_fns(t: Any, cfg: Any, dev: Any) -> tuple[Any, Any] | str:
 
     from kernels_env.execute.inputs import evaluation_seed, make_inputs
     from kernels_env.execute.launching import bind_plan, launch_args
-    from kernels_env.schedule.pipeline import Prepared, prepare
+    from kernels_env.execute.score import Prepared, prepare
     drv = cp.cuda.driver
     prep = prepare(t, t.solution, cfg, arch=dev.arch)
     if not isinstance(prep, Prepared):

@@ -88,7 +88,7 @@ def _timed_calls(spent: dict[str, float], targets: list[tuple[Any, str, str]]) -
 def timing_breakdown(prep: Any, device: Any, config: Any, task: Any) -> dict[str, float]:
     """One more (warm) evaluation with the timing stage's steps wrapped: host wall ms per part."""
     from kernels_env.execute import timing_stage
-    from kernels_env.schedule.pipeline import execute
+    from kernels_env.execute.score import execute
     spent: dict[str, float] = {}
     targets = [(type(device), "time_runs", "t_time_runs"), (timing_stage._TimedBuffers, "load", "t_load"),
                (timing_stage._TimedBuffers, "count_into", "t_counts"),
@@ -109,7 +109,7 @@ def correctness_breakdown(prep: Any, device: Any, config: Any, task: Any) -> dic
     without checksums), the synchronising launches, the trial's checks (guards, inputs, outputs); inside those
     the device-to-host reads of the gathered checks and any regenerated inputs; the rest."""
     from kernels_env.execute import harness
-    from kernels_env.schedule.pipeline import execute
+    from kernels_env.execute.score import execute
     spent: dict[str, float] = {}
     targets = [(harness._Run, "given_inputs", "c_inputs"), (harness._Run, "fresh_arrays", "c_fresh"),
                (harness, "launch_all", "c_launch"), (harness._Run, "check_trial", "c_checks"),
@@ -127,7 +127,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     from kernels_env.execute import harness, launching
     from kernels_env.execute.inputs import make_inputs
     from kernels_env.judge.compare import compare_output
-    from kernels_env.schedule.pipeline import execute, prepare
+    from kernels_env.execute.score import execute, prepare
     prep = prepare(task, task.solution, config, arch=getattr(device, "arch", None))
     if not hasattr(prep, "submission"):
         return {"task": task.name, "error": f"{prep.status}: {prep.message}"}

@@ -60,7 +60,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure_compile(tasks: list[Any], arch: str, config: Any, reps: int) -> dict[str, Any]:
     """NVRTC latency of each solution's device code, serial in this process (no GPU needed)."""
-    from kernels_env.build.compile import compile_cuda
+    from kernels_env.compiler.compile import compile_cuda
     from kernels_env.source.submission import parse_submission
     times, failures = [], []
     try:  # first use loads NVRTC and its headers (~1 s): not a per-compile cost
@@ -87,7 +87,7 @@ def measure_pool(tasks: list[Any], config: Any, backend: str, repeat: int, hits:
                  mode_kwargs: dict[str, Any] | None = None, tag: str = "") -> dict[str, Any]:
     """evaluations/s through EvalPool(mode) on unique texts (`tag` makes them unique to this call: the
     cpu backend's build cache is on disk), then cache-hit latency."""
-    from kernels_env.schedule.result_cache import ResultCache
+    from kernels_env.execute.result_cache import ResultCache
     from kernels_env.schedule.pool import EvalPool, Job
     t_start = time.perf_counter()
     kw: dict[str, Any] = {"exec_workers_per_gpu": exec_workers_per_gpu} if exec_workers_per_gpu else {}
@@ -153,7 +153,7 @@ def measure_overhead(tasks: list[Any], config: Any, backend: str, trials: int) -
     """Harness wall time per correctness trial minus the plan's own device time, in this process."""
     from kernels_env.execute import harness
     from kernels_env.backends import get_device
-    from kernels_env.schedule.pipeline import Prepared, prepare
+    from kernels_env.execute.score import Prepared, prepare
     device = get_device(backend, config)
     cfg = config.replace(timing=False, correctness_trials=trials)
     rows, failures = [], []

@@ -19,7 +19,7 @@ def __getattr__(name):  # lazy re-exports: keep import light, avoid cycles
         from kernels_env import tasks
         return getattr(tasks, name)
     if name == "score":
-        from kernels_env.schedule.pipeline import score
+        from kernels_env.execute.score import score
         return score
     if name == "EvalPool":
         from kernels_env.schedule.pool import EvalPool

@@ -30,9 +30,9 @@ def _child(conn, backend: str, case_id: str, timeout: float = 0.0) -> None:
     if timeout > 5:  # a case about to be killed prints where it is stuck (stderr)
         faulthandler.dump_traceback_later(timeout - 3, exit=False)
 
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     if backend == "cpu":  # no CUDA in this child: its NVRTC compiles get the compile memory cap
-        from kernels_env.build import memory_cap
+        from kernels_env.compiler import memory_cap
         memory_cap.mark_cuda_free()
     from tests.kernels_env.broken_corpus import TASKS, register_corpus_tasks
     from tests.kernels_env.hostile_corpus import CASES_BY_ID, leaked

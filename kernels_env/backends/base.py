@@ -78,7 +78,7 @@ class Device(Protocol):
     timing_comparable: bool  # False on cpu: no speedup is computed
 
     def load(self, compiled: CompiledModule, config: EnvConfig) -> Program:
-        """Load / build the module. Raises kernels_env.build.compile.CompileError for code this backend
+        """Load / build the module. Raises kernels_env.compiler.compile.CompileError for code this backend
         cannot build (e.g. a feature the cpu backend does not support)."""
         ...
 

@@ -189,7 +189,7 @@ class CupyDevice:
     def load(self, compiled: CompiledModule, config: EnvConfig) -> CupyProgram:
         """Load the cubin; if the driver refuses it (another arch), rebuild from source for this GPU.
 
-        Raises kernels_env.build.compile.CompileError when the rebuild does not compile."""
+        Raises kernels_env.compiler.compile.CompileError when the rebuild does not compile."""
         self._check_healthy()
         try:
             prog = self._load_cubin(compiled.cubin, compiled.kernels, compiled.arch)
@@ -199,7 +199,7 @@ class CupyDevice:
             if getattr(e, "status", None) in STICKY_ERRORS:
                 raise self._map(e, "loading the module") from e
             first_error = e
-        from kernels_env.build.compile import compile_cuda
+        from kernels_env.compiler.compile import compile_cuda
         arch = self.arch  # the cubin for compiled.arch was refused: build for this GPU
         rebuilt = compile_cuda(compiled.source, arch, config)
         try:

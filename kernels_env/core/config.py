@@ -19,7 +19,7 @@ POOL_MODES = ("process", "inline", "ray")
 # shorter one would kill busy hosts. Here so the run config checks it without importing the pool.
 RAY_MIN_HEARTBEAT_S = 1.0
 # Fields that change how fast a result is computed, never the result: left out of the result cache's
-# key (kernels_env/schedule/result_cache.py), so cached results are shared and keys stay as they were.
+# key (kernels_env/execute/result_cache.py), so cached results are shared and keys stay as they were.
 RESULT_NEUTRAL_FIELDS = ("cache_expected", "expected_cache_bytes", "input_checksums")
 
 

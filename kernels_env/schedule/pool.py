@@ -15,7 +15,7 @@ from typing import Any
 from kernels_env.core.config import EnvConfig
 from kernels_env.schedule.pool_base import Evaluator, Job, PoolBase
 from kernels_env.schedule.process_pool import ProcessEvalPool
-from kernels_env.schedule.result_cache import ResultCache
+from kernels_env.execute.result_cache import ResultCache
 
 __all__ = ["EvalPool", "Evaluator", "Job", "PoolBase", "ProcessEvalPool"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from kernels_env.core.config import EnvConfig
 from kernels_env.core.result import Result
 from kernels_env.core.status import Status
-from kernels_env.schedule.result_cache import ResultCache, cache_key
+from kernels_env.execute.result_cache import ResultCache, cache_key
 from kernels_env.source.submission import Answer
 
 Evaluator = Callable[[str, Answer, EnvConfig], Result]  # (task, answer, config), in an exec worker
@@ -148,7 +148,7 @@ class PoolBase:
                 self._stats["env_errors"] += 1
         if not result.key:
             result.key = key
-        from kernels_env.build.compile import redact_paths  # worker tracebacks, timeouts: no host paths
+        from kernels_env.compiler.compile import redact_paths  # worker tracebacks, timeouts: no host paths
         result.message = redact_paths(result.message or "")
         result.details = redact_paths(result.details or "")
         if self.cache is not None:

@@ -48,7 +48,7 @@ from kernels_env.core.status import Status
 from kernels_env.execute.gpu_lock import GpuLock, GpuLockHandle
 from kernels_env.judge import reference_cache
 from kernels_env.schedule.pool_base import RESTART_SPANS, Evaluator, Job, Pending, PoolBase
-from kernels_env.schedule.result_cache import ResultCache
+from kernels_env.execute.result_cache import ResultCache
 from kernels_env.schedule.spares import SpareWorkers
 from kernels_env.schedule.workers import STARTUP_TIMEOUT_S, Worker, WorkerDied, WorkerOverran, exit_desc
 
@@ -63,7 +63,7 @@ SLOT_WAIT_S = 30.0  # a new worker waits this long for a GPU-lock slot held by a
 
 def _compile_memory_text(env: dict[str, str]) -> str:
     """The compile memory cap of workers started with `env`, as messages name it."""
-    from kernels_env.build import memory_cap
+    from kernels_env.compiler import memory_cap
     from kernels_env.core.units import describe_bytes
     try:
         return describe_bytes(memory_cap.compile_memory_bytes({**os.environ, **env}))
@@ -245,7 +245,7 @@ class ProcessEvalPool(PoolBase):
         try:
             if self.evaluator is not None:
                 return self.evaluator(job.task, job.text, cfg)
-            from kernels_env.schedule.pipeline import score
+            from kernels_env.execute.score import score
             if self._device is None:
                 from kernels_env.backends import get_device
                 self._device = get_device(self.backend if self.backend != "auto" else cfg.backend, cfg)

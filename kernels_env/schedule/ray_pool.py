@@ -35,7 +35,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels_env.schedule.result_cache import ResultCache
+from kernels_env.execute.result_cache import ResultCache
 from kernels_env.core.config import BACKENDS, RAY_MIN_HEARTBEAT_S, EnvConfig
 from kernels_env.schedule.pool_base import RESTART_SPANS, Evaluator, Job, Pending, PoolBase
 from kernels_env.core.result import Result

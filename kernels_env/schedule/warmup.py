@@ -42,7 +42,7 @@ WARMUP_TASK = Task(
 
 def warm_up(device: Any, config: EnvConfig | None = None) -> Any:
     """Score the warm-up task on `device` (all trials, a short timing) and return its Result."""
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     base = config or EnvConfig()
     cfg = base.replace(sizes="small", correctness_trials=4, warmup_runs=1, timed_runs=3)
     return score(WARMUP_TASK, _TEXT, cfg, device=device)

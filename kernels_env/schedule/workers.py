@@ -37,9 +37,9 @@ def _worker_env(extra: dict[str, str]) -> None:
 
 def _mark_cuda_free(role: str, backend: str) -> None:
     """Compile workers and cpu-backend workers never hold a CUDA context: NVRTC compiles in them run
-    under the compile memory cap (build/memory_cap.py), which a CUDA process must never get."""
+    under the compile memory cap (compiler/memory_cap.py), which a CUDA process must never get."""
     if role == "compile" or backend == "cpu":
-        from kernels_env.build import memory_cap
+        from kernels_env.compiler import memory_cap
         memory_cap.mark_cuda_free()
 
 
@@ -62,8 +62,8 @@ def compile_worker_read_paths() -> list[str]:
     """What a confined compile worker may read: the system's libraries, Python's prefixes and import
     path (the package, NVRTC's wheels), CUDA's include directories. Not /etc, /home, /root, /proc,
     /tmp (nor "/" or the home directory even when on sys.path)."""
-    from kernels_env.build import landlock
-    from kernels_env.build.cuda_headers import cuda_include_dirs
+    from kernels_env.compiler import landlock
+    from kernels_env.compiler.cuda_headers import cuda_include_dirs
     banned = {"/", os.path.expanduser("~"), os.path.realpath(os.path.expanduser("~"))}
     cands = [*landlock.SYSTEM_READ, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
              *cuda_include_dirs()]
@@ -82,9 +82,9 @@ def _confine_compile_worker() -> bool:
     include also runs std_prelude's once-per-process plain-header probe, so no job pays for it."""
     if os.environ.get("LEAP_COMPILE_LANDLOCK", "1") == "0":
         return False
-    from kernels_env.build import landlock
+    from kernels_env.compiler import landlock
     try:
-        from kernels_env.build.compile import compile_cuda
+        from kernels_env.compiler.compile import compile_cuda
         compile_cuda('#include <cuda_fp16.h>\nextern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n')
     except Exception:  # no NVRTC here: prepare reports it per job; confine anyway
         pass
@@ -106,7 +106,7 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
     refs: Any = None  # the object whose __dict__ holds the reference timings (exec workers)
     reported: set = set()  # reference-timing keys the parent has (seeded or reported)
     try:
-        from kernels_env.schedule import pipeline
+        from kernels_env.execute import score as scoring
         if role == "compile":
             _confine_compile_worker()
         if role == "exec" and evaluator is None:
@@ -146,19 +146,19 @@ def _worker_main(conn: Any, role: str, backend: str, env: dict[str, str], evalua
         try:
             if kind == "prepare":
                 task, text, cfg, arch = payload
-                out = pipeline.prepare(task, text, cfg, arch=arch)
+                out = scoring.prepare(task, text, cfg, arch=arch)
                 reply = ("result", out.to_dict()) if isinstance(out, Result) else ("prepared", out)
             elif kind == "evaluate":
                 task, text, cfg = payload
                 try:
                     r = evaluator(task, text, cfg)  # type: ignore[misc]
                 except FatalDeviceError as e:  # its device is unusable: as a fatal `execute`
-                    r, fatal = pipeline.fatal_result(e), True
+                    r, fatal = scoring.fatal_result(e), True
                 reply = ("result_fatal" if fatal else "result", r.to_dict() if isinstance(r, Result) else
                          Result.env_error(f"evaluator returned {type(r).__name__}", task=task).to_dict())
             elif kind == "execute":
                 prepared, cfg = payload
-                r, fatal = pipeline.execute(prepared, device, cfg)
+                r, fatal = scoring.execute(prepared, device, cfg)
                 reply = ("result_fatal" if fatal else "result", r.to_dict())
             else:
                 reply = ("result", Result.env_error(f"worker got unknown request {kind!r}").to_dict())

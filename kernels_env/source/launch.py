@@ -423,7 +423,7 @@ def expr_names(expr: Expr) -> set[str]:
 
 # ---- the plan resolver ----------------------------------------------------------------------
 # `check_plan` is the one resolver of a launch plan: the static checks at parse time
-# (`pipeline.prepare`) and the harness's binding at evaluation time (`launching.bind_plan`) both call
+# (`score.prepare`) and the harness's binding at evaluation time (`launching.bind_plan`) both call
 # it, and the harness launches the ResolvedPlan it returns. Every rule lives here: the launch
 # configuration limits, the scalar types of kernel parameters, scratch sizes, argument arity and
 # kinds, null pointers. Every failure is a FormatError (status `format_error`), a launch

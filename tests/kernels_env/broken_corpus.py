@@ -264,15 +264,15 @@ def corpus_evaluator(task: str, text: str, config: EnvConfig) -> Result:
     """
     from kernels_env.backends import get_device
     from kernels_env.backends.base import FatalDeviceError
-    from kernels_env.schedule import pipeline
+    from kernels_env.execute import score as scoring
     device = _STATE.get("device")
     if device is None:
         register_corpus_tasks()
         device = _STATE["device"] = get_device(config.backend, config)
-    prep = pipeline.prepare(TASKS[task], text, config, arch=getattr(device, "arch", None))
+    prep = scoring.prepare(TASKS[task], text, config, arch=getattr(device, "arch", None))
     if isinstance(prep, Result):
         return prep
-    result, fatal = pipeline.execute(prep, device, config)
+    result, fatal = scoring.execute(prep, device, config)
     if fatal:
         e = FatalDeviceError(result.message)
         e.result = result

@@ -36,7 +36,7 @@ def _host_dirs() -> tuple[str, ...]:
     dirs = {str(Path(__file__).resolve().parents[2]), sys.prefix, os.path.realpath(sys.prefix),
             tempfile.gettempdir() + "/leap", os.path.expanduser("~")}
     try:
-        from kernels_env.build.cuda_headers import cuda_include_dirs
+        from kernels_env.compiler.cuda_headers import cuda_include_dirs
         dirs |= set(cuda_include_dirs())
     except Exception:
         pass

@@ -1,7 +1,7 @@
 """Cache keys (cosmetic edits hit, code edits miss) and ResultCache (LRU, disk, no env_error)."""
 from __future__ import annotations
 
-from kernels_env.schedule.result_cache import ResultCache, cache_key, normalize_source
+from kernels_env.execute.result_cache import ResultCache, cache_key, normalize_source
 from kernels_env.core.config import EnvConfig
 from kernels_env.core.result import Result
 from kernels_env.core.status import Status

@@ -54,7 +54,7 @@ CASES = [("layer_norm_residual", "solution", lambda: get_task("layer_norm_residu
 
 @pytest.mark.parametrize("name,kernel,text", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_correct_kernel_is_correct_at_every_sampled_seed(name, kernel, text, cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     for seed in SEEDS:
         cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=3, seed=seed)

@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from kernels_env.build.compile import NVRTC_MISSING
+from kernels_env.compiler.compile import NVRTC_MISSING
 from kernels_env.cli import main
 from kernels_env.tasks import list_tasks
 
@@ -30,11 +30,11 @@ def test_options_explain_themselves(sub, option, words, capsys):
 
 def _nvrtc_missing(monkeypatch, cause: str = "libnvrtc.so.13: cannot open shared object file") -> None:
     """Make compilation fail as compile_cuda does on a machine without the NVRTC wheel."""
-    from kernels_env.schedule import pipeline
+    from kernels_env.execute import score as scoring
 
     def fail(*a, **k):
         raise RuntimeError(f"{NVRTC_MISSING} (cause: {cause})")
-    monkeypatch.setattr(pipeline, "compile_cuda", fail)
+    monkeypatch.setattr(scoring, "compile_cuda", fail)
 
 
 def test_score_without_nvrtc_names_the_packages_and_the_backend(tmp_path, monkeypatch):
@@ -54,11 +54,11 @@ def test_score_without_nvrtc_names_the_packages_and_the_backend(tmp_path, monkey
 
 def test_the_install_hint_survives_a_long_cause(monkeypatch):
     """The result's message is cut at 500 characters: the hint comes before the import error's text."""
-    from kernels_env.schedule import pipeline
+    from kernels_env.execute import score as scoring
 
     _nvrtc_missing(monkeypatch, cause="x" * 2000)
     task = list_tasks()[0]
-    r = pipeline.prepare(task, task.solution)
+    r = scoring.prepare(task, task.solution)
     assert r.status.value == "env_error" and len(r.message) <= 500
     assert NVRTC_MISSING in r.message
 
@@ -66,7 +66,7 @@ def test_the_install_hint_survives_a_long_cause(monkeypatch):
 def test_compile_without_nvrtc_raises_the_hint_first(monkeypatch):
     import sys
 
-    from kernels_env.build.compile import compile_cuda
+    from kernels_env.compiler.compile import compile_cuda
     monkeypatch.setitem(sys.modules, "cupy_backends.cuda.libs", None)  # the import fails as without the wheel
     with pytest.raises(RuntimeError) as exc:
         compile_cuda('extern "C" __global__ void k(float* y) { y[0] = 1.f; }')

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.build.compile import CompileError, clean_log, compile_cuda, parse_ptxas_resources, resolve_arch
-from kernels_env.build.cuda_headers import cuda_include_dirs
+from kernels_env.compiler.compile import CompileError, clean_log, compile_cuda, parse_ptxas_resources, resolve_arch
+from kernels_env.compiler.cuda_headers import cuda_include_dirs
 from kernels_env.core.config import EnvConfig
 
 GOOD = r'''

@@ -11,7 +11,7 @@ from benchmarks import compile_time
 
 def test_every_prelude_arm_compiles_every_solution(monkeypatch):
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
-    from kernels_env.build import std_prelude
+    from kernels_env.compiler import std_prelude
     plain = next(s for s in compile_time.sources("gen", 8) if "#include" not in s)
     srcs = [plain, "#include <cuda_fp16.h>\n" + plain, "#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n"
             + plain, "// #include <cooperative_groups.h>\n" + plain]
@@ -39,7 +39,7 @@ def test_the_pch_arm_compiles_the_same_cubins_and_logs_no_paths():
     compile_time.time_arm(srcs, "as-needed", plain)
     compile_time.time_arm(srcs * 2, "pch", pch)  # the second time round, the headers are reused
     assert pch == plain * 2
-    from kernels_env.build.compile import compile_cuda
+    from kernels_env.compiler.compile import compile_cuda
     with compile_time.extra_nvrtc_options(compile_time.PCH_OPTIONS):
         log = compile_cuda(srcs[0]).log
     assert "pch" not in log.lower() and "/tmp" not in log
@@ -53,7 +53,7 @@ def test_automatic_pch_reuses_a_stale_pre_included_header(tmp_path):
     nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     if nvrtc.getVersion() < (12, 8):
         pytest.skip(f"NVRTC {nvrtc.getVersion()} has no automatic PCH (12.8+)")
-    from kernels_env.build.compile import nvrtc_options
+    from kernels_env.compiler.compile import nvrtc_options
 
     def stored(source: str, header: str = "") -> float:
         prog = nvrtc.createProgram(source, "kernel.cu", [header.encode()] if header else [],
@@ -78,7 +78,7 @@ def test_phase_times_come_from_nvrtc_and_show_the_prelude_only_where_it_is_parse
     """`--phases`: NVRTC's own trace gives each phase a positive time; the prelude's libcu++ parse
     shows for a cuda_fp16.h source under the previous rule (any-cuda) and not under the current one."""
     nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
-    from kernels_env.build import std_prelude
+    from kernels_env.compiler import std_prelude
     if not std_prelude._have_cccl() or "cuda_fp16.h" not in std_prelude.plain_cuda_headers():
         pytest.skip(f"NVRTC {nvrtc.getVersion()}: no libcu++ or cuda_fp16.h is not plain here")
     src = next(s for s in compile_time.sources("gen", 16) if "#include <cuda_fp16.h>" in s)

@@ -12,7 +12,7 @@ import pytest
 from kernels_env.backends.base import KernelRuntimeError, KernelTimeout
 from kernels_env.backends.cpu import CpuDevice
 from kernels_env.backends.cpu import build as cpu_build
-from kernels_env.build.compile import CompileError
+from kernels_env.compiler.compile import CompileError
 from kernels_env.core.config import EnvConfig, StageLimits
 from kernels_env.core.program import CompiledModule
 from kernels_env.source.signatures import find_kernels

@@ -260,7 +260,7 @@ def test_time_ms_flushes_before_every_run_and_syncs_only_at_the_end():
 
 def evaluate_text(device, task, submission_text, config=CONFIG, sizes=None):
     """parse -> NVRTC -> load -> harness, as the pipeline does, but returning the harness's Result."""
-    from kernels_env.build.compile import compile_cuda
+    from kernels_env.compiler.compile import compile_cuda
     from kernels_env.source.submission import parse_submission
     sub = parse_submission(submission_text)
     compiled = compile_cuda(sub.cuda_source, device.arch, config)
@@ -330,7 +330,7 @@ def test_correct_vector_add_is_correct_with_timing(device):
 
 @gpu
 def test_pipeline_score_on_cupy(device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     res = score(add_task(), text(KERNELS["correct"], ADD_LAUNCH), CONFIG.replace(timed_runs=100), device=device)
     assert res.status is Status.CORRECT, res.message
     assert res.resources.get("add") is not None and res.backend == "cupy"

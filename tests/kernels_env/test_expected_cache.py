@@ -25,7 +25,7 @@ from kernels_env.judge import compare
 from kernels_env.judge import expected_cache as ec
 from kernels_env.execute import harness
 from kernels_env.judge.poison import INT_SENTINEL, POISON_BITS
-from kernels_env.schedule.result_cache import cache_key
+from kernels_env.execute.result_cache import cache_key
 from kernels_env.core.config import EnvConfig
 from kernels_env.tasks.spec import Buffer, Task
 
@@ -333,7 +333,7 @@ def _variants(task: Task) -> list[tuple[str, str]]:
 
 
 def _score_all(device: Any, cases: list[tuple[Task, str]], cache: bool) -> list[tuple[Any, ...]]:
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     cfg = EnvConfig(backend="cpu", sizes="small", seed=0, timing=False, correctness_trials=3, cache_expected=cache)
     return [_outcome(score(t, text, cfg, device=device)) for t, text in cases]
 
@@ -369,7 +369,7 @@ def test_cache_on_and_off_give_identical_results(cpu_device, harness_cases):
 
 
 def test_tampered_entries_are_detected_and_recomputed(cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     cfg = EnvConfig(backend="cpu", sizes="small", seed=0, timing=False, correctness_trials=2)
     cpu_device.__dict__.pop("_harness_expected", None)
     assert score(HALF_TASK, HALF_TASK.solution, cfg, device=cpu_device).status.value == "correct"
@@ -392,7 +392,7 @@ def test_tampered_entries_are_detected_and_recomputed(cpu_device):
 
 # ---- config --------------------------------------------------------------------------------------
 def test_the_cache_is_cupy_only_by_default(monkeypatch, cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     monkeypatch.setattr(ec, "USE_ON_NUMPY", False)
     cpu_device.__dict__.pop("_harness_expected", None)
     cfg = EnvConfig(backend="cpu", sizes="small", seed=0, timing=False, correctness_trials=1)
@@ -458,7 +458,7 @@ def test_gpu_masked_storage_holds_no_plaintext_and_tamper_is_detected(cupy_devic
 
 @gpu
 def test_gpu_cache_on_and_off_give_identical_results(cupy_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     from tests.kernels_env.broken_corpus import CASES, TASKS, register_corpus_tasks
     register_corpus_tasks()
     cases = [(TASKS[c.task], c.text, c.garbage_values) for c in CASES

@@ -17,7 +17,7 @@ import pytest
 from kernels_env.backends.base import FatalDeviceError, KernelRuntimeError, KernelTimeout
 from kernels_env.core.config import EnvConfig, StageLimits
 from kernels_env.core.status import Status
-from kernels_env.schedule.pipeline import Prepared, execute, prepare
+from kernels_env.execute.score import Prepared, execute, prepare
 from kernels_env.schedule.pool import EvalPool, Job
 from kernels_env.tasks.spec import Buffer, Task
 from kernels_env.testing.evaluators import scripted_evaluator

@@ -150,7 +150,7 @@ def test_solutions_are_canonical_and_short():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SAMPLE)
 def test_solution_correct_on_cpu_backend(name, cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     task = get_task(name)
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=3)
@@ -199,7 +199,7 @@ GPU_NAMES = generated_task_names(12, seed=7, split="train") + generated_task_nam
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", GPU_NAMES)
 def test_solution_correct_on_gpu_eval_sizes(name, gpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     task = get_task(name)
     cfg = EnvConfig(backend="cupy", sizes="eval", timing=True, correctness_trials=3, warmup_runs=2,

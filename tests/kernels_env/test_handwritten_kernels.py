@@ -15,7 +15,7 @@ from kernels_env.core.config import EnvConfig
 from kernels_env.source.launch import FormatError, check_plan, parse_launch
 from kernels_env.source.signatures import find_kernels
 from kernels_env.core.status import Status
-from kernels_env.build.std_prelude import MACROS, STD_HEADERS, prelude
+from kernels_env.compiler.std_prelude import MACROS, STD_HEADERS, prelude
 from kernels_env.tasks import get_task
 from kernels_env.tasks.common import solution
 from kernels_env.tasks.spec import Buffer, Task
@@ -114,7 +114,7 @@ CFG = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=2
 def _nvrtc_or_skip():
     try:
         from cupy_backends.cuda.libs import nvrtc  # noqa: F401
-        from kernels_env.build.cuda_headers import cuda_include_dirs
+        from kernels_env.compiler.cuda_headers import cuda_include_dirs
         if not cuda_include_dirs():
             pytest.skip("CUDA headers not found")
     except Exception as e:
@@ -123,7 +123,7 @@ def _nvrtc_or_skip():
 
 def test_prelude_names_compile_with_nvrtc_without_warnings():
     _nvrtc_or_skip()
-    from kernels_env.build.compile import compile_cuda
+    from kernels_env.compiler.compile import compile_cuda
     mod = compile_cuda(STD_NAMES)
     assert "std_names" in mod.kernels and "warning" not in mod.log
 
@@ -133,7 +133,7 @@ def test_libcudacxx_goes_into_the_prelude_only_with_cuda_includes_that_may_need_
     headers pre-included (such headers may bring its integer types, which the prelude's own typedefs
     must then not repeat); the standard names compile either way: next to the plain CUDA headers
     without libcu++, next to a CUDA header that includes libcu++ itself with it."""
-    from kernels_env.build.std_prelude import PLAIN_CUDA_HEADERS, needs_libcudacxx, nvrtc_headers
+    from kernels_env.compiler.std_prelude import PLAIN_CUDA_HEADERS, needs_libcudacxx, nvrtc_headers
     plain_rule = functools.partial(needs_libcudacxx, plain_headers=PLAIN_CUDA_HEADERS)
     assert not needs_libcudacxx(STD_NAMES)  # only the standard headers the prelude stands in for
     assert not needs_libcudacxx('// #include <cooperative_groups.h>\n/* #include "x.h" */\n#include <math.h> // m\n')
@@ -146,8 +146,8 @@ def test_libcudacxx_goes_into_the_prelude_only_with_cuda_includes_that_may_need_
         assert plain_rule(src) and needs_libcudacxx(src), src
     _nvrtc_or_skip()
     assert not any(needs_libcudacxx(src) for src in plain_srcs)  # this NVRTC's probe passes both headers
-    from kernels_env.build.compile import compile_cuda
-    from kernels_env.build.std_prelude import _have_cccl
+    from kernels_env.compiler.compile import compile_cuda
+    from kernels_env.compiler.std_prelude import _have_cccl
     plain_cuda = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + STD_NAMES
     plain, fp16, coop = (nvrtc_headers(s)[0][0] for s in (STD_NAMES, plain_cuda, "#include <cooperative_groups.h>\n"))
     assert b"cuda/std" not in plain and b"cuda/std" not in fp16 and (b"cuda/std" in coop) == _have_cccl()
@@ -161,7 +161,7 @@ def test_a_plain_header_that_brings_libcudacxx_fails_the_probe_and_keeps_it(monk
     own includes bring libcu++'s limits (cooperative_groups.h, standing in for a plain header of
     another CUDA version) fails the probe, and a source including it gets libcu++ again."""
     _nvrtc_or_skip()
-    from kernels_env.build import std_prelude
+    from kernels_env.compiler import std_prelude
     if not std_prelude._have_cccl():
         pytest.skip("no libcu++ headers: no header can bring its types")
     monkeypatch.setattr(std_prelude, "PLAIN_CUDA_HEADERS", ("cuda_fp16.h", "cooperative_groups.h"))
@@ -176,7 +176,7 @@ def test_a_plain_header_that_brings_libcudacxx_fails_the_probe_and_keeps_it(monk
 
 @pytest.mark.slow
 def test_prelude_names_score_correct_on_cpu_backend(cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     task = _std_task()
     r = score(task, task.solution, CFG, device=cpu_device)
     assert r.status is Status.CORRECT, f"{r.status.value}: {r.message}\n{r.details[:1500]}"
@@ -305,7 +305,7 @@ PORTED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PORTED))
 def test_ported_kernel_scores_correct_on_cpu_backend(name, cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     make, cuda, launch = PORTED[name]
     r = score(make(), solution(cuda, launch), CFG, device=cpu_device)
     assert r.status is Status.CORRECT, f"{name}: {r.status.value}: {r.message}\n{r.details[:1500]}"
@@ -314,7 +314,7 @@ def test_ported_kernel_scores_correct_on_cpu_backend(name, cpu_device):
 @pytest.mark.parametrize("name", list(PORTED))
 def test_ported_kernel_compiles_with_nvrtc(name):
     _nvrtc_or_skip()
-    from kernels_env.build.compile import compile_cuda
+    from kernels_env.compiler.compile import compile_cuda
     mod = compile_cuda(PORTED[name][1])
     assert mod.kernels and "warning" not in mod.log
 
@@ -323,7 +323,7 @@ def test_ported_kernel_compiles_with_nvrtc(name):
 def test_wrong_output_message_is_the_same_shape_for_a_wrong_value(cpu_device):
     """A kernel that writes a wrong value gets the unified message (first bad index per dimension,
     expected/got, max abs/rel error, fraction mismatched)."""
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     bad = SOFTMAX.replace("expf(x[i] - maxval) * inv;", "expf(x[i] - maxval) * inv * (i == 5 ? 2.0f : 1.0f);")
     r = score(get_task("softmax"), solution(bad, PORTED["softmax"][2]), CFG, device=cpu_device)
     assert r.status is Status.WRONG_OUTPUT
@@ -335,7 +335,7 @@ def test_wrong_output_message_is_the_same_shape_for_a_wrong_value(cpu_device):
 
 # ---- the torch baseline is optional and informational ----------------------------------------------
 def test_timing_baseline_round_trips_and_is_absent_off_the_gpu(cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     from kernels_env.core.result import Result, Timing
     t = Timing("cuda", True, 10, 0.5, 0.5, 1.0, 1.0, 2.0, baseline={"torch_median_ms": 0.8, "speedup_vs_torch": 1.6})
     r = Result(Status.CORRECT, timing=t)

@@ -19,7 +19,7 @@ from kernels_env.backends import HostMemoryReachable, check_host_isolation, get_
 from kernels_env.backends import cupy_backend
 from kernels_env.cli import _config, build_parser
 from kernels_env.core.config import EnvConfig
-from kernels_env.schedule.result_cache import cache_key
+from kernels_env.execute.result_cache import cache_key
 from leap_jax.train.config_env import EnvCfg
 from leap_jax.train.config_loader import ConfigError
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from kernels_env.schedule.pipeline import prepare, score
+from kernels_env.execute.score import prepare, score
 from kernels_env.core.result import Result
 from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import TASKS, corpus_config, corpus_evaluator

@@ -49,7 +49,7 @@ def test_compile_workers_cannot_see_host_paths():
     import os
     import platform
 
-    from kernels_env.build import landlock
+    from kernels_env.compiler import landlock
     from kernels_env.schedule.workers import _confine_compile_worker, compile_worker_read_paths  # noqa: F401
     if landlock.abi_version() <= 0 or platform.system() != "Linux":
         pytest.skip("Landlock is not available on this kernel")
@@ -66,7 +66,7 @@ def test_compile_workers_cannot_see_host_paths():
 
 
 def _probe_in_confined_process() -> dict:
-    from kernels_env.build.compile import CompileError, compile_cuda
+    from kernels_env.compiler.compile import CompileError, compile_cuda
     from kernels_env.schedule.workers import _confine_compile_worker
     out = {"confined": _confine_compile_worker()}
     k = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n'
@@ -81,7 +81,7 @@ def _probe_in_confined_process() -> dict:
             return f"{type(e).__name__}: {e}"[:300]
     out["fp16"] = run("#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n" + k)
     # the include check refuses the directive; with it bypassed NVRTC still cannot open the file
-    from kernels_env.build import compile as comp
+    from kernels_env.compiler import compile as comp
     saved = comp.check_includes
     comp.check_includes = lambda *a, **kw: None
     try:
@@ -105,7 +105,7 @@ def test_trainer_path_compilers_do_not_see_host_files(backend):
     """The trainer's path (EvalPool, compile workers, no evaluator) on a suite task: its solution with a
     host-file probe the include checks cannot see stays correct (the probe is false on NVRTC in the
     confined compile worker and on the cpu backend's host compiler in its private root)."""
-    from kernels_env.build import landlock
+    from kernels_env.compiler import landlock
     from kernels_env.core.config import EnvConfig, StageLimits
     from kernels_env.tasks import list_tasks
     if landlock.abi_version() <= 0:

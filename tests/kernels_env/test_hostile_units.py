@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_env.build.compile import CompileError, log_mentions_foreign_file, redact_paths
+from kernels_env.compiler.compile import CompileError, log_mentions_foreign_file, redact_paths
 from kernels_env.source.source_text import directives
 
 SECRET = "/etc/passwd"
@@ -45,7 +45,7 @@ def test_foreign_file_in_log_is_detected():
 def test_nvrtc_withholds_a_log_from_a_foreign_file(monkeypatch):
     """With the include check switched off, the compiler-side guard still keeps the file out."""
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
-    from kernels_env.build import compile as C
+    from kernels_env.compiler import compile as C
     monkeypatch.setattr(C, "check_includes", lambda source: None)
     with pytest.raises(CompileError) as ei:
         C.compile_cuda(f'#include "{SECRET}"\nextern "C" __global__ void k() {{}}', "sm_90")
@@ -69,9 +69,9 @@ def test_cpu_build_log_has_no_header_listing():
     assert "/usr/include" not in ei.value.log and "expected" in ei.value.log
 
 
-# ---- the compile memory cap (kernels_env/build/memory_cap.py) ------------------------------------
+# ---- the compile memory cap (kernels_env/compiler/memory_cap.py) ------------------------------------
 def test_compile_memory_setting_names_a_bad_value():
-    from kernels_env.build import memory_cap
+    from kernels_env.compiler import memory_cap
     assert memory_cap.compile_memory_bytes({}) == 2 << 30 == memory_cap.DEFAULT_BYTES
     assert memory_cap.compile_memory_bytes({"LEAP_COMPILE_MEMORY_BYTES": str(256 << 20)}) == 256 << 20
     for bad in ("lots", "-1", "1000"):
@@ -101,7 +101,7 @@ def test_nvrtc_is_capped_only_in_a_cuda_free_process():
     import multiprocessing as mp
     import resource
 
-    from kernels_env.build import memory_cap
+    from kernels_env.compiler import memory_cap
     before = resource.getrlimit(resource.RLIMIT_AS)
     with memory_cap.capped(64 << 20) as on:
         assert not on and resource.getrlimit(resource.RLIMIT_AS) == before
@@ -117,8 +117,8 @@ def _nvrtc_bomb_in_cuda_free_process(limit: int) -> dict:
     import os
     import resource
 
-    from kernels_env.build import memory_cap
-    from kernels_env.build.compile import CompileError, compile_cuda
+    from kernels_env.compiler import memory_cap
+    from kernels_env.compiler.compile import CompileError, compile_cuda
     from tests.kernels_env.hostile_corpus import TEMPLATE_BOMB
     os.environ["LEAP_COMPILE_MEMORY_BYTES"] = str(limit)
     memory_cap.mark_cuda_free()
@@ -149,7 +149,7 @@ def test_cpu_scratch_beyond_the_limit_is_refused_before_allocating(monkeypatch):
     device buffer allocated (it once reached 23.6 GB resident and 148 s before failing)."""
     from kernels_env.backends.cpu.device import CpuDevice
     from kernels_env.core.status import Status
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     from tests.kernels_env.broken_corpus import TASKS, corpus_config
     from tests.kernels_env.hostile_corpus import AFFINE_CUDA, SCRATCH_64_GIB, _sub
     dev = CpuDevice(corpus_config("cpu"))

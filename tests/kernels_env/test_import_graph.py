@@ -1,6 +1,6 @@
 """kernels_env's folders import each other without a cycle, and kernels_env never imports leap_jax.
 
-The folders are the stages a submission travels (docs/LAYOUT.md): core <- source <- build <- backends
+The folders are the stages a submission travels (docs/LAYOUT.md): core <- source <- compiler <- backends
 <- judge <- execute <- schedule <- the top-level modules (__init__, cli). The graph is read from the
 source with `ast` (tests/import_graph.py), so it sees every import: module level, inside functions
 (the lazy ones), under `if TYPE_CHECKING:`. A node is a subfolder of kernels_env or `kernels_env`
@@ -13,14 +13,14 @@ from __future__ import annotations
 from tests.import_graph import assert_acyclic, assert_graph_acyclic, import_graph, imports, module_import_graph
 
 TOP = "kernels_env"  # the node of the package's top-level modules
-STAGES = {"core", "source", "build", "backends", "judge", "execute", "schedule"}
+STAGES = {"core", "source", "compiler", "backends", "judge", "execute", "schedule"}
 SCHEDULE = "kernels_env.schedule"
 
 
 def test_graph_sees_function_level_imports():
     graph = import_graph(TOP)
-    # kernels_env.schedule.pipeline imports kernels_env.execute.harness inside a function only
-    assert "kernels_env/schedule/pipeline.py" in " ".join(graph["schedule"]["execute"])
+    # kernels_env.schedule.warmup imports kernels_env.execute.score inside a function only
+    assert "kernels_env/schedule/warmup.py" in " ".join(graph["schedule"]["execute"])
     assert set(graph) >= (STAGES - {"core"}) | {"testing", TOP}
 
 
@@ -41,9 +41,8 @@ def test_schedule_modules_import_graph_is_acyclic():
 
 def test_module_graph_sees_function_level_imports():
     graph = module_import_graph(TOP, SCHEDULE)
-    # both only inside functions: EvalPool(mode="ray") imports Ray's pool lazily; warm_up scores lazily
+    # only inside a function: EvalPool(mode="ray") imports Ray's pool lazily
     assert f"{SCHEDULE}.ray_pool" in graph[f"{SCHEDULE}.pool"]
-    assert f"{SCHEDULE}.pipeline" in graph[f"{SCHEDULE}.warmup"]
 
 
 def test_pool_factory_is_above_both_modes():

@@ -19,7 +19,7 @@ from kernels_env.execute import domain_draws
 from kernels_env.execute.harness import _reference_outputs
 from kernels_env.execute.inputs import describe_distributions, make_inputs
 from kernels_env.judge.compare import compare_output
-from kernels_env.schedule.result_cache import cache_key
+from kernels_env.execute.result_cache import cache_key
 from kernels_env.tasks.domains import Domain, default_domain
 from kernels_env.tasks.generated import generated_task_names
 from kernels_env.tasks.registry import get_task, task_names
@@ -326,7 +326,7 @@ def test_reference_moves_across_trials_and_a_constant_fails(name):
 @pytest.mark.parametrize("case_id", ["naive_softplus_overflows", "log_series_near_one"])
 def test_domain_cases_scored_correct_under_the_legacy_draws(case_id, cpu_device):
     """The loophole these corpus cases close: the legacy draws never reach where they break."""
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     case = CASES_BY_ID[case_id]
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=5)
     assert score(case.task, case.text, cfg.replace(input_domains=False), device=cpu_device).status \

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kernels_env.schedule.pipeline import score
+from kernels_env.execute.score import score
 from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import TASKS, corpus_config
 from tests.kernels_env.hostile_corpus import PWNED, leaked
@@ -42,7 +42,7 @@ def test_runner_is_confined(device):
     """The runner installed its seccomp filter (x86_64 Linux) and is a different process."""
     import platform
     from kernels_env.core.program import CompiledModule  # noqa: F401  (the module exists)
-    from kernels_env.schedule.pipeline import prepare
+    from kernels_env.execute.score import prepare
     cfg = corpus_config("cpu")
     prep = prepare(TASKS["corpus_affine"], ISOLATION_CASES[-3].text, cfg)
     program = device.load(prep.compiled, cfg)

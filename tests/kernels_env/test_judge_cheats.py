@@ -13,7 +13,7 @@ import pytest
 from kernels_env.core.config import HANG_GRACE_S, EnvConfig, StageLimits
 from kernels_env.core.status import Status
 from kernels_env.execute.inputs import evaluation_seed
-from kernels_env.schedule.pipeline import score
+from kernels_env.execute.score import score
 from tests.kernels_env.broken_corpus import TASKS, corpus_config, corpus_evaluator
 from tests.kernels_env.judge_cheats import HANG_AFTER_TRIALS, answer_table
 

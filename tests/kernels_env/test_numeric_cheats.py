@@ -35,7 +35,7 @@ CHEATS = {
 
 @pytest.mark.parametrize("task", sorted(CHEATS), ids=[CHEATS[t][0] for t in sorted(CHEATS)])
 def test_cheat_is_wrong_output_on_cpu(task, cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=5)
     r = score(get_task(task), CHEATS[task][1](), cfg, device=cpu_device)
@@ -45,7 +45,7 @@ def test_cheat_is_wrong_output_on_cpu(task, cpu_device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("task", sorted(CHEATS), ids=[CHEATS[t][0] for t in sorted(CHEATS)])
 def test_cheat_is_wrong_output_on_gpu_eval_sizes(task, gpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     cfg = EnvConfig(backend="cupy", sizes="eval", timing=False, correctness_trials=5)
     r = score(get_task(task), CHEATS[task][1](), cfg, device=gpu_device)

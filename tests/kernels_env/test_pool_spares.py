@@ -231,7 +231,7 @@ def test_kept_memory_pool_still_catches_a_write_past_the_output():
     import cupy
 
     from kernels_env.backends.cupy_backend import CupyDevice
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     from kernels_env.tasks import list_tasks
     t = next(x for x in list_tasks(level=1) if len(x.outputs) == 1 and x.outputs[0].dtype == "float32")
     dev = CupyDevice()

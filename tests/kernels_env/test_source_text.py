@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from kernels_env.backends.cpu.translate import blank_comments_and_strings
-from kernels_env.schedule.result_cache import normalize_source
+from kernels_env.execute.result_cache import normalize_source
 from kernels_env.source.signatures import strip_comments_and_strings
 from kernels_env.source.source_text import strip_comments
 

@@ -89,7 +89,7 @@ def test_parse_submission_only_raises_format_error(text):
 @given(st.lists(st.sampled_from(_FRAGMENTS[4:]), max_size=40).map("".join))
 def test_prepare_never_raises_on_random_launch_blocks(launch):
     from kernels_env.core.config import EnvConfig
-    from kernels_env.schedule.pipeline import Prepared, prepare
+    from kernels_env.execute.score import Prepared, prepare
     from kernels_env.core.status import Status
     from kernels_env.tasks.spec import Buffer, Task
     task = Task(name="fuzz", level=1, description="", sizes={"eval": {"N": 64}, "small": {"N": 8}},

@@ -16,7 +16,7 @@ NAMES = [t.name for t in TASKS]
 @pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS, ids=NAMES)
 def test_solution_correct_on_cpu_backend(task, cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=3)
     r = score(task, task.solution, cfg, device=cpu_device)
@@ -27,7 +27,7 @@ def test_solution_correct_on_cpu_backend(task, cpu_device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("task", TASKS, ids=NAMES)
 def test_solution_correct_on_gpu_eval_sizes_and_reference_timeable(task, gpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     cfg = EnvConfig(backend="cupy", sizes="eval", timing=True, correctness_trials=5, warmup_runs=3,
                     timed_runs=20)

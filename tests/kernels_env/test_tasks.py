@@ -586,7 +586,7 @@ def test_solution_parses_and_launch_checks(task):
 
 @pytest.mark.parametrize("task", TASKS, ids=NAMES)
 def test_solution_compiles_nvrtc_sm90(task):
-    from kernels_env.build.compile import compile_cuda
+    from kernels_env.compiler.compile import compile_cuda
     from kernels_env.source.submission import parse_submission
 
     sub = parse_submission(task.solution)

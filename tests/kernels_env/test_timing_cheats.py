@@ -8,7 +8,7 @@ import pytest
 
 import kernels_env.tasks as T
 from kernels_env.core.config import EnvConfig, StageLimits
-from kernels_env.schedule.pipeline import score
+from kernels_env.execute.score import score
 from kernels_env.core.status import Status
 from tests.kernels_env.broken_corpus import TASKS
 from tests.kernels_env.timing_cheats import CASES, HONEST, HONEST_SOLUTION, slow_affine

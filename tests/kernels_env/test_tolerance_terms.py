@@ -66,7 +66,7 @@ def test_norm_and_scan_slack_match_their_closed_forms():
 def test_the_harness_judges_with_the_slack_cached_or_not(cached, cpu_device, monkeypatch):
     """Off by OFFSET: correct within the slack, wrong without it, and wrong when off by 10x the slack;
     cached, the fused check's dtype atol flags every element and the slack re-judges them."""
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     monkeypatch.setattr(ec, "USE_ON_NUMPY", cached)
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=3)

@@ -160,7 +160,7 @@ def _config(**kw: Any) -> EnvConfig:
 
 
 def _score(device: Any, task: Task, text: str, **kw: Any) -> Any:
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
     return score(task, text, _config(**kw), device=device)
 
 
@@ -305,7 +305,7 @@ def test_gpu_checksum_path_and_regenerated_inputs_agree(gpu_device):
     for on in (False, True, True):  # regenerated; checksums with the inputs drawn, then cached
         gpu_device.__dict__.pop("_harness_expected", None)
         cfg = EnvConfig(backend="cupy", sizes="small", timing=False, correctness_trials=3, input_checksums=on)
-        from kernels_env.schedule.pipeline import score
+        from kernels_env.execute.score import score
         runs.append([_outcome(score(t, text, cfg, device=gpu_device), garbage) for t, text, garbage in cases])
     for (t, _, _), a, b, c in zip(cases, *runs, strict=True):
         assert a == b == c, f"{t.name}: regenerated {a}\nchecksums {b}\ncached {c}"
@@ -339,7 +339,7 @@ def test_verify_outputs_compares_live_inputs_only(monkeypatch):
 
 
 def test_the_switch_is_validated_wired_and_left_out_of_the_result_key():
-    from kernels_env.schedule.result_cache import cache_key
+    from kernels_env.execute.result_cache import cache_key
     from leap_jax.train.config_env import EnvCfg
     from leap_jax.train.config_loader import ConfigError
     with pytest.raises(ValueError, match="input_checksums"):

@@ -17,7 +17,7 @@ import pytest
 
 from kernels_env.core.config import EnvConfig
 from kernels_env.judge.feedback import render_feedback
-from kernels_env.schedule.pipeline import score
+from kernels_env.execute.score import score
 from kernels_env.schedule.pool import EvalPool, Job
 from kernels_env.source.launch import FormatError, check_plan
 from kernels_env.source.signatures import find_hidden_kernels

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from kernels_env.build import landlock, memory_cap
+from kernels_env.compiler import landlock, memory_cap
 
 HERE = Path(__file__).resolve().parent
 HEADERS = ("cuda_prelude.h", "cpu_runtime.h")

@@ -34,7 +34,7 @@ MIN_LAUNCH_S = 0.05  # a launch's least limit (the runtime's CPU-time timer is o
 
 
 def _compile_error(log: str) -> Exception:
-    from kernels_env.build.compile import CompileError
+    from kernels_env.compiler.compile import CompileError
     return CompileError(log)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from collections.abc import Iterable
 
 from kernels_env.source.source_text import strip_comments
-from kernels_env.build.std_prelude import STD_HEADERS, defined_macros
+from kernels_env.compiler.std_prelude import STD_HEADERS, defined_macros
 
 SOURCE_NAME = "kernel.cu"
 

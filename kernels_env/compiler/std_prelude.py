@@ -16,7 +16,7 @@ import functools
 import os
 import re
 
-from kernels_env.build.cuda_headers import cuda_include_dirs
+from kernels_env.compiler.cuda_headers import cuda_include_dirs
 from kernels_env.source.source_text import strip_comments
 
 PRELUDE_NAME = "leap_std_prelude.h"
@@ -87,7 +87,7 @@ def prelude(source: str = "", cccl: bool = False) -> str:
     """The prelude for `source`: every macro it does not define itself, and the typedefs (with
     `cccl`, libcu++'s headers first, and its own integer types instead of ours)."""
     own = defined_macros(source)
-    lines = ["// LEAP-JAX: C standard-library names for device code (kernels_env/build/std_prelude.py)",
+    lines = ["// LEAP-JAX: C standard-library names for device code (kernels_env/compiler/std_prelude.py)",
              "#pragma once"]
     if cccl:
         lines += [f"#include <{h}>" for h in CCCL_HEADERS]

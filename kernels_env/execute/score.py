@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
-from kernels_env.build.compile import CompileError, compile_cuda, resolve_arch
+from kernels_env.compiler.compile import CompileError, compile_cuda, resolve_arch
 from kernels_env.core.config import EnvConfig
 from kernels_env.source.launch import FormatError, check_plan
 from kernels_env.core.program import CompiledModule, Submission
@@ -23,6 +23,7 @@ from kernels_env.core.result import Result
 from kernels_env.source.signatures import find_hidden_kernels
 from kernels_env.core.status import Status
 from kernels_env.execute.gpu_lock import gpu_access
+from kernels_env.execute.result_cache import cache_key
 from kernels_env.source.submission import Answer, in_launch_block, parse_submission
 
 Evaluate = Callable[..., Result]  # harness.evaluate(device, program, task, submission, sizes, config)
@@ -48,7 +49,6 @@ def resolve_task(task: Any) -> Any:
 
 
 def _key(task_name: str, text: Answer, config: EnvConfig) -> str:
-    from kernels_env.schedule.result_cache import cache_key
     return cache_key(task_name, text, config)
 
 
@@ -65,7 +65,7 @@ def _env_error(where: str, task_name: str, key: str = "", stage_seconds: dict | 
 
 def _redacted(r: Result) -> Result:
     """The result with host paths removed from everything the policy (or its logs) may see."""
-    from kernels_env.build.compile import redact_paths
+    from kernels_env.compiler.compile import redact_paths
     r.message = redact_paths(r.message or "")
     r.details = redact_paths(r.details or "")
     return r

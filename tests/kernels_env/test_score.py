@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from kernels_env.backends.base import FatalDeviceError
-from kernels_env.schedule.result_cache import cache_key
-from kernels_env.build.compile import CompileError
+from kernels_env.execute.result_cache import cache_key
+from kernels_env.compiler.compile import CompileError
 from kernels_env.core.config import EnvConfig
-from kernels_env.schedule import pipeline
-from kernels_env.schedule.pipeline import Prepared, execute, prepare, score
+from kernels_env.execute import score as scoring
+from kernels_env.execute.score import Prepared, execute, prepare, score
 from kernels_env.core.status import Status
 from kernels_env.tasks.spec import Buffer, Task
 from kernels_env.testing.fake_device import FakeDevice
@@ -176,12 +176,12 @@ def test_unusable_device_keeps_the_program_loaded():
     r, fatal = execute(prep, d, CFG, task=TASK)
     assert fatal and r.status is Status.RUNTIME_ERROR
     del d  # the device going away (score() closes its own) must not release the program either
-    assert loaded and loaded[0]() is not None and any(p is loaded[0]() for p in pipeline._RETAINED)
+    assert loaded and loaded[0]() is not None and any(p is loaded[0]() for p in scoring._RETAINED)
     ok = Tracking()
     ok.register("add", fake_add, ms=0.5)
-    before = len(pipeline._RETAINED)
+    before = len(scoring._RETAINED)
     r, fatal = execute(prep, ok, CFG, task=TASK)
-    assert not fatal and r.status is Status.CORRECT and len(pipeline._RETAINED) == before
+    assert not fatal and r.status is Status.CORRECT and len(scoring._RETAINED) == before
 
 
 def test_harness_bug_is_env_error_with_traceback():

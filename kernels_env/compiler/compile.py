@@ -14,9 +14,9 @@ import time
 from kernels_env.core.config import EnvConfig
 from kernels_env.core.program import CompiledModule
 from kernels_env.core.result import KernelResources
-from kernels_env.build import memory_cap
-from kernels_env.build.cuda_headers import cuda_include_dirs
-from kernels_env.build.std_prelude import PRELUDE_NAME, STD_HEADERS, nvrtc_headers
+from kernels_env.compiler import memory_cap
+from kernels_env.compiler.cuda_headers import cuda_include_dirs
+from kernels_env.compiler.std_prelude import PRELUDE_NAME, STD_HEADERS, nvrtc_headers
 from kernels_env.source.signatures import find_kernels
 from kernels_env.source.source_text import directives, strip_comments
 
@@ -79,7 +79,7 @@ def _header_allowed(name: str | None) -> bool:
 def check_has_include(source: str) -> None:
     """`__has_include` may only ask about a header #include would allow: asking about any other path
     answers whether it exists on the scoring machine. (Defence in depth: pool compile workers and the
-    cpu backend's compiler cannot see host paths at all, kernels_env.build.landlock.)"""
+    cpu backend's compiler cannot see host paths at all, kernels_env.compiler.landlock.)"""
     code = strip_comments(source.replace("\\\r\n", "").replace("\\\n", ""))
     blank = strip_comments(code, blank_literals=True)  # same offsets; finds the name outside literals
     for m in _HAS_INCLUDE_RE.finditer(blank):
