@@ -1,14 +1,15 @@
 """The train / validation / held-out split of the world, BY COMPOSITION, and the seeded name orders.
 
-A task's composition is its token sequence with the family in front and the dtype behind (seed left
-out), e.g. ("fu", "mm", "bias", "relu", "f32"); its combinations are the ordered ADJACENT token pairs, e.g.
-("mm", "bias"), ("bias", "relu"), or ("cv", "2d"), ("2d", "dw"), ("dw", "str") for a depthwise strided
-2-D convolution. A pair's side is fixed by u = sha256("leap-world-pairs-v1:a>b") / 2^64: held out when
-u < 0.15, validation when u < 0.25. A task is held out when it contains a held-out pair, else
-validation when it contains a validation pair, else train: no training task holds an unseen pair,
-and the validation side is held out from training in the same way as the held-out side, so a run can
-pick its checkpoint there without looking at the held-out side.
-A pair (variant, dtype) such as ("ta", "f16") holds out a precision regime of a variant.
+A task's composition is its token sequence (family and seed left out), followed by its dtype in
+families that offer two; its combinations are the ordered ADJACENT token pairs, e.g. ("mm", "bias"),
+("bias", "relu") for gen_w_fu_mm_bias_relu_f32_s0, ("2d", "dw"), ("dw", "str") for a depthwise
+strided 2-D convolution, ("ta", "f16") for gen_w_mm_ta_f16_s2 (a precision regime of a variant).
+A pair's side is fixed by u = sha256("leap-world-pairs-v1:a>b") / 2^64: held out when u < 0.15,
+validation when u < 0.25. A task is held out when it contains a held-out pair, else validation when
+it contains a validation pair, else train: no training task holds an unseen pair, and validation is
+kept from training the same way, so a run can pick its checkpoint there without looking at the
+held-out side. Tasks of a single token (a loss, a norm, an attention mask) have no pair: they are
+all training tasks, so every op is trained on; only combinations are held out.
 
 Ordering: every name sorted by sha256(seed, name) within its family; families interleaved round-robin
 (the small families are not drowned), so `world_task_names(count, seed, split)` is prefix-stable.
@@ -19,7 +20,7 @@ import hashlib
 from functools import lru_cache
 
 from kernels_env.tasks.world.base import WorldSpec
-from kernels_env.tasks.world.grammar import FAMILIES, all_specs, parse_name
+from kernels_env.tasks.world.grammar import FAMILIES, all_specs, combos, parse_name
 
 HELD_OUT_FRACTION = 0.15
 VALIDATION_FRACTION = 0.10
@@ -38,7 +39,8 @@ def pair_side(a: str, b: str) -> str:
 
 
 def token_pairs(spec: WorldSpec) -> list[tuple[str, str]]:
-    seq = (spec.family,) + spec.tokens + (spec.dtype,)
+    several_dtypes = len({d for _, d in combos(spec.family)}) > 1
+    seq = spec.tokens + ((spec.dtype,) if several_dtypes else ())
     return list(zip(seq, seq[1:], strict=False))
 
 
