@@ -143,3 +143,25 @@ def test_solution_correct_on_gpu_eval_sizes(name, gpu_device):
     cfg = EnvConfig(backend="cupy", sizes="eval", timing=False, correctness_trials=3)
     r = score(task, task.solution, cfg, device=gpu_device)
     assert r.status == Status.CORRECT, f"{name}: {r.status.value}: {r.message}\n{r.details[:1500]}"
+
+
+@pytest.mark.parametrize("name", _one_per_mode())
+def test_constant_or_input_ignoring_outputs_fail(name):
+    """The tolerance of every family is tight enough to reject zeros, a constant and the output for
+    other inputs (the cheats the judge's validation plays), and the reference matches itself."""
+    from kernels_env.judge.compare import compare_output
+
+    t = get_task(name)
+    sizes = t.size_set("small")
+    out = t.outputs[0]
+    atol, rtol = t.tol(out.dtype)
+    scalars = {s.name: s.value for s in t.scalars}
+    for trial in range(3):
+        expected = np.asarray(t.reference(np, **make_inputs(t, sizes, trial, 0, np), **scalars))
+        other = np.asarray(t.reference(np, **make_inputs(t, sizes, trial, 1, np), **scalars))
+        assert compare_output(np, "y", expected, expected, out.dtype, atol, rtol, trial, "x") is None
+        wrong = [np.zeros_like(expected), other]
+        if expected.size > 1:
+            wrong.append(np.full_like(expected, float(np.mean(expected.astype(np.float64)))))
+        for w in wrong:
+            assert compare_output(np, "y", w, expected, out.dtype, atol, rtol, trial, "x") is not None

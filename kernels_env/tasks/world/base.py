@@ -37,18 +37,20 @@ def rng(spec: WorldSpec) -> random.Random:
     return random.Random(int.from_bytes(hashlib.sha256(spec.name.encode()).digest()[:8], "big"))
 
 
-def tolerance(dtype: str, terms: int) -> dict[str, tuple[float, float]]:
+def tolerance(dtype: str, terms: int, cancelling: bool = True) -> dict[str, tuple[float, float]]:
     """(atol, rtol) for an output each element of which sums `terms` rounded products or values.
 
     Float32 rounding of a sum grows like sqrt(terms) for the random orders kernels sum in, so both
     parts scale with it from the element-wise (1e-4, 1e-4); rtol is capped at 1e-2 (a wrong kernel is
-    off by O(1) relative). Float16 outputs add their own rounding, 1e-2 relative. The one place a
-    world task's tolerance is decided.
+    off by O(1) relative). A sum of terms of one sign (`cancelling=False`: a loss) never cancels, so
+    its error is relative only and atol stays at 1e-6: a loss near zero must still be near zero.
+    Float16 outputs add their own rounding, 1e-2 relative. The one place a world task's tolerance is
+    decided.
     """
     s = math.sqrt(max(int(terms), 1))
     if dtype == "f16":
         return {"float16": (1e-2 + 1e-4 * s, 1e-2)}
-    return {"float32": (1e-4 * s, min(1e-4 * s, 1e-2))}
+    return {"float32": (1e-4 * s if cancelling else 1e-6, min(1e-4 * s, 1e-2))}
 
 
 def ld(dtype: str, e: str) -> str:
