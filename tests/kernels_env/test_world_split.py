@@ -165,3 +165,37 @@ def test_constant_or_input_ignoring_outputs_fail(name):
             wrong.append(np.full_like(expected, float(np.mean(expected.astype(np.float64)))))
         for w in wrong:
             assert compare_output(np, "y", w, expected, out.dtype, atol, rtol, trial, "x") is not None
+
+
+def test_cli_show_and_score_a_world_task(tmp_path):
+    import io
+
+    from kernels_env.cli import main
+
+    def run(argv):
+        out = io.StringIO()
+        return main(argv, out=out), out.getvalue()
+
+    name = "gen_w_sc_sum_rev_f32_s1"
+    code, text = run(["show", name])
+    assert code == 0 and text.startswith(f"# {name} ") and get_task(name).solution.strip() in text
+    f = tmp_path / "sol.md"
+    f.write_text(get_task(name).solution.replace("int j = N - 1 - s;", "int j = s;"))  # a forward scan: wrong
+    code, text = run(["score", "--task", name, str(f), "--backend", "cpu", "--sizes", "small", "--no-timing",
+                      "--trials", "2", "--inline"])
+    assert code == 1 and not text.startswith("correct"), text
+    code, _ = run(["show", "gen_w_mm_cube_f32_s0"])
+    assert code == 2
+
+
+def test_every_task_has_nonempty_buffers():
+    """Drawn geometry never leaves an output extent (or any buffer) empty, at either size set (every
+    task but the fusions, whose convolutions draw H, W >= 7 > K by construction)."""
+    for spec in all_specs():
+        if spec.family == "fu" and spec.seed:
+            continue
+        t = get_world_task(spec.name)
+        for which in ("eval", "small"):
+            sizes = t.size_set(which)
+            for b in t.buffers:
+                assert min(b.resolve_shape(sizes)) >= 1, (spec.name, which, b.name, sizes)

@@ -4,6 +4,7 @@ padding. Tokens: dimension, mode, features, e.g. gen_w_cv_2d_dw_str_dil_f32_s1."
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
 from kernels_env.tasks.spec import Buffer, Task
@@ -26,6 +27,12 @@ def out_len(n: int, k: int, s: int, di: int, p: int, transposed: bool) -> int:
     return (n + 2 * p - di * (k - 1) - 1) // s + 1
 
 
+def extent(r: random.Random, bounds: tuple[int, int], k: int, s: int, di: int, p: int) -> int:
+    """An input extent drawn in `bounds`, raised where needed so a forward window fits 3 times."""
+    need = di * (k - 1) + 1 - 2 * p + 2 * s
+    return r.randint(max(bounds[0], need), max(bounds[1], need + 4))
+
+
 def geometry(spec: WorldSpec) -> dict[str, dict[str, int]]:
     """Size sets: B, C (in channels), F (out channels), K, S (stride), DI (dilation), P (padding), the
     input extents (L | H, W | D, H, W) and the output extents (O + extent name)."""
@@ -45,7 +52,7 @@ def geometry(spec: WorldSpec) -> dict[str, dict[str, int]]:
         f = c if mode == "dw" else r.randint(*ch)
         sz = {"B": batch, "C": c, "F": f, "K": k, "S": s, "DI": di, "P": p}
         for a in axes:
-            n = r.randint(*ext)
+            n = extent(r, ext, k, s, di, p)
             sz[a], sz["O" + a] = n, out_len(n, k, s, di, p, mode == "tr")
         out[key] = sz
     return out

@@ -8,7 +8,7 @@ from typing import Any
 
 from kernels_env.tasks.spec import Buffer, Task
 from kernels_env.tasks.world.base import WorldSpec, per_output, rng, tolerance
-from kernels_env.tasks.world.conv import DIMS, out_len, spatial_parts
+from kernels_env.tasks.world.conv import DIMS, extent, out_len, spatial_parts
 
 FAMILY = "pl"
 MODES = ("max", "avg")
@@ -32,7 +32,7 @@ def geometry(spec: WorldSpec) -> dict[str, dict[str, int]]:
     for key, (b, c) in (("eval", (16, r.randint(16, 64))), ("small", (2, r.randint(2, 4)))):
         sz = {"B": b, "C": c, "K": k, "S": s, "P": p}
         for a in axes:
-            n = r.randint(*ext[key])
+            n = extent(r, ext[key], k, s, 1, p)
             sz[a], sz["O" + a] = n, out_len(n, k, s, 1, p, False)
         out[key] = sz
     return out
