@@ -146,25 +146,12 @@ def test_solution_correct_on_gpu_eval_sizes(name, gpu_device):
 
 
 @pytest.mark.parametrize("name", _one_per_mode())
-def test_constant_or_input_ignoring_outputs_fail(name):
-    """The tolerance of every family is tight enough to reject zeros, a constant and the output for
-    other inputs (the cheats the judge's validation plays), and the reference matches itself."""
-    from kernels_env.judge.compare import compare_output
+def test_judge_cheats_fail(name):
+    """validate_task's cheats (constants, zeros, an input ignored, a trial replayed) fail every family's
+    tolerance at small sizes: the rule is tight enough, and no family is degenerate there."""
+    from kernels_env.execute.validate import validate_task
 
-    t = get_task(name)
-    sizes = t.size_set("small")
-    out = t.outputs[0]
-    atol, rtol = t.tol(out.dtype)
-    scalars = {s.name: s.value for s in t.scalars}
-    for trial in range(3):
-        expected = np.asarray(t.reference(np, **make_inputs(t, sizes, trial, 0, np), **scalars))
-        other = np.asarray(t.reference(np, **make_inputs(t, sizes, trial, 1, np), **scalars))
-        assert compare_output(np, "y", expected, expected, out.dtype, atol, rtol, trial, "x") is None
-        wrong = [np.zeros_like(expected), other]
-        if expected.size > 1:
-            wrong.append(np.full_like(expected, float(np.mean(expected.astype(np.float64)))))
-        for w in wrong:
-            assert compare_output(np, "y", w, expected, out.dtype, atol, rtol, trial, "x") is not None
+    assert validate_task(get_task(name), sizes="small") == []
 
 
 def test_cli_show_and_score_a_world_task(tmp_path):
