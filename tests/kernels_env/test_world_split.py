@@ -167,6 +167,11 @@ def test_cli_show_and_score_a_world_task(tmp_path):
     code, text = run(["show", name])
     assert code == 0 and text.startswith(f"# {name} ") and get_task(name).solution.strip() in text
     f = tmp_path / "sol.md"
+    f.write_text(get_task(name).solution)
+    # process mode: the worker resolves the world name by itself
+    code, text = run(["score", "--task", name, str(f), "--backend", "cpu", "--sizes", "small", "--no-timing",
+                      "--trials", "2"])
+    assert code == 0 and text.startswith("correct:"), text
     f.write_text(get_task(name).solution.replace("int j = N - 1 - s;", "int j = s;"))  # a forward scan: wrong
     code, text = run(["score", "--task", name, str(f), "--backend", "cpu", "--sizes", "small", "--no-timing",
                       "--trials", "2", "--inline"])
