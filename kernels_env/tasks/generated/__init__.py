@@ -29,7 +29,11 @@ PREFIX = "gen_"
 @lru_cache(maxsize=4096)
 def get_generated_task(name: str) -> Task:
     """The generated task called `name` (of any family version: a run of an earlier version looks its
-    tasks up by name too); ValueError when `name` is in no version of the grammar."""
+    tasks up by name too); ValueError when `name` is in no version of the grammar. Names of the
+    kernel world (`gen_w_...`, kernels_env.tasks.world) resolve there."""
+    if name.startswith("gen_w_"):
+        from kernels_env.tasks.world import get_world_task
+        return get_world_task(name)
     from kernels_env.tasks.generated.emit import build_task
     return build_task(parse_name(name, version=None))
 
