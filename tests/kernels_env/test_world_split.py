@@ -118,7 +118,7 @@ def _one_per_mode() -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _one_per_mode())
 def test_solution_correct_on_cpu_backend(name, cpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     task = get_task(name)
     cfg = EnvConfig(backend="cpu", sizes="small", timing=False, correctness_trials=3)
@@ -137,7 +137,7 @@ def gpu_device():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", _one_per_mode() + world_task_names(16, seed=7, split="held_out"))
 def test_solution_correct_on_gpu_eval_sizes(name, gpu_device):
-    from kernels_env.schedule.pipeline import score
+    from kernels_env.execute.score import score
 
     task = get_task(name)
     cfg = EnvConfig(backend="cupy", sizes="eval", timing=False, correctness_trials=3)
