@@ -1,0 +1,139 @@
+"""KernelBench-style problem files as tasks (kernels_env/problems, docs/problems.md): the twins of the
+suite's `kernelbench` tasks compute what the native references compute on the same inputs, and the
+suite's solutions score the same status through a twin as through the native task (CPU backend,
+CPU torch); a broken problem file gets an error naming the file and what is wrong. Skips without torch."""
+from __future__ import annotations
+
+import os
+import textwrap
+
+import numpy as np
+import pytest
+
+import kernels_env.tasks as T
+from kernels_env import EnvConfig, score
+from kernels_env.execute.inputs import make_inputs
+from kernels_env.problems import ProblemError, load_problem, problem_files
+from kernels_env.problems.client import ProblemProcess
+
+pytest.importorskip("torch")
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "examples", "problems")
+TWINS = {os.path.splitext(os.path.basename(p))[0]: p for p in problem_files(ROOT)}
+KERNELBENCH = T.task_names(tags="kernelbench")
+
+
+def test_every_kernelbench_task_has_a_twin():
+    missing = sorted(set(KERNELBENCH) - set(TWINS))
+    assert not missing, f"kernelbench tasks without a problem file under {ROOT}: {missing}"
+
+
+@pytest.mark.parametrize("name", KERNELBENCH)
+def test_twin_matches_native_task_and_reference(name):
+    native, twin = T.get_task(name), load_problem(TWINS[name], "cpu")
+    assert twin.level == native.level
+    assert {b.name: b.dtype for b in twin.buffers} == {b.name: b.dtype for b in native.buffers}
+    assert {s.name for s in native.scalars} <= {s.name for s in twin.scalars} | set(twin.size_set("eval"))
+    for which in ("small", "eval"):
+        sizes_n, sizes_t = native.size_set(which), twin.size_set(which)
+        for b in native.buffers:
+            t = next(x for x in twin.buffers if x.name == b.name)
+            assert t.resolve_shape(sizes_t) == b.resolve_shape(sizes_n), (name, which, b.name)
+    sizes = native.size_set("small")
+    scalars = {s.name: s.value for s in native.scalars}
+    for trial in range(3):  # the three draw families
+        inputs = make_inputs(native, sizes, trial, 0, np)
+        want = native.reference(np, **{k: v.copy() for k, v in inputs.items()}, **scalars)
+        got = twin.reference(np, **inputs)
+        want, got = (list(x) if isinstance(x, tuple) else [x] for x in (want, got))
+        for b, w, g in zip(native.outputs, want, got, strict=True):
+            w = np.asarray(w).reshape(b.resolve_shape(sizes))
+            if b.dtype.startswith("int"):
+                np.testing.assert_array_equal(g, w)
+            else:
+                atol, rtol = native.tol(b.dtype)
+                np.testing.assert_allclose(g, w, atol=atol, rtol=rtol, err_msg=f"{name} trial {trial}")
+
+
+@pytest.mark.parametrize("name", KERNELBENCH)
+def test_suite_solution_scores_the_same_through_the_twin(name):
+    native = T.get_task(name)
+    cfg = EnvConfig(backend="cpu", sizes="small", timing=False)
+    twin_result = score(load_problem(TWINS[name], "cpu"), native.solution, cfg)
+    native_result = score(native, native.solution, cfg)
+    assert twin_result.status == native_result.status, (twin_result.message, native_result.message)
+    assert twin_result.correct, twin_result.message
+
+
+def test_a_wrong_kernel_is_caught_through_a_problem():
+    native = T.get_task("matrix_scalar_mul")
+    wrong = native.solution.replace(", s);", ", s * 1.1f);")
+    assert wrong != native.solution
+    r = score(load_problem(TWINS["matrix_scalar_mul"], "cpu"), wrong, EnvConfig(backend="cpu", sizes="small",
+                                                                                 timing=False))
+    assert r.status.value == "wrong_output", r.message
+
+
+def _write(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+GOOD_HEAD = """
+    import torch
+    import torch.nn as nn
+    N = 8
+"""
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("import torch\nraise RuntimeError('boom')\n", "fails to import: RuntimeError: boom"),
+    (GOOD_HEAD + "def get_inputs():\n    return [torch.randn(N)]\n", "has no `Model`"),
+    (GOOD_HEAD + "class Model(nn.Module):\n    def forward(self, x):\n        return x\n", "has no `get_inputs`"),
+    (GOOD_HEAD + "class Model(nn.Module):\n    def forward(self, x):\n        return float(x.sum())\n"
+     "def get_inputs():\n    return [torch.randn(N)]\n", "forward()'s output item 0 is a float; expected torch tensors"),
+    (GOOD_HEAD + "class Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+     "def get_inputs():\n    return [N]\n", "get_inputs() item 0 is a int; expected torch tensors"),
+])
+def test_bad_problem_files_name_the_file_and_the_fault(tmp_path, body, expected):
+    path = _write(tmp_path, "bad.py", body)
+    with pytest.raises(ProblemError) as e:
+        load_problem(path, "cpu")
+    assert path in str(e.value) and expected in str(e.value)
+
+
+def test_a_slow_reference_build_is_stopped_at_the_budget(tmp_path):
+    path = _write(tmp_path, "slow.py", "import time\ntime.sleep(60)\n")
+    with pytest.raises(ProblemError, match=r"slow\.py: building its reference took longer than the 3 s budget"):
+        ProblemProcess(path, "cpu", 0, build_budget_s=3.0)
+
+
+def test_parameters_and_constants_become_buffers_and_sizes(tmp_path):
+    path = _write(tmp_path, "gemm_relu.py", GOOD_HEAD + """
+        in_features, out_features = 6, 5
+        SMALL_SIZES = {"N": 3}
+        class Model(nn.Module):
+            def __init__(self, k, n):
+                super().__init__()
+                self.fc = nn.Linear(k, n)
+            def forward(self, inputs):
+                return torch.relu(self.fc(inputs))
+        def get_inputs():
+            return [torch.rand(N, in_features)]
+        def get_init_inputs():
+            return [in_features, out_features]
+    """)
+    task = load_problem(path, "cpu")
+    assert [(b.name, b.shape) for b in task.inputs] == [
+        ("inputs", ("N", "in_features")), ("fc_weight", ("out_features", "in_features")), ("fc_bias", ("out_features",))]
+    assert task.inputs[0].distributions == ("positive",)  # torch.rand's samples are all >= 0
+    assert [(b.name, b.shape) for b in task.outputs] == [("out", ("N", "out_features"))]
+    assert task.size_set("eval") == {"N": 8, "in_features": 6, "out_features": 5}
+    assert task.size_set("small")["N"] == 3
+    rng = np.random.default_rng(0)
+    arrays = {"inputs": rng.standard_normal((3, 6), dtype=np.float32),
+              "fc_weight": rng.standard_normal((5, 6), dtype=np.float32),
+              "fc_bias": rng.standard_normal(5, dtype=np.float32)}
+    want = np.maximum(arrays["inputs"] @ arrays["fc_weight"].T + arrays["fc_bias"], 0)
+    np.testing.assert_allclose(task.reference(np, **arrays), want, rtol=1e-5, atol=1e-6)
