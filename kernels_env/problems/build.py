@@ -55,7 +55,7 @@ class ProblemReference:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def torch_times(self, inputs: dict[str, Any], budget_s: float, flush_bytes: int) -> dict[str, Any]:
-        """Median ms of torch eager and torch.compile on `inputs` (cached per size set)."""
+        """Run times (ms) of torch eager and torch.compile on `inputs` (measured once per size set)."""
         which, host = self._host(inputs)
         return self.process.time(which, host, budget_s, flush_bytes)
 

@@ -60,7 +60,7 @@ class ProblemProcess:
         return self._ask({"op": "forward", "set": which, "arrays": arrays}, FORWARD_BUDGET_S, "computing a reference")
 
     def time(self, which: str, arrays: dict[str, np.ndarray], budget_s: float, flush_bytes: int) -> dict[str, Any]:
-        """{"eager_ms", "compile_ms"} medians (compile_ms None with "compile_error" when it fails)."""
+        """{"eager_ms", "compile_ms"}: run times in ms (compile_ms None with "compile_error" where it fails)."""
         # torch.compile's first call compiles: give it the budget plus the build budget before giving up
         return self._ask({"op": "time", "set": which, "arrays": arrays, "budget_s": budget_s,
                           "flush_bytes": flush_bytes}, budget_s + BUILD_BUDGET_S, "timing torch")
