@@ -144,6 +144,15 @@ def load_problem(path: str, backend: str = "cpu", seed: int = 0) -> Task:
     return task_from_description(path, desc, ProblemReference(process, shapes), source)
 
 
+def release(task: Task) -> None:
+    """End the process behind a problem task (load_problem starts a new one if asked again)."""
+    reference = task.reference
+    if isinstance(reference, ProblemReference):
+        reference.process.close()
+        for key in [k for k, p in _PROCESSES.items() if p is reference.process]:
+            del _PROCESSES[key]
+
+
 def problem_files(directory: str) -> list[str]:
     """The problem files (*.py, not starting with `_`) under `directory`, sorted; an error if none."""
     if not os.path.isdir(directory):

@@ -4,7 +4,9 @@ suite's solutions score the same status through a twin as through the native tas
 CPU torch); a broken problem file gets an error naming the file and what is wrong. Skips without torch."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import textwrap
 
 import numpy as np
@@ -137,3 +139,44 @@ def test_parameters_and_constants_become_buffers_and_sizes(tmp_path):
               "fc_bias": rng.standard_normal(5, dtype=np.float32)}
     want = np.maximum(arrays["inputs"] @ arrays["fc_weight"].T + arrays["fc_bias"], 0)
     np.testing.assert_allclose(task.reference(np, **arrays), want, rtol=1e-5, atol=1e-6)
+
+
+SUBMISSIONS = os.path.join(ROOT, "submissions")
+SMALL_CPU = ["--backend", "cpu", "--sizes", "small"]
+
+
+@pytest.mark.parametrize("name", KERNELBENCH)
+def test_example_submission_is_the_suite_solution(name):
+    with open(os.path.join(SUBMISSIONS, f"{name}.md")) as f:
+        assert f.read().strip() == T.get_task(name).solution.strip()
+
+
+def test_cli_scores_a_problem_file(capsys):
+    from kernels_env.cli import main
+    code = main(["score", "--problem", TWINS["matmul_diag"], os.path.join(SUBMISSIONS, "matmul_diag.md"),
+                 "--json", *SMALL_CPU])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["status"] == "correct" and result["task"] == "matmul_diag"
+
+
+def test_cli_names_a_broken_problem_file(tmp_path, capsys):
+    from kernels_env.cli import main
+    path = _write(tmp_path, "broken.py", "import torch\nimport not_a_module_anywhere\n")
+    assert main(["score", "--problem", path, os.path.join(SUBMISSIONS, "matmul_diag.md"), *SMALL_CPU]) == 2
+    err = capsys.readouterr().err
+    assert path in err and "fails to import: ModuleNotFoundError" in err
+
+
+def test_cli_bench_scores_a_folder(tmp_path, capsys):
+    from kernels_env.cli import main
+    problems, subs = tmp_path / "problems", tmp_path / "subs"
+    problems.mkdir()
+    subs.mkdir()
+    for name in ("matmul_diag", "matrix_scalar_mul"):
+        shutil.copy(TWINS[name], problems / f"{name}.py")
+    shutil.copy(os.path.join(SUBMISSIONS, "matmul_diag.md"), subs / "matmul_diag.md")
+    assert main(["bench", "--problems", str(problems), "--submissions", str(subs), "--json", *SMALL_CPU]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["correct"] == 1 and report["problems"] == 2 and report["fast_p"]["eager"] is None
+    status = {os.path.basename(r["problem"]): r["status"] for r in report["rows"]}
+    assert status == {"matmul_diag.py": "correct", "matrix_scalar_mul.py": "not_scored"}
