@@ -78,15 +78,11 @@ def test_a_wrong_kernel_is_caught_through_a_problem():
 
 def _write(tmp_path, name, body):
     path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
+    path.write_text(body)
     return str(path)
 
 
-GOOD_HEAD = """
-    import torch
-    import torch.nn as nn
-    N = 8
-"""
+GOOD_HEAD = "import torch\nimport torch.nn as nn\nN = 8\n"
 
 
 @pytest.mark.parametrize("body, expected", [
@@ -112,7 +108,7 @@ def test_a_slow_reference_build_is_stopped_at_the_budget(tmp_path):
 
 
 def test_parameters_and_constants_become_buffers_and_sizes(tmp_path):
-    path = _write(tmp_path, "gemm_relu.py", GOOD_HEAD + """
+    path = _write(tmp_path, "gemm_relu.py", GOOD_HEAD + textwrap.dedent("""
         in_features, out_features = 6, 5
         SMALL_SIZES = {"N": 3}
         class Model(nn.Module):
@@ -125,7 +121,7 @@ def test_parameters_and_constants_become_buffers_and_sizes(tmp_path):
             return [torch.rand(N, in_features)]
         def get_init_inputs():
             return [in_features, out_features]
-    """)
+    """))
     task = load_problem(path, "cpu")
     assert [(b.name, b.shape) for b in task.inputs] == [
         ("inputs", ("N", "in_features")), ("fc_weight", ("out_features", "in_features")), ("fc_bias", ("out_features",))]
@@ -180,3 +176,33 @@ def test_cli_bench_scores_a_folder(tmp_path, capsys):
     assert report["correct"] == 1 and report["problems"] == 2 and report["fast_p"]["eager"] is None
     status = {os.path.basename(r["problem"]): r["status"] for r in report["rows"]}
     assert status == {"matmul_diag.py": "correct", "matrix_scalar_mul.py": "not_scored"}
+
+
+# ---- the GPU path: the reference in CUDA torch, the kernel on cupy, timed against eager and compile --
+@pytest.fixture(scope="module")
+def cuda():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cupy")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible to torch")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", KERNELBENCH)
+def test_gpu_suite_solution_scores_the_same_through_the_twin(name, cuda):
+    native = T.get_task(name)
+    cfg = EnvConfig(backend="cupy", timing=False)
+    twin_result = score(load_problem(TWINS[name], "cupy"), native.solution, cfg)
+    native_result = score(native, native.solution, cfg)
+    assert twin_result.status == native_result.status, (twin_result.message, native_result.message)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["layer_norm", "matmul_scale_residual", "conv2d_relu_bias_add"])
+def test_gpu_problem_is_timed_against_torch_eager_and_compile(name, cuda):
+    r = score(load_problem(TWINS[name], "cupy"), T.get_task(name).solution, EnvConfig(backend="cupy"))
+    assert r.correct, r.message
+    t = r.timing
+    assert t.eager_median_ms > 0 and t.compile_median_ms > 0, r.details
+    assert t.speedup == t.speedup_vs_eager == pytest.approx(t.eager_median_ms / t.kernel_median_ms)
+    assert t.speedup_vs_compile == pytest.approx(t.compile_median_ms / t.kernel_median_ms)
