@@ -16,6 +16,8 @@ module-level constants; it runs in its own process (worker.py). What the task is
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,7 +27,9 @@ from kernels_env.tasks.spec import Buffer, Scalar, Task
 
 KERNELBENCH_TOLERANCE = (1e-2, 1e-2)  # KernelBench's atol, rtol
 TAG = "problem"
-_PROCESSES: dict[tuple[str, str, int], ProblemProcess] = {}
+NAME_PREFIX = "problem:"  # a task name that names its file: problem:/abs/path.py (problem_task)
+MAX_PROCESSES = 8  # problem processes kept per environment process; the least recently used ends first
+_PROCESSES: OrderedDict[tuple[str, str, int], ProblemProcess] = OrderedDict()
 
 
 def torch_device(backend: str) -> str:
@@ -33,31 +37,47 @@ def torch_device(backend: str) -> str:
     return "cuda" if backend == "cupy" else "cpu"
 
 
-class ProblemReference:
-    """A problem task's reference: `forward` in the problem's process, per trial."""
+def _process(path: str, device: str, seed: int) -> ProblemProcess:
+    """The running process of (file, torch device, seed), started if needed (MAX_PROCESSES kept)."""
+    key = (path, device, seed)
+    if key in _PROCESSES:
+        _PROCESSES.move_to_end(key)
+    else:
+        while len(_PROCESSES) >= MAX_PROCESSES:
+            _PROCESSES.popitem(last=False)[1].close()
+        _PROCESSES[key] = ProblemProcess(path, device, seed)
+    return _PROCESSES[key]
 
-    def __init__(self, process: ProblemProcess, input_shapes: dict[str, dict[str, tuple[int, ...]]]) -> None:
-        self.process, self.input_shapes = process, input_shapes
+
+class ProblemReference:
+    """A problem task's reference: `forward` in the problem's process, per trial, on the torch device
+    that matches the arrays (CUDA for CuPy arrays, else the CPU)."""
+
+    def __init__(self, path: str, seed: int, input_shapes: dict[str, dict[str, tuple[int, ...]]]) -> None:
+        self.path, self.seed, self.input_shapes = path, seed, input_shapes
 
     def _size_set(self, arrays: dict[str, Any]) -> str:
         for which, shapes in self.input_shapes.items():
             if all(tuple(arrays[n].shape) == s for n, s in shapes.items()):
                 return which
         got = {n: tuple(arrays[n].shape) for n in next(iter(self.input_shapes.values()))}
-        raise ProblemError(f"problem {self.process.path}: inputs of shapes {got} match no size set")
+        raise ProblemError(f"problem {self.path}: inputs of shapes {got} match no size set")
 
-    def _host(self, arrays: dict[str, Any]) -> tuple[str, dict[str, np.ndarray]]:
+    def _host(self, arrays: dict[str, Any]) -> tuple[ProblemProcess, str, dict[str, np.ndarray]]:
         which = self._size_set(arrays)
-        return which, {n: _to_numpy(arrays[n]) for n in self.input_shapes[which]}
+        on_gpu = any(not isinstance(arrays[n], np.ndarray) for n in self.input_shapes[which])
+        process = _process(self.path, "cuda" if on_gpu else "cpu", self.seed)
+        return process, which, {n: _to_numpy(arrays[n]) for n in self.input_shapes[which]}
 
     def __call__(self, xp: Any, **arrays: Any) -> Any:
-        outs = [xp.asarray(o) for o in self.process.forward(*self._host(arrays))]
+        process, which, host = self._host(arrays)
+        outs = [xp.asarray(o) for o in process.forward(which, host)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def torch_times(self, inputs: dict[str, Any], budget_s: float, flush_bytes: int) -> dict[str, Any]:
         """Run times (ms) of torch eager and torch.compile on `inputs` (measured once per size set)."""
-        which, host = self._host(inputs)
-        return self.process.time(which, host, budget_s, flush_bytes)
+        process, which, host = self._host(inputs)
+        return process.time(which, host, budget_s, flush_bytes)
 
 
 def _to_numpy(a: Any) -> np.ndarray:
@@ -126,31 +146,36 @@ def task_from_description(path: str, desc: dict[str, dict[str, Any]], reference:
         raise ProblemError(f"{where}: {e}") from None
 
 
-def load_problem(path: str, backend: str = "cpu", seed: int = 0) -> Task:
-    """The Task of the problem file at `path`, its reference on `backend`'s torch device. The file's
-    process is started once per (file, device, seed) and kept for this process's life."""
+def load_problem(path: str, backend: str = "cpu", seed: int = 0, name: str | None = None) -> Task:
+    """The Task of the problem file at `path` (named `name`, else the file's stem), described by its
+    process on `backend`'s torch device; its reference runs where its arrays are."""
     if not os.path.isfile(path) or not path.endswith(".py"):
         raise ProblemError(f"problem {path}: not a Python file (expected a .py file with a Model class)")
     path = os.path.abspath(path)
-    key = (path, torch_device(backend), seed)
-    if key not in _PROCESSES:
-        _PROCESSES[key] = ProblemProcess(path, key[1], seed)
-    process = _PROCESSES[key]
-    desc = process.description
+    desc = _process(path, torch_device(backend), seed).description
     shapes = {w: {a["name"]: tuple(a["shape"]) for a in d["inputs"]} | {p["name"]: tuple(p["shape"]) for p in d["params"]}
               for w, d in desc.items()}
     with open(path, encoding="utf-8", errors="replace") as f:
         source = f.read()
-    return task_from_description(path, desc, ProblemReference(process, shapes), source)
+    task = task_from_description(path, desc, ProblemReference(path, seed, shapes), source)
+    return task if name is None else replace(task, name=name)
+
+
+def problem_task(name: str) -> Task:
+    """The Task a `problem:/abs/path.py` name stands for (how processes that get only task names, the
+    pool's workers, find a problem task), described on this machine's default backend."""
+    if not name.startswith(NAME_PREFIX):
+        raise ProblemError(f"task name {name!r} does not name a problem file (expected {NAME_PREFIX}/path.py)")
+    from kernels_env.backends import resolve_backend
+    return load_problem(name[len(NAME_PREFIX):], resolve_backend("auto"), name=name)
 
 
 def release(task: Task) -> None:
-    """End the process behind a problem task (load_problem starts a new one if asked again)."""
+    """End the processes behind a problem task (a later reference call starts them again)."""
     reference = task.reference
     if isinstance(reference, ProblemReference):
-        reference.process.close()
-        for key in [k for k, p in _PROCESSES.items() if p is reference.process]:
-            del _PROCESSES[key]
+        for key in [k for k in _PROCESSES if k[0] == reference.path]:
+            _PROCESSES.pop(key).close()
 
 
 def problem_files(directory: str) -> list[str]:
@@ -162,3 +187,21 @@ def problem_files(directory: str) -> list[str]:
     if not found:
         raise ProblemError(f"problems folder {directory}: no .py problem files in it")
     return found
+
+
+def register_problems(directory: str) -> list[str]:
+    """Register every problem file under `directory` as a task named problem:/abs/path.py and return
+    the names (sorted), so a training run's task list can hold them; described with CPU torch (the
+    GPU stays the trainer's), each file's process ended once described. Already registered: kept."""
+    from kernels_env.tasks import get_task, register
+    names = []
+    for path in problem_files(directory):
+        name = NAME_PREFIX + os.path.abspath(path)
+        try:
+            get_task(name)
+        except KeyError:
+            task = load_problem(path, "cpu", name=name)
+            release(task)
+            register(task)
+        names.append(name)
+    return names

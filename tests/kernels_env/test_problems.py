@@ -206,3 +206,30 @@ def test_gpu_problem_is_timed_against_torch_eager_and_compile(name, cuda):
     assert t.eager_median_ms > 0 and t.compile_median_ms > 0, r.details
     assert t.speedup == t.speedup_vs_eager == pytest.approx(t.eager_median_ms / t.kernel_median_ms)
     assert t.speedup_vs_compile == pytest.approx(t.compile_median_ms / t.kernel_median_ms)
+
+
+# ---- training on a folder of problems: tasks named problem:/path.py, found by name in any process --
+def test_training_selects_a_folder_of_problems_by_name(tmp_path):
+    from kernels_env.problems import NAME_PREFIX
+    from kernels_env.schedule.pipeline import resolve_task
+    from leap_jax.train.config import ConfigError, load_config
+    from leap_jax.train.trainer import select_tasks
+    for name in ("matmul_diag", "matrix_scalar_mul", "relu_like"):
+        shutil.copy(TWINS["matmul_diag" if name == "relu_like" else name], tmp_path / f"{name}.py")
+    cfg = load_config(None, ["tasks.source=problems", f"tasks.problems_dir={tmp_path}",
+                             "tasks.held_out_fraction=0.34"])
+    train, held = select_tasks(cfg)
+    names = sorted(train + held)
+    assert names == sorted(NAME_PREFIX + str(tmp_path / f"{n}.py") for n in ("matmul_diag", "matrix_scalar_mul",
+                                                                             "relu_like"))
+    assert train and held and not set(train) & set(held)
+    assert T.get_task(names[0]).name == names[0]  # registered for the trainer's own look-ups
+    task = resolve_task(NAME_PREFIX + str(tmp_path / "matrix_scalar_mul.py"))  # how a pool worker finds it
+    assert [b.name for b in task.buffers] == ["A", "C"]
+    r = score(task.name, T.get_task("matrix_scalar_mul").solution, EnvConfig(backend="cpu", sizes="small",
+                                                                             timing=False))
+    assert r.correct and r.task == task.name, r.message
+    with pytest.raises(ConfigError, match="tasks.source=problems needs tasks.problems_dir"):
+        load_config(None, ["tasks.source=problems"])
+    with pytest.raises(ConfigError, match="not a directory"):
+        select_tasks(load_config(None, ["tasks.source=problems", f"tasks.problems_dir={tmp_path / 'nope'}"]))
