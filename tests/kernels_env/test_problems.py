@@ -147,6 +147,21 @@ def test_example_submission_is_the_suite_solution(name):
         assert f.read().strip() == T.get_task(name).solution.strip()
 
 
+ORIGINALS = sorted(set(TWINS) - set(KERNELBENCH))  # problem files with a submission of their own
+
+
+def test_there_are_problems_of_both_levels_beyond_the_twins():
+    assert len(ORIGINALS) >= 2
+    assert {load_problem(TWINS[n], "cpu").level for n in ORIGINALS} == {1, 2}
+
+
+@pytest.mark.parametrize("name", ORIGINALS)
+def test_example_submission_of_an_original_problem_is_correct(name):
+    with open(os.path.join(SUBMISSIONS, f"{name}.md"), "rb") as f:
+        r = score(load_problem(TWINS[name], "cpu"), f.read(), EnvConfig(backend="cpu", sizes="small", timing=False))
+    assert r.correct, r.message
+
+
 def test_cli_scores_a_problem_file(capsys):
     from kernels_env.cli import main
     code = main(["score", "--problem", TWINS["matmul_diag"], os.path.join(SUBMISSIONS, "matmul_diag.md"),
@@ -198,9 +213,18 @@ def test_gpu_suite_solution_scores_the_same_through_the_twin(name, cuda):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["layer_norm", "matmul_scale_residual", "conv2d_relu_bias_add"])
+@pytest.mark.parametrize("name", ORIGINALS)
+def test_gpu_example_submission_of_an_original_problem_is_correct(name, cuda):
+    with open(os.path.join(SUBMISSIONS, f"{name}.md"), "rb") as f:
+        r = score(load_problem(TWINS[name], "cupy"), f.read(), EnvConfig(backend="cupy", timing=False))
+    assert r.correct, r.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["layer_norm", "matmul_scale_residual", "conv2d_relu_bias_add", "gemm_bias_relu"])
 def test_gpu_problem_is_timed_against_torch_eager_and_compile(name, cuda):
-    r = score(load_problem(TWINS[name], "cupy"), T.get_task(name).solution, EnvConfig(backend="cupy"))
+    with open(os.path.join(SUBMISSIONS, f"{name}.md"), "rb") as f:
+        r = score(load_problem(TWINS[name], "cupy"), f.read(), EnvConfig(backend="cupy"))
     assert r.correct, r.message
     t = r.timing
     assert t.eager_median_ms > 0 and t.compile_median_ms > 0, r.details
