@@ -56,6 +56,9 @@ class ProblemReference:
     def __init__(self, path: str, seed: int, input_shapes: dict[str, dict[str, tuple[int, ...]]]) -> None:
         self.path, self.seed, self.input_shapes = path, seed, input_shapes
 
+    def __repr__(self) -> str:  # what the harness's expected-output cache keys on: one per file and seed
+        return f"ProblemReference({self.path!r}, seed={self.seed})"
+
     def _size_set(self, arrays: dict[str, Any]) -> str:
         for which, shapes in self.input_shapes.items():
             if all(tuple(arrays[n].shape) == s for n, s in shapes.items()):

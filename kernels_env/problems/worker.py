@@ -57,9 +57,9 @@ def _tensors(torch: Any, values: Any, what: str) -> list[Any]:
 class Problem:
     """One size set of the problem: its module, model and sample inputs on `device`."""
 
-    def __init__(self, torch: Any, path: str, device: str, seed: int, overrides: dict[str, Any]) -> None:
+    def __init__(self, torch: Any, path: str, device: str, seed: int, which: str, overrides: dict[str, Any]) -> None:
         self.torch, self.device = torch, device
-        spec = importlib.util.spec_from_file_location(f"_kernels_env_problem_{len(overrides)}", path)
+        spec = importlib.util.spec_from_file_location(f"_kernels_env_problem_{which}", path)
         if spec is None or spec.loader is None:
             raise ProblemFault("cannot be imported as a Python module")
         module = importlib.util.module_from_spec(spec)
@@ -164,11 +164,14 @@ def _serve(path: str, device: str, seed: int, reply: Any) -> None:
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference is float32 math, as the tasks' are
     torch.backends.cudnn.allow_tf32 = False
-    sets = {"eval": Problem(torch, path, device, seed, {})}
+    sets = {"eval": Problem(torch, path, device, seed, "eval", {})}
     small = getattr(sets["eval"].module, SMALL_SET_NAME, None)
     if small is not None and not isinstance(small, dict):
         raise ProblemFault(f"{SMALL_SET_NAME} is a {type(small).__name__}; expected a dict of constant overrides")
-    sets["small"] = Problem(torch, path, device, seed, dict(small)) if small else sets["eval"]
+    unknown = sorted(set(small or ()) - set(_constants(sets["eval"].module)))
+    if unknown:
+        raise ProblemFault(f"{SMALL_SET_NAME} names {unknown}, not int or float constants of the file")
+    sets["small"] = Problem(torch, path, device, seed, "small", dict(small)) if small else sets["eval"]
     protocol.send(reply, {"ok": {k: p.describe() for k, p in sets.items()}})
     while True:
         try:

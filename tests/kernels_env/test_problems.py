@@ -93,6 +93,8 @@ GOOD_HEAD = "import torch\nimport torch.nn as nn\nN = 8\n"
      "def get_inputs():\n    return [torch.randn(N)]\n", "forward()'s output item 0 is a float; expected torch tensors"),
     (GOOD_HEAD + "class Model(nn.Module):\n    def forward(self, x):\n        return x\n"
      "def get_inputs():\n    return [N]\n", "get_inputs() item 0 is a int; expected torch tensors"),
+    (GOOD_HEAD + "SMALL_SIZES = {'M': 2}\nclass Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+     "def get_inputs():\n    return [torch.randn(N)]\n", "SMALL_SIZES names ['M'], not int or float constants"),
 ])
 def test_bad_problem_files_name_the_file_and_the_fault(tmp_path, body, expected):
     path = _write(tmp_path, "bad.py", body)
