@@ -31,7 +31,11 @@ class ProblemProcess:
         self._proc = subprocess.Popen([sys.executable, "-m", "kernels_env.problems.worker", path, device, str(seed)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env())
         atexit.register(self.close)
-        self.description: dict[str, Any] = self._reply(build_budget_s, "building its reference")
+        try:
+            self.description: dict[str, Any] = self._reply(build_budget_s, "building its reference")
+        except ProblemError:
+            self.close()  # the worker ends after reporting a problem it cannot build
+            raise
 
     def _reply(self, timeout_s: float, doing: str) -> Any:
         assert self._proc.stdout is not None
