@@ -152,7 +152,9 @@ def task_from_description(path: str, desc: dict[str, dict[str, Any]], reference:
 def load_problem(path: str, backend: str = "cpu", seed: int = 0, name: str | None = None) -> Task:
     """The Task of the problem file at `path` (named `name`, else the file's stem), described by its
     process on `backend`'s torch device; its reference runs where its arrays are."""
-    if not os.path.isfile(path) or not path.endswith(".py"):
+    if not os.path.isfile(path):
+        raise ProblemError(f"problem {path}: no such file")
+    if not path.endswith(".py"):
         raise ProblemError(f"problem {path}: not a Python file (expected a .py file with a Model class)")
     path = os.path.abspath(path)
     desc = _process(path, torch_device(backend), seed).description

@@ -15,7 +15,7 @@ import pytest
 import kernels_env.tasks as T
 from kernels_env import EnvConfig, score
 from kernels_env.execute.inputs import make_inputs
-from kernels_env.problems import ProblemError, load_problem, problem_files
+from kernels_env.problems import ProblemError, load_problem, problem_files, problem_task
 from kernels_env.problems.client import ProblemProcess
 
 pytest.importorskip("torch")
@@ -101,6 +101,16 @@ def test_bad_problem_files_name_the_file_and_the_fault(tmp_path, body, expected)
     with pytest.raises(ProblemError) as e:
         load_problem(path, "cpu")
     assert path in str(e.value) and expected in str(e.value)
+
+
+def test_a_missing_or_non_python_problem_file_is_named(tmp_path):
+    with pytest.raises(ProblemError, match=r"nope\.py: no such file"):
+        load_problem(str(tmp_path / "nope.py"))
+    text = _write(tmp_path, "model.txt", GOOD_HEAD)
+    with pytest.raises(ProblemError, match=r"model\.txt: not a Python file"):
+        load_problem(text)
+    with pytest.raises(ProblemError, match="does not name a problem file"):
+        problem_task("relu")
 
 
 def test_a_slow_reference_build_is_stopped_at_the_budget(tmp_path):
