@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from kernels_env.problems import protocol
+from kernels_env.tasks.spec import DTYPES
 
-TORCH_DTYPES = {"float32": "float32", "float16": "float16", "int32": "int32", "int64": "int64"}
 SMALL_SET_NAME = "SMALL_SIZES"
 WARMUP_RUNS = 3
 MIN_TIMED_RUNS = 5
@@ -39,10 +39,10 @@ def _constants(module: ModuleType) -> dict[str, int | float]:
             if not k.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _dtype_name(torch: Any, t: Any, what: str) -> str:
+def _dtype_name(t: Any, what: str) -> str:
     name = str(t.dtype).removeprefix("torch.")
-    if name not in TORCH_DTYPES:
-        raise ProblemFault(f"{what} has dtype {name}; expected one of {sorted(TORCH_DTYPES)}")
+    if name not in DTYPES:
+        raise ProblemFault(f"{what} has dtype {name}; expected one of {DTYPES}")
     return name
 
 
@@ -94,19 +94,18 @@ class Problem:
         return _tensors(self.torch, out, "forward()'s output")
 
     def describe(self) -> dict[str, Any]:
-        torch = self.torch
         outputs = self.call([t.to(self.device) for t in self.inputs])
         return {
             "doc": (self.module.__doc__ or "").strip(),
             "constants": _constants(self.module),
             "output_names": list(getattr(self.module, "OUTPUT_NAMES", ())),
             "tolerance": getattr(self.module, "TOLERANCE", None),
-            "inputs": [{"name": n, "dtype": _dtype_name(torch, t, f"get_inputs() item {i}"), "shape": tuple(t.shape),
+            "inputs": [{"name": n, "dtype": _dtype_name(t, f"get_inputs() item {i}"), "shape": tuple(t.shape),
                         "min": float(t.min()) if t.numel() else 0.0, "max": float(t.max()) if t.numel() else 0.0}
                        for i, (n, t) in enumerate(zip(self.args, self.inputs, strict=True))],
-            "params": [{"name": n, "dtype": _dtype_name(torch, p, f"parameter {n}"), "shape": tuple(p.shape)}
+            "params": [{"name": n, "dtype": _dtype_name(p, f"parameter {n}"), "shape": tuple(p.shape)}
                        for n, p in self.params.items()],
-            "outputs": [{"dtype": _dtype_name(torch, t, f"forward() output {i}"), "shape": tuple(t.shape)}
+            "outputs": [{"dtype": _dtype_name(t, f"forward() output {i}"), "shape": tuple(t.shape)}
                         for i, t in enumerate(outputs)],
         }
 
