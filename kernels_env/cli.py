@@ -1,4 +1,5 @@
-"""`python -m kernels_env list [--generated N] | show TASK | score --task T FILE | check-suite` (DESIGN 3.7)."""
+"""`python -m kernels_env list [--generated N] | show TASK | score (--task T | --problem P.py) FILE | check-suite |
+bench --problems DIR --submissions DIR` (DESIGN 3.7; problem files: docs/problems.md)."""
 from __future__ import annotations
 
 import argparse
@@ -116,17 +117,50 @@ def _pool_mode(args: argparse.Namespace) -> dict[str, Any]:
     return {"mode": "inline" if args.inline else "process"}
 
 
+def _problem_backend(args: argparse.Namespace) -> str:
+    """The backend a problem file is scored on ("auto" resolved: its torch device follows it)."""
+    if args.ray_address is not None:
+        raise CliError("problem files are scored in this process; --ray-address scores suite tasks only")
+    from kernels_env.backends import resolve_backend
+    return resolve_backend(args.backend)
+
+
+def _score_problem(args: argparse.Namespace, text: bytes) -> Result:
+    """Score `text` against the problem file args.problem, in this process (its reference in its own)."""
+    from kernels_env.problems import ProblemError, load_problem, release
+    from kernels_env.execute.score import score
+    backend = _problem_backend(args)
+    cfg = _config(args).replace(backend=backend)
+    try:
+        task = load_problem(args.problem, backend, cfg.seed)
+    except ProblemError as e:
+        raise CliError(str(e)) from None
+    try:
+        return score(task, text, cfg)
+    finally:
+        release(task)
+
+
 def cmd_score(args: argparse.Namespace, out: Any) -> int:
-    task = _get_task(args.task)
     text = _read(args.file)
-    from kernels_env.judge.feedback import render_feedback
+    result = _score_problem(args, text) if args.problem else _score_task(args, text)
+    _print_result(result, args, out)
+    return 0 if result.correct else 1
+
+
+def _score_task(args: argparse.Namespace, text: bytes) -> Result:
+    task = _get_task(args.task)
     from kernels_env.schedule.pool import EvalPool, Job
     cfg = _config(args)
     gpu_workers, cpu_workers = (1, None) if args.backend == "cupy" else (None, 1)
     # process mode (default): a hang or crash of the kernel is contained and time-limited
     with EvalPool(**_pool_mode(args), backend=args.backend, config=cfg, cache=False,
                   compile_workers=1, gpu_workers=gpu_workers, cpu_workers=cpu_workers) as pool:
-        result = pool.map([Job(task.name, text, cfg)])[0]
+        return pool.map([Job(task.name, text, cfg)])[0]
+
+
+def _print_result(result: Result, args: argparse.Namespace, out: Any) -> None:
+    from kernels_env.judge.feedback import render_feedback
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str), file=out)
     else:
@@ -136,7 +170,10 @@ def cmd_score(args: argparse.Namespace, out: Any) -> int:
         for k, r in sorted(result.resources.items()):
             print(f"[{k}: {r.registers} registers, {r.shared_bytes} B smem, {r.stack_frame_bytes} B stack, "
                   f"{r.spill_stores_bytes}/{r.spill_loads_bytes} B spill stores/loads]", file=out)
-    return 0 if result.correct else 1
+        t = result.timing
+        if t is not None and t.speedup_vs_eager is not None:
+            vs_compile = "-" if t.speedup_vs_compile is None else f"{t.speedup_vs_compile:.3g}x"
+            print(f"[speedup_vs_eager={t.speedup_vs_eager:.3g}x speedup_vs_compile={vs_compile}]", file=out)
 
 
 def suite_table(results: Sequence[Result]) -> str:
@@ -177,6 +214,27 @@ def cmd_check_suite(args: argparse.Namespace, out: Any) -> int:
     return 0 if all(r.correct for r in results) else 1
 
 
+def cmd_bench(args: argparse.Namespace, out: Any) -> int:
+    from kernels_env.problems import ProblemError
+    from kernels_env.problems.bench import bench, row_dict, summary, table
+    from kernels_env.execute.score import score
+    backend = _problem_backend(args)
+    cfg = _config(args).replace(backend=backend)
+    timed = cfg.timing and backend == "cupy"
+    if not timed:
+        cfg = cfg.replace(timing=False)
+    try:
+        rows = bench(args.problems, args.submissions, cfg, backend, score)
+    except ProblemError as e:
+        raise CliError(str(e)) from None
+    if args.json:
+        print(json.dumps({"backend": backend, **summary(rows, timed), "rows": [row_dict(r) for r in rows]},
+                         indent=2), file=out)
+    else:
+        print(table(rows, timed), file=out)
+    return 0 if all(r.correct for r in rows) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m kernels_env", description="Score CUDA kernels against tasks.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -211,7 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_show)
 
     sp = sub.add_parser("score", help="score a submission file (Markdown with ```cuda and ```launch)")
-    sp.add_argument("--task", required=True, help="the task to score against (a name from `list`)")
+    which = sp.add_mutually_exclusive_group(required=True)
+    which.add_argument("--task", help="the task to score against (a name from `list`)")
+    which.add_argument("--problem", metavar="PATH.py",
+                       help="a KernelBench-style PyTorch problem file (docs/problems.md), scored in this process")
     sp.add_argument("file", help="the submission file, or - for stdin")
     sp.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the feedback")
     sp.add_argument("--budget", type=int, default=2000, help="feedback characters to print")
@@ -227,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print every task's result as JSON")
     common(sp)
     sp.set_defaults(fn=cmd_check_suite)
+
+    sp = sub.add_parser("bench", help="score a folder of problem files; fast_p against torch eager and torch.compile")
+    sp.add_argument("--problems", required=True, metavar="DIR", help="problem files (*.py, subfolders included)")
+    sp.add_argument("--submissions", required=True, metavar="DIR", help="one <problem name>.md per problem")
+    sp.add_argument("--json", action="store_true", help="print the table's numbers and every result as JSON")
+    common(sp)
+    sp.set_defaults(fn=cmd_bench)
     return p
 
 

@@ -72,6 +72,13 @@ class Timing:
     # The host's median lateness past the device-side hold before a run's launches (cupy): above 0, the
     # GPU may have idled inside the timing window waiting for the launch (a CPU-starved host).
     launch_late_ms: float | None = None
+    # Problem tasks (kernels_env/problems), whose reference is a PyTorch Model: torch eager's and
+    # torch.compile's median times on the timing inputs and the kernel's speedups against them (`speedup`
+    # is then the one against eager); None elsewhere or where one was not measured.
+    eager_median_ms: float | None = None
+    compile_median_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
 
 
 @dataclass

@@ -41,8 +41,12 @@ class Prepared:
 
 
 def resolve_task(task: Any) -> Any:
-    """A Task object, or a task name looked up in the registry (KeyError with suggestions)."""
+    """A Task object, or a task name looked up in the registry (KeyError with suggestions); a
+    `problem:/path.py` name is its problem file's task (kernels_env.problems)."""
     if isinstance(task, str):
+        from kernels_env.problems.build import NAME_PREFIX, problem_task
+        if task.startswith(NAME_PREFIX):
+            return problem_task(task)
         from kernels_env.tasks import get_task
         return get_task(task)
     return task

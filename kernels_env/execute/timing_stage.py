@@ -105,6 +105,7 @@ class TimingStage:
         self.sampled: dict[int, list[Any]] = {}  # run index -> its outputs' sampled elements (host arrays)
         self.compared: set[int] = set()  # runs compared in full already (their samples need no check)
         self.buffers: _TimedBuffers | None = None
+        self.torch_ms: dict[str, Any] | None = None  # a problem task's torch run times (eager_ms, compile_ms)
 
     def verify(self) -> Result | None:
         """The measured runs' comparisons with the reference (kept copies in full, every other run's
@@ -137,6 +138,8 @@ class TimingStage:
         run.stage = "timing"
         start = time.monotonic()
         deadline = start + cfg.limits.timing
+        # a problem task's reference is a torch Model: it is timed in torch, eager and compiled
+        torch_times = getattr(self.task.reference, "torch_times", None) if dev.timing_comparable else None
 
         def timed() -> tuple[_Measured, list[float] | None]:
             buffers = self.buffers = _TimedBuffers(self)
@@ -144,8 +147,12 @@ class TimingStage:
             # candidate, so what the candidate leaves behind (a GPU it heated or power-throttled)
             # cannot slow the reference's one measurement and inflate every later speedup of the task;
             # a slow reference leaves the kernel its share of the stage
-            ref_ms = self._reference_times(deadline, 1.0 - KERNEL_SHARE) if dev.timing_comparable else None
+            ref_ms = (self._reference_times(deadline, 1.0 - KERNEL_SHARE)
+                      if dev.timing_comparable and torch_times is None else None)
             kernel = self._time_kernel(buffers, deadline, 1.0)
+            if torch_times is not None:
+                self.torch_ms = torch_times(self.run.trial_inputs(TIMING_TRIAL_BASE, cfg.seed), cfg.timing_budget_s,
+                                            getattr(dev, "flush_bytes", 0) if cfg.flush_l2 else 0)
             if ref_ms is not None and len(self._reference_opinions()) < REFERENCE_OPINIONS:
                 # another opinion, apart in time from the first (the candidate's runs between them)
                 ref_ms = self._reference_times(deadline, 1.0, another=True)
@@ -161,6 +168,8 @@ class TimingStage:
         timing = _make_timing(dev, kernel, ref_ms)
         if ref_ms is not None:
             timing.baseline = self._torch_baseline(deadline, timing.kernel_median_ms)
+        if self.torch_ms is not None:
+            _against_torch(timing, self.torch_ms)
         return timing
 
     def _time_runs(self, prepare: Callable[[int], Any], fn: Callable[[Any], None],
@@ -544,6 +553,20 @@ def _make_timing(dev: Device, kernel: _Measured, ref_ms: list[float] | None) -> 
     return timing
 
 
+def _against_torch(timing: Timing, torch_ms: dict[str, Any]) -> None:
+    """Fill a problem task's timing from torch's run times: torch eager is its reference (`speedup`),
+    torch.compile a second one (`speedup_vs_compile`); a mode without times stays None."""
+    kernel_ms = max(timing.kernel_median_ms, 1e-9)
+    eager, compiled = torch_ms.get("eager_ms"), torch_ms.get("compile_ms")
+    if eager:
+        timing.ref_median_ms = timing.eager_median_ms = statistics.median(eager)
+        timing.ref_mean_ms, timing.ref_runs = statistics.fmean(eager), len(eager)
+        timing.speedup = timing.speedup_vs_eager = timing.eager_median_ms / kernel_ms
+    if compiled:
+        timing.compile_median_ms = statistics.median(compiled)
+        timing.speedup_vs_compile = timing.compile_median_ms / kernel_ms
+
+
 def timing_message(t: Timing, trials: int) -> str:
     """The message of a correct, timed Result: the speedup (or why there is none)."""
     if t.speedup is None:
@@ -568,4 +591,6 @@ def timing_details(t: Timing, config: EnvConfig) -> str:
             + (f"; reference median {t.ref_median_ms:.6g} ms over {t.ref_runs} runs, mean {t.ref_mean_ms:.6g} ms"
                if t.ref_median_ms is not None else "")
             + (f"; torch eager median {t.baseline['torch_median_ms']:.6g} ms (speedup vs torch "
-               f"{t.baseline['speedup_vs_torch']:.3g}x, informational)" if t.baseline else ""))
+               f"{t.baseline['speedup_vs_torch']:.3g}x, informational)" if t.baseline else "")
+            + (f"; torch.compile median {t.compile_median_ms:.6g} ms (speedup {t.speedup_vs_compile:.3g}x)"
+               if t.compile_median_ms is not None and t.speedup_vs_compile is not None else ""))

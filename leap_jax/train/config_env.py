@@ -117,8 +117,10 @@ class TasksCfg:
     """`source: suite` trains on the hand-written suite (`names`, else every task of `levels`, split by
     `held_out_fraction`); `source: generated` on the procedural family of kernels_env.tasks.generated,
     `generated_train` training tasks and `generated_held_out` held-out ones whose compositions no
-    training task has, both drawn with `split_seed`."""
-    source: str = "suite"  # suite | generated
+    training task has, both drawn with `split_seed`; `source: problems` on the KernelBench-style problem
+    files under `problems_dir` (kernels_env/problems, docs/problems.md), split like the suite."""
+    source: str = "suite"  # suite | generated | problems
+    problems_dir: str = ""  # source: problems: a folder of problem files (a KernelBench checkout's level1/)
     names: list[str] = field(default_factory=list)  # empty: every task of `levels`
     levels: list[int] = field(default_factory=lambda: [1, 2])
     held_out_fraction: float = 0.2
@@ -134,7 +136,12 @@ class TasksCfg:
     generated_version: str = CURRENT_FAMILY_VERSION
 
     def check(self) -> None:
-        choice(self.source, ("suite", "generated"), "tasks.source")
+        choice(self.source, ("suite", "generated", "problems"), "tasks.source")
+        if self.source == "problems" and not self.problems_dir:
+            raise ConfigError("tasks.source=problems needs tasks.problems_dir: a folder of problem files (*.py)")
+        if self.problems_dir and self.source != "problems":
+            raise ConfigError(f"tasks.problems_dir={self.problems_dir!r} is read only with tasks.source=problems "
+                              f"(tasks.source={self.source!r})")
         if self.source == "generated":
             choice(self.generated_version, FAMILY_VERSIONS, "tasks.generated_version")
             positive(self.generated_train, "tasks.generated_train")

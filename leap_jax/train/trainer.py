@@ -117,7 +117,7 @@ def env_config(cfg: Config, purpose: str = "eval") -> EnvConfig:
 
 def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
     """(train, held_out) task names from config: generated tasks split by composition, or suite tasks
-    (explicit names, else every task of `levels`) split by name hash."""
+    (explicit names, else every task of `levels`) or a folder's problem files split by name hash."""
     from kernels_env.tasks import get_task, split_tasks, task_names
     if cfg.tasks.source == "generated":
         from kernels_env.tasks.generated import generated_task_names
@@ -125,7 +125,13 @@ def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
         return (generated_task_names(t.generated_train, seed=t.split_seed, split="train", version=t.generated_version),
                 generated_task_names(t.generated_held_out, seed=t.split_seed, split="held_out",
                                      version=t.generated_version) if t.generated_held_out else [])
-    if cfg.tasks.names:
+    if cfg.tasks.source == "problems":
+        from kernels_env.problems import ProblemError, register_problems
+        try:
+            names = register_problems(cfg.tasks.problems_dir)
+        except ProblemError as e:
+            raise ConfigError(f"tasks.problems_dir: {e}") from None
+    elif cfg.tasks.names:
         for n in cfg.tasks.names:
             get_task(n)  # raises a clear KeyError for an unknown name
         names = sorted(set(cfg.tasks.names))
