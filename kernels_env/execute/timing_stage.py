@@ -151,7 +151,7 @@ class TimingStage:
                       if dev.timing_comparable and torch_times is None else None)
             kernel = self._time_kernel(buffers, deadline, 1.0)
             if torch_times is not None:
-                self.torch_ms = torch_times(self.run.trial_inputs(TIMING_TRIAL_BASE, cfg.seed), cfg.timing_budget_s,
+                self.torch_ms = torch_times(self.run.trial_inputs(TIMING_TRIAL_BASE, self.run.seed), cfg.timing_budget_s,
                                             getattr(dev, "flush_bytes", 0) if cfg.flush_l2 else 0)
             if ref_ms is not None and len(self._reference_opinions()) < REFERENCE_OPINIONS:
                 # another opinion, apart in time from the first (the candidate's runs between them)

@@ -149,9 +149,11 @@ def task_from_description(path: str, desc: dict[str, dict[str, Any]], reference:
         raise ProblemError(f"{where}: {e}") from None
 
 
-def load_problem(path: str, backend: str = "cpu", seed: int = 0, name: str | None = None) -> Task:
+def load_problem(path: str, backend: str = "cpu", seed: int | None = 0, name: str | None = None) -> Task:
     """The Task of the problem file at `path` (named `name`, else the file's stem), described by its
-    process on `backend`'s torch device; its reference runs where its arrays are."""
+    process on `backend`'s torch device; its reference runs where its arrays are. `seed` is the torch
+    seed the file's Model is built under (None: 0); the trials' inputs are drawn by the environment."""
+    seed = 0 if seed is None else seed
     if not os.path.isfile(path):
         raise ProblemError(f"problem {path}: no such file")
     if not path.endswith(".py"):
