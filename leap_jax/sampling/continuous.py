@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.decoder import KVCache, LayerBuffers, Params, forward
-from leap_jax.sampling.sampler import DecodeResult, _gather_logprob, decode_rng, sample_from_logits
+from leap_jax.sampling.decode_base import DecodeResult, decode_rng, gather_logprob, sample_from_logits
 
 
 def default_slots(batch: int, slots: int) -> int:
@@ -111,7 +111,7 @@ def decode_continuous(params: Params, config: ModelConfig, cache: KVCache, store
         tgt = jnp.where(live, rows, b)  # row b is out of bounds: dropped
         stop = live & is_stop(tok)
         out_tok = out_tok.at[tgt, col].set(tok, mode="drop")
-        out_lp = out_lp.at[tgt, col].set(_gather_logprob(lg, tok), mode="drop")
+        out_lp = out_lp.at[tgt, col].set(gather_logprob(lg, tok), mode="drop")
         lengths = lengths.at[tgt].set(col + 1, mode="drop")
         finished = finished.at[jnp.where(stop, rows, b)].set(True, mode="drop")
         return (out_tok, out_lp, lengths, finished), stop

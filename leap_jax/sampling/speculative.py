@@ -33,9 +33,8 @@ import jax.numpy as jnp
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.decoder import KVCache, Params, forward
 from leap_jax.sampling.compact import compact_rows, compact_size, put_rows, take_rows
+from leap_jax.sampling.decode_base import DecodeResult, gather_logprob, loop_inputs, sample_from_logits, tempered_filtered
 from leap_jax.sampling.decode_impl import check_draft_settings
-from leap_jax.sampling.sampler import (DecodeResult, _gather_logprob, loop_inputs, sample_from_logits,
-                                       tempered_filtered)
 
 
 def lookup_drafts(history: jax.Array, length: jax.Array, ngrams: Sequence[int],
@@ -161,7 +160,7 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
     live0 = active
     stop0 = live0 & is_stop(tok0)
     out_tok = jnp.full((b, n), pad_id, jnp.int32).at[:, 0].set(jnp.where(live0, tok0, pad_id))
-    out_lp = jnp.zeros((b, n), jnp.float32).at[:, 0].set(jnp.where(live0, _gather_logprob(logits, tok0), 0.0))
+    out_lp = jnp.zeros((b, n), jnp.float32).at[:, 0].set(jnp.where(live0, gather_logprob(logits, tok0), 0.0))
     hist = hist.at[jnp.arange(b), jnp.minimum(lens, width - 1)].set(tok0)
     gen = live0.astype(jnp.int32)  # tokens generated (and recorded) per row
     done = ~active | stop0 | (max_new <= 1)

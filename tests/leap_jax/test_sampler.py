@@ -12,7 +12,8 @@ from leap_jax.models.logprobs import token_logprobs
 from leap_jax.sampling.buckets import batch_buckets, pick_bucket, prompt_buckets
 from leap_jax.sampling.decode_impl import DecodeImpl
 from leap_jax.sampling.params import SamplingParams
-from leap_jax.sampling.sampler import Sampler, _filter_top_k_top_p, sample_from_logits
+from leap_jax.sampling.decode_base import _filter_top_k_top_p, sample_from_logits
+from leap_jax.sampling.sampler import Sampler
 from tests.leap_jax.test_decoder import CFG, random_params
 
 NEW = 6
