@@ -64,15 +64,16 @@ class RolloutCfg:
     feedback_budget_chars: int = 800
     max_context_tokens: int = 4096  # rows whose next prompt would exceed this stop early
     overlap: bool = True  # evaluate one chunk while the next generates
-    overlap_chunks: int = 2
-    # opt-in: a row's next turn generates as soon as its group's DCP decision (turn 1) or its own
-    # result (later turns) is in, next to other rows' earlier turns (leap_jax/rollout/pipelined.py);
-    # training rollouts only (evaluation stays turn by turn)
-    pipeline_turns: bool = False
-    # opt-in, with pipeline_turns and sampling.batching=static: a generate call ends once at most this
+    overlap_chunks: int = 1
+    # a row's next turn generates as soon as its group's DCP decision (turn 1) or its own result
+    # (later turns) is in, next to other rows' earlier turns (leap_jax/rollout/pipelined.py; the same
+    # distribution); training rollouts only (evaluation stays turn by turn). The defaults here are the
+    # measured-fast path (docs/options.md)
+    pipeline_turns: bool = True
+    # with pipeline_turns and sampling.batching=static: a generate call ends once at most this
     # fraction of its rows still generate; those continue from their tokens so far in a later call,
     # next to newly ready turns, instead of holding back the rows that stopped (0 = off)
-    preempt: float = 0.0
+    preempt: float = 0.25
     # opt-in 1, with pipeline_turns: a step's turn-T evaluations finish while the next step generates,
     # and the update on its rollouts comes one step later, from a policy one update newer than the one
     # that sampled them (the loss's ratio to the sampler's log-probs, clipped, corrects for it); the
@@ -192,7 +193,7 @@ class OptimizerCfg:
     # the update's (and old log-probs') attention: einsum (fp32 scores in query chunks), cudnn (the
     # fused GPU kernel, bf16/fp16 models), dpa (jax.nn.dot_product_attention's XLA form) or auto
     # (cudnn where it runs, einsum elsewhere: `layers.resolve_attention`)
-    attention: str = "einsum"
+    attention: str = "auto"
 
     def check(self) -> None:
         positive(self.lr, "optimizer.lr")

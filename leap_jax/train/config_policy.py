@@ -95,17 +95,17 @@ class SamplingCfg:
     # `decode_impl()`)
     batching: str = "static"
     slots: int = 0
-    # opt-in KV reuse across turns (DecodeImpl.kv_reuse, leap_jax/sampling/prefix.py): the sampler
-    # keeps each rollout conversation's KV cache between its turns and a debugging turn prefills only
-    # its feedback (not the prompt and earlier turns again); costs the kept caches' memory between
-    # turns (at most every row's cache of the previous turn; with batching=continuous also a cache of
-    # every row of a call, which continuous batching alone does not allocate).
-    kv_reuse: bool = False
+    # KV reuse across turns (DecodeImpl.kv_reuse, leap_jax/sampling/prefix.py): the sampler keeps each
+    # rollout conversation's KV cache between its turns and a debugging turn prefills only its feedback
+    # (not the prompt and earlier turns again); the same tokens up to rounding. Costs the kept caches'
+    # memory between turns (at most every row's cache of the previous turn; with batching=continuous
+    # also a cache of every row of a call). The defaults below are the measured-fast path (docs/options.md)
+    kv_reuse: bool = True
     # the decode step's attention (models.layers.attention): einsum, reduce, dpa, cudnn (the fused
     # GPU kernel) or auto (cudnn where it runs, einsum elsewhere); the tokens are the same up to rounding
-    attention: str = "einsum"
+    attention: str = "auto"
     # the prefills' attention (whole prompts and kv_reuse's deltas): einsum, dpa, cudnn or auto
-    prefill_attention: str = "einsum"
+    prefill_attention: str = "auto"
     # with attention dpa / cudnn: skip each row's unwritten cache tail, and rows that have stopped
     # (the same tokens; off to compare)
     attention_lengths: bool = True
@@ -113,16 +113,16 @@ class SamplingCfg:
     # static batching: once at most 1/compact_factor of a decode call's rows still generate, the loop
     # continues with those rows alone in a batch that much smaller (leap_jax/sampling/compact.py;
     # one more compiled loop body per batch bucket); 1 = off
-    compact_factor: int = 1
-    # opt-in speculative decoding (DecodeImpl.speculate, leap_jax/sampling/speculative.py): up to
-    # `speculate` tokens a row drafted by prompt lookup (n-gram sizes `draft_ngrams`) and verified in
-    # one forward pass; the same tokens (greedy) and distribution. Needs steps_per_iter 1 and static
-    # batching; combines with kv_reuse and compaction; 0 = off
-    speculate: int = 0
+    compact_factor: int = 4
+    # speculative decoding (DecodeImpl.speculate, leap_jax/sampling/speculative.py): up to `speculate`
+    # tokens a row drafted by prompt lookup (n-gram sizes `draft_ngrams`) and verified in one forward
+    # pass; the same tokens (greedy) and distribution. Static batching; with speculate_scope all also
+    # steps_per_iter 1; combines with kv_reuse and compaction; 0 = off
+    speculate: int = 8
     draft_ngrams: list[int] = field(default_factory=lambda: [4, 3, 2])
-    # which decode calls speculate: all, or continued (with kv_reuse: debugging turns and preempted
-    # rows only; first turns run the plain loop with steps_per_iter)
-    speculate_scope: str = "all"
+    # which decode calls speculate: all, or continued (needs kv_reuse: debugging turns and preempted
+    # rows only; first turns, which draft little, run the plain loop with steps_per_iter)
+    speculate_scope: str = "continued"
 
     def check(self) -> None:
         positive(self.temperature, "sampling.temperature", allow_zero=True)
