@@ -46,6 +46,8 @@ def _config(args: argparse.Namespace) -> EnvConfig:
         cfg = cfg.replace(input_domains=False)
     if getattr(args, "allow_host_memory_access", False):
         cfg = cfg.replace(allow_host_memory_access=True)
+    if getattr(args, "timing_budget", None) is not None:
+        cfg = cfg.replace(timing_budget_s=args.timing_budget)
     return cfg
 
 
@@ -117,6 +119,9 @@ def _pool_mode(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_score(args: argparse.Namespace, out: Any) -> int:
+    if args.budget is not None:
+        raise CliError(f"--budget {args.budget}: renamed --feedback-chars (the feedback characters to print); "
+                       "the timing budget per kernel is --timing-budget SECONDS")
     task = _get_task(args.task)
     text = _read(args.file)
     from kernels_env.judge.feedback import render_feedback
@@ -130,7 +135,7 @@ def cmd_score(args: argparse.Namespace, out: Any) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str), file=out)
     else:
-        print(render_feedback(result, budget_chars=args.budget), file=out)
+        print(render_feedback(result, budget_chars=args.feedback_chars), file=out)
         print(f"\n[status={result.status.value} backend={result.backend} "
               + " ".join(f"{k}={v:.3f}s" for k, v in result.stage_seconds.items()) + "]", file=out)
         for k, r in sorted(result.resources.items()):
@@ -186,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--sizes", choices=SIZE_SETS, default="eval")
         sp.add_argument("--no-timing", action="store_true", help="correctness only")
         sp.add_argument("--trials", type=int, default=None, help="correctness trials (default: config)")
+        sp.add_argument("--timing-budget", type=float, default=None, metavar="S",
+                        help="seconds of timing runs per kernel (EnvConfig.timing_budget_s; default: config)")
         sp.add_argument("--legacy-inputs", action="store_true",
                         help="the draws from before input domains (EnvConfig.input_domains=false)")
         sp.add_argument("--allow-host-memory-access", action="store_true",
@@ -214,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--task", required=True)
     sp.add_argument("file", help="the submission file, or - for stdin")
     sp.add_argument("--json", action="store_true")
-    sp.add_argument("--budget", type=int, default=2000, help="feedback characters to print")
+    sp.add_argument("--feedback-chars", type=int, default=2000, help="feedback characters to print")
+    sp.add_argument("--budget", type=int, default=None, help=argparse.SUPPRESS)  # the old --feedback-chars
     sp.add_argument("--inline", action="store_true", help="score in this process (debugging; no isolation)")
     common(sp)
     sp.set_defaults(fn=cmd_score)
