@@ -150,3 +150,25 @@ def test_experiment_arms_differ_only_in_the_algorithm():
         assert d["train"]["time_budget_s"] == ref["train"]["time_budget_s"]
     assert ref["model"]["remat"] is True  # the update of 8 x 4096-token rows needs it (32 GiB without)
     assert {d["algorithm"]["name"] for d in arms.values()} >= {"leap", "multiturn", "grpo", "trloo"}
+
+
+def test_the_env_section_sets_every_field_of_the_environments_config():
+    """`env:` builds kernels_env's EnvConfig in one place: each of its fields is settable (seed from
+    train.seed, timing resolved by the trainer, the stage limits from *_timeout), defaults are EnvConfig's
+    own, and EnvConfig's rules reject a bad value under its config key."""
+    import dataclasses
+
+    from kernels_env.core.config import EnvConfig, StageLimits
+    assert load_config(None, []).env.env_config(True, 0) == EnvConfig()
+    values = {"flush_l2": False, "suspicious_speedup": 5.0, "max_log_chars": 100, "cpu_opt_level": "-O2",
+              "cache_expected": False, "expected_cache_bytes": 1024, "timing_budget_s": 2.0, "arch": "sm_80"}
+    cfg = load_config(None, [f"env.{k}={v}" for k, v in values.items()]
+                      + ["env.parse_timeout=3", "env.timing_timeout=9"])
+    env = cfg.env.env_config(False, 7)
+    assert {k: getattr(env, k) for k in values} == values and (env.seed, env.timing) == (7, False)
+    assert env.limits == StageLimits(parse=3.0, timing=9.0)
+    mapped = {"seed", "timing", "limits", "backend"}
+    settable = {f.name for f in dataclasses.fields(type(cfg.env))}
+    assert {f.name for f in dataclasses.fields(EnvConfig)} - mapped <= settable
+    with pytest.raises(ConfigError, match=r"env.expected_cache_bytes=-1; expected an integer >= 0"):
+        load_config(None, ["env.expected_cache_bytes=-1"])
