@@ -41,6 +41,7 @@ from kernels_env.tasks import get_task
 from leap_jax.models import chat
 from leap_jax.models.chat import Message
 from leap_jax.rl.dcp import decide_on_host
+from leap_jax.rl.options import DEFAULT_T_MAX, DEFAULT_T_MIN
 from leap_jax.rollout.pipelined import run_pipelined
 from leap_jax.rollout.policy import GenRequest, GenResponse, Policy
 from leap_jax.rollout.prompts import feedback_message, initial_messages
@@ -110,8 +111,8 @@ class MultiTurnRollout:
     """Runs one step's rollouts; see the module docstring."""
 
     def __init__(self, streams: ChatStreams, evaluator: Any, env_config: EnvConfig, *,
-                 group_size: int, max_turns: int, dcp_mode: str = "dcp", t_min: Any = 0.5,
-                 t_max: Any = None, feedback_budget_chars: int = 800, max_new_tokens: int = 256,
+                 group_size: int, max_turns: int, dcp_mode: str = "dcp", t_min: Any = DEFAULT_T_MIN,
+                 t_max: Any = DEFAULT_T_MAX, feedback_budget_chars: int = 800, max_new_tokens: int = 256,
                  max_context_tokens: int = 4096, overlap_chunks: int = 1,
                  feedback_fn: Callable[[Result, int], str] | None = None, sizes: str = "eval",
                  pipeline_turns: bool = False, preempt: float = 0.0):

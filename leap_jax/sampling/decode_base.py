@@ -1,5 +1,5 @@
-"""What every decode loop shares (the static loop in sampler.py, speculative.py, continuous.py): the
-array result, drawing one token per row from logits, the sampled token's log-prob, the loop's inputs.
+"""What every decode loop shares (the plain loop in sampler.py, the speculative one in speculative.py):
+the array result, drawing one token per row from logits, the sampled token's log-prob, the loop's inputs.
 
 A module below the decode strategies so that each of them imports it and none imports another.
 """

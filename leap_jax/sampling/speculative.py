@@ -127,7 +127,7 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
                        stop_ids: jax.Array, max_new: jax.Array, *, max_new_tokens: int, prompt_slots: int,
                        ngrams: Sequence[int], k: int, padding: str = "left", pad_id: int = 0,
                        unroll: int | bool = 1, rng_impl: str = "threefry", attn_impl: str = "einsum",
-                       attention_lengths: bool = True, skip_done_rows: bool = True,
+                       skip_done_rows: bool = True,
                        filtered: bool | None = None, exit_live: jax.Array | int = 0,
                        compact_factor: int = 1) -> tuple[DecodeResult, KVCache, jax.Array, jax.Array]:
     """`sampler.decode` with prompt-lookup drafts verified k at a time (see the module docstring).
@@ -187,7 +187,7 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
             slot = base_r + gen - 1
             pos = (lens_r + gen - 1)[:, None] + cols
             lg, cache = forward(params, config, inp, pos, cache=cache, cache_index=slot, unroll=unroll,
-                                attn_impl=attn_impl, attention_lengths=attention_lengths,
+                                attn_impl=attn_impl,
                                 live_rows=~done if skip_done_rows else None)
             # accept_drafts reads the draft up to dlen only
             n_acc, nxt = accept_drafts(lg, draft, dlen, jax.random.fold_in(rng, it), temperature, top_p, top_k,

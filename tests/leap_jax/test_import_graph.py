@@ -26,8 +26,6 @@ LAZY_IMPORTS_ALLOWED = {
                               "(tensorboardX or torch's) and tqdm only when a run logs to them",
     "leap_jax.train.algorithms": "free of JAX: config validation reads the algorithm table; each "
                                  "algorithm's reward and advantage functions (rl/, JAX) load when called",
-    "leap_jax.train.config_policy": "free of JAX: config validation; the DecodeImpl and SamplingParams "
-                                    "values are built only when a run asks for them",
 }
 
 
