@@ -14,10 +14,10 @@ events nest, so their sum exceeds the wall time; kernels on a device stream do n
 step against device busy time per step says whether the loop is bound by its kernels (busy ~ wall)
 or by launches and host round trips (busy << wall).
 Rows never stop early (no stop ids) unless `--stop-ids N`: then ids 3..N+2 stop a row, so with
-random weights lengths are about geometric (mean ~vocab/N, cut at --new), the case where continuous
-batching (`batching=continuous,slots=32`) refills slots. Variants of the Sampler options are
-compared side by side (`--variants 'k1:steps_per_iter=1' 'k4:steps_per_iter=4' ...`); "steps" are
-the decode steps the sampler ran (every step of a continuous loop, each a forward of all slots).
+random weights lengths are about geometric (mean ~vocab/N, cut at --new), the case where compaction
+(`compact_factor=4`) continues the live rows alone. Variants of the Sampler options are compared side
+by side (`--variants 'k1:steps_per_iter=1' 'k4:steps_per_iter=4' ...`); "steps" are the decode loop
+iterations the sampler ran.
 """
 from __future__ import annotations
 

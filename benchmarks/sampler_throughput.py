@@ -4,12 +4,11 @@
     python benchmarks/sampler_throughput.py            # GPU: batch 64 and 256, prompt 256, 256 new
     python benchmarks/sampler_throughput.py --small    # CPU smoke run (tiny model, a few tokens)
 
-Several Sampler variants (layer loop, decode RNG, decode attention, fused projections, decode
-segments; see --variants) are timed side by side so the fastest can become the default. Reported
+Several Sampler variants (layer loop, decode RNG, decode attention, fused projections, steps per
+loop test; see --variants) are timed side by side so the fastest can become the default. Reported
 per variant and batch size: new tokens / s over the whole generate wall time (after a warm-up call
 that compiles), prefill time, decode ms per step, and the fraction of the roofline: the bytes one
-decode step must read (all weights + the KV cache slots the decode attention reads: the whole
-cache, or the growing static windows with decode segments sK) over the device bandwidth measured
+decode step must read (all weights + the whole KV cache) over the device bandwidth measured
 here with a large on-device copy. Rows never stop early (no stop ids), so every row produces
 exactly --new tokens.
 
@@ -119,7 +118,7 @@ def parse_variant(s: str) -> dict:
     Dash-separated words in any order: unrolled|scan (layer loop), threefry|rbg (decode RNG),
     einsum|reduce|dpa|cudnn (decode attention; dpa / cudnn: jax.nn.dot_product_attention's XLA /
     fused cuDNN kernel), fuse|nofuse (concatenated q|k|v and gate|up gemms),
-    sK (K decode segments with growing static KV windows), uN|ufull (layer-scan unroll),
+    uN|ufull (layer-scan unroll),
     kN (N decode steps per while-loop iteration), cond (top-p/top-k filter behind a per-step
     lax.cond instead of the static per-call choice).
     Missing words keep the DecodeImpl defaults.
@@ -134,8 +133,6 @@ def parse_variant(s: str) -> dict:
             kw["attention"] = part
         elif part in ("fuse", "nofuse"):
             kw["fuse"] = part == "fuse"
-        elif part.startswith("s") and part[1:].isdigit():
-            kw["decode_segments"] = int(part[1:])
         elif part.startswith("k") and part[1:].isdigit():
             kw["steps_per_iter"] = int(part[1:])
         elif part == "cond":
@@ -148,18 +145,6 @@ def parse_variant(s: str) -> dict:
             raise SystemExit(f"bad variant word {part!r} in {s!r}; expected unrolled|scan, "
                              f"threefry|rbg, einsum|reduce|dpa|cudnn, fuse|nofuse, sK, uN|ufull, kN, cond")
     return kw
-
-
-def mean_kv_window(prompt: int, new: int, segments: int) -> float:
-    """Cache slots one decode step reads, averaged over the steps (mirrors sampler.decode)."""
-    slots = prompt + new
-    segments = max(1, min(segments, new))
-    bounds = [-(-new * j // segments) for j in range(segments + 1)]
-    per_step = []
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
-        window = slots if hi == new else min(slots, prompt + hi)
-        per_step += [window] * len(range(max(lo, 1), hi))
-    return sum(per_step) / max(len(per_step), 1)
 
 
 def main() -> None:
@@ -228,7 +213,7 @@ def main() -> None:
             wall, tim, out = best
             n_new = sum(len(t) for t in out.tokens)
             assert n_new == b * new, f"expected {b * new} new tokens, got {n_new}"
-            slots = mean_kv_window(prompt, new, kw.get("decode_segments", 1))
+            slots = prompt + new  # the cache slots one decode step reads
             kv_bytes = 2 * cfg.num_layers * b * slots * cfg.kv_dim * 2
             step_bytes = weight_bytes + kv_bytes
             steps = new - 1

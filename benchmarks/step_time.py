@@ -22,7 +22,7 @@ CPU smoke (tiny random model, oracle evaluator, scripted mix; ~2-4 minutes on a 
 Dotted overrides apply to every arm, e.g. `rollout.prompts_per_step=4`. `--arms after,resume` runs a
 subset; `--arm 'NAME: k=v ...'` adds an arm of the defaults plus overrides (it reuses after's compile
 cache, so its compile seconds count only its new programs), e.g. the options not on by default:
-    --arm 'cudnn: optimizer.attention=cudnn' --arm 'seg4: sampling.decode_segments=4 sampling.steps_per_iter=4'
+    --arm 'cudnn: optimizer.attention=cudnn' --arm 'k1: sampling.steps_per_iter=1 sampling.speculate=0'
 Arms share one evaluation pool (no result cache, so each evaluates all its rows); an arm whose overrides
 change the pool's arguments (`env.compile_workers=15`) gets its own, started before its clock.
 `--trace ARMS` traces one more rollout of those arms after their steps (left out of the means) and
@@ -30,12 +30,8 @@ prints the GPU's busy share of its wall time (kernels' union over streams) and t
 decode iteration: a kernel-bound rollout keeps the GPU busy, a host-bound one leaves gaps.
 `--json` prints the records instead of the table. `--rollout-only` times generation and evaluation
 alone (no update; its columns read 0), e.g. rollout schedules on the CPU, where the update is slow.
-Continuous batching (opt-in `sampling.batching=continuous`, `sampling.slots`) next to the default,
-with its one-call-per-turn control `onechunk`, on the SFT policy (random weights never stop early, so
-slot refills never happen):
-    --arms after,continuous,cb --arm 'onechunk: rollout.overlap_chunks=1'
-`decode loop iterations` counts decode steps: the longest row per static call, every step of the
-continuous loop.
+`decode loop iterations` counts decode loop iterations: the longest row per plain call, the verify
+passes of a speculative one.
 KV reuse across turns (opt-in `sampling.kv_reuse`: a debugging turn prefills only its feedback on
 top of the conversation's kept cache) next to the default, on a multi-turn arm's config:
     timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml --arms after,kvreuse \
@@ -46,7 +42,7 @@ Turn pipelining (opt-in `rollout.pipeline_turns`: a row's next turn generates as
 next to other rows' earlier turns, rollout/pipelined.py) next to the default, on a multi-turn arm's config:
     timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml --arms after,pipelined \
         --steps 2 --warmup 1
-Both together (`pkv`), with continuous batching (`pkvcb`) or one generate call per turn (`pkv1c`), and
+Both together (`pkv`), with one generate call per turn (`pkv1c`), and
 an update of larger micro-batches for a run that has the GPU alone:
     timeout 560 python benchmarks/step_time.py --config configs/generated/multiturn.yaml \
         --arms after,pkv,pkv1c --arm 'pkv1c16k: rollout.pipeline_turns=true sampling.kv_reuse=true \
@@ -85,18 +81,13 @@ ARMS = {
                "sampling.buckets=fine", "train.compile_cache=false"],
     "after": [],
     "resume": [],
-    # opt-in continuous batching (sampling/continuous.py): one generate call per turn, its rows
-    # through half as many decode slots; `cb` keeps the default two calls per turn
-    "continuous": ["rollout.overlap_chunks=1", "sampling.batching=continuous"],
-    "cb": ["sampling.batching=continuous"],
     # opt-in KV reuse across turns (sampling/prefix.py): later turns prefill only their new tokens
     "kvreuse": KV_REUSE,
     # opt-in turn pipelining (rollout/pipelined.py): later turns generate as soon as they are decided
     "pipelined": PIPELINED,
     # the fastest measured multi-turn arm (docs/performance.md): pipelined turns and
-    # KV reuse, then the same with continuous batching and with one generate call per turn
+    # KV reuse, then the same with one generate call per turn
     "pkv": PIPELINED + KV_REUSE,
-    "pkvcb": PIPELINED + KV_REUSE + ["sampling.batching=continuous"],
     "pkv1c": PIPELINED + KV_REUSE + ["rollout.overlap_chunks=1"],
     # opt-in preemption (rollout.preempt, rollout/pipelined.py): a generate call ends once a quarter
     # of its rows still generate; they continue next to newly ready turns

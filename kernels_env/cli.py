@@ -47,6 +47,8 @@ def _config(args: argparse.Namespace) -> EnvConfig:
         cfg = cfg.replace(input_domains=False)
     if getattr(args, "allow_host_memory_access", False):
         cfg = cfg.replace(allow_host_memory_access=True)
+    if getattr(args, "timing_budget", None) is not None:
+        cfg = cfg.replace(timing_budget_s=args.timing_budget)
     return cfg
 
 
@@ -142,6 +144,9 @@ def _score_problem(args: argparse.Namespace, text: bytes) -> Result:
 
 
 def cmd_score(args: argparse.Namespace, out: Any) -> int:
+    if args.budget is not None:
+        raise CliError(f"--budget {args.budget}: renamed --feedback-chars (the feedback characters to print); "
+                       "the timing budget per kernel is --timing-budget SECONDS")
     text = _read(args.file)
     result = _score_problem(args, text) if args.problem else _score_task(args, text)
     _print_result(result, args, out)
@@ -164,7 +169,7 @@ def _print_result(result: Result, args: argparse.Namespace, out: Any) -> None:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str), file=out)
     else:
-        print(render_feedback(result, budget_chars=args.budget), file=out)
+        print(render_feedback(result, budget_chars=args.feedback_chars), file=out)
         print(f"\n[status={result.status.value} backend={result.backend or args.backend} "
               + " ".join(f"{k}={v:.3f}s" for k, v in result.stage_seconds.items()) + "]", file=out)
         for k, r in sorted(result.resources.items()):
@@ -244,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--sizes", choices=SIZE_SETS, default="eval")
         sp.add_argument("--no-timing", action="store_true", help="correctness only")
         sp.add_argument("--trials", type=int, default=None, help="correctness trials (default: config)")
+        sp.add_argument("--timing-budget", type=float, default=None, metavar="S",
+                        help="seconds of timing runs per kernel (EnvConfig.timing_budget_s; default: config)")
         sp.add_argument("--legacy-inputs", action="store_true",
                         help="the draws from before input domains (EnvConfig.input_domains=false)")
         sp.add_argument("--allow-host-memory-access", action="store_true",
@@ -275,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a KernelBench-style PyTorch problem file (docs/problems.md), scored in this process")
     sp.add_argument("file", help="the submission file, or - for stdin")
     sp.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the feedback")
-    sp.add_argument("--budget", type=int, default=2000, help="feedback characters to print")
+    sp.add_argument("--feedback-chars", type=int, default=2000, help="feedback characters to print")
+    sp.add_argument("--budget", type=int, default=None, help=argparse.SUPPRESS)  # the old --feedback-chars
     sp.add_argument("--inline", action="store_true", help="score in this process (debugging; no isolation)")
     common(sp)
     sp.set_defaults(fn=cmd_score)

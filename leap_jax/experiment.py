@@ -34,11 +34,18 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
+from leap_jax.experiment_plots import seed_curves_plot
+from leap_jax.experiment_report import DEFAULT_METRIC, load_experiment
+from leap_jax.experiment_sections import experiment_page, load_final_evals, read_final_eval
+from leap_jax.report import max_turn, write_report
 from leap_jax.train.algorithms import ALGORITHMS, HEADLINE_ARM, HEADLINE_BASELINE
+from leap_jax.train.config import load_config
+from leap_jax.train.metrics import START_EVAL_FILE, read_metrics
 
 ARMS = tuple(name for name, spec in ALGORITHMS.items() if spec.experiment_arm)  # in the table's order
 MAX_SHARD_BYTES = 15 * 2 ** 20  # under the GPU machine's 16 MiB per returned file
@@ -121,7 +128,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _margins(text: str) -> list[float]:
     """[1/256, 2/256] from '1/256,2/256' (fractions or decimals, each in (0, 1))."""
-    from fractions import Fraction
     out = []
     for item in (x.strip() for x in text.split(",")):
         if not item:
@@ -149,7 +155,7 @@ def _compare_pair(text: str) -> tuple[str, str]:
 def export_policy(src: str | Path, dst: str | Path, dtype: str = "bfloat16",
                   max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
     """Copy a HF policy folder (an SFT model) to `dst` in `dtype`, sharded, with its tokenizer."""
-    from leap_jax.models.hf import load_hf_checkpoint, save_hf_checkpoint
+    from leap_jax.models.hf import load_hf_checkpoint, save_hf_checkpoint  # JAX: only in this step
     src, dst = Path(src), Path(dst)
     mcfg, params = load_hf_checkpoint(str(src), as_numpy=True)
     tmp = dst.with_name(dst.name + ".tmp")
@@ -260,7 +266,6 @@ def memory_overcommit(args: argparse.Namespace) -> str | None:
         if from_env:
             top, source = float(from_env), "$XLA_PYTHON_CLIENT_MEM_FRACTION"
         else:
-            from leap_jax.train.config import load_config
             top = max(load_config(Path(args.config_dir) / f"{a}.yaml", list(args.overrides)).env.jax_mem_fraction
                       for a in args.arm_list)
             source = "env.jax_mem_fraction"
@@ -383,7 +388,6 @@ def shared_start_eval(args: argparse.Namespace, out: Path, policy: Path | None, 
     Every arm starts from the same weights and evaluates greedily with the same settings, so this
     is the one measurement each run would otherwise repeat (about 150 s each on the H200 with two
     runs at once). `timeout`: what is left of this call (None: no limit)."""
-    from leap_jax.train.trainer import START_EVAL_FILE
     run_dir = out / "start_eval"
     path = run_dir / START_EVAL_FILE
     if path.is_file():
@@ -494,11 +498,6 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
     compares `compare` = (arm, baseline), also at `lower_targets` below the baseline's best).
     The runs are checked against the protocol first: a breach raises ExperimentError, or with
     `accept_breaks` opens the page, listed."""
-    from leap_jax.experiment_plots import seed_curves_plot
-    from leap_jax.experiment_report import DEFAULT_METRIC, load_experiment
-    from leap_jax.experiment_sections import experiment_page, load_final_evals, read_final_eval
-    from leap_jax.report import max_turn, write_report
-    from leap_jax.train.metrics import read_metrics
     dirs = [out / f"{a}-s{s}" for s in seeds for a in arms if read_metrics(out / f"{a}-s{s}")]
     if not dirs:
         return []

@@ -116,3 +116,16 @@ def assert_graph_acyclic(graph: dict[str, dict[str, list[str]]], what: str) -> N
 def assert_acyclic(package: str) -> None:
     """Raise AssertionError naming a cycle of `package`'s subfolder graph and the imports that make it."""
     assert_graph_acyclic(import_graph(package), f"{package}'s subpackages")
+
+
+def function_level_imports(package: str) -> dict[str, list[str]]:
+    """module -> ["path:line", ...] of its imports inside a function body (lazy imports), for every
+    module of `package` that has one; module-level ones and `if TYPE_CHECKING:` blocks do not count."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for path in sorted((REPO / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[_module_name(path)] += [f"{path.relative_to(REPO)}:{n.lineno}" for n in ast.walk(fn)
+                                            if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return {module: sorted(set(lines)) for module, lines in out.items() if lines}

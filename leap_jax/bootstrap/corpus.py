@@ -25,26 +25,29 @@ import hashlib
 import json
 import random
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Sequence
 
+from kernels_env.core.config import EnvConfig
+from kernels_env.judge.feedback import render_feedback
+from kernels_env.schedule.pool import EvalPool, Job
+from kernels_env.tasks import get_task, list_tasks
 from leap_jax.bootstrap.mutations import MUTATIONS, join_blocks, mutate, split_blocks
+from leap_jax.rollout.prompts import feedback_message, initial_messages
 from leap_jax.train.config import CorpusCfg
 
 VARIANTS_FILE, EXAMPLES_FILE, MANIFEST_FILE = "variants.jsonl", "examples.jsonl", "manifest.json"
 
 
 def _check(cfg: CorpusCfg) -> None:
-    from kernels_env.tasks import get_task
     cfg.check("corpus")  # the section's ranges (a ConfigError, which is a ValueError)
     for t in cfg.tasks:
         get_task(t)  # a clear KeyError for an unknown task
 
 
 def task_names(cfg: CorpusCfg) -> list[str]:
-    from kernels_env.tasks import list_tasks
     return list(cfg.tasks) if cfg.tasks else [t.name for t in list_tasks()]
 
 
@@ -56,7 +59,6 @@ def generate_variants(task_name: str, n: int, seed: int, max_chain: int = 2) -> 
     """Unscored variants of one task: the canonical solution first, then up to `n` distinct mutants
     (from `n` attempts), each with `parent` (the id of the text it was mutated from). Deterministic
     in (task, seed)."""
-    from kernels_env.tasks import get_task
     task = get_task(task_name)
     cuda, launch = split_blocks(task.solution)
     base = join_blocks(cuda, launch)
@@ -83,7 +85,6 @@ def generate_variants(task_name: str, n: int, seed: int, max_chain: int = 2) -> 
 
 
 def env_config(cfg: CorpusCfg) -> Any:
-    from kernels_env.core.config import EnvConfig
     return EnvConfig(backend=cfg.backend, sizes=cfg.sizes, timing=False,
                      correctness_trials=cfg.correctness_trials, seed=cfg.seed)
 
@@ -91,8 +92,6 @@ def env_config(cfg: CorpusCfg) -> Any:
 def score_variants(variants: list[dict[str, Any]], cfg: CorpusCfg, pool: Any = None) -> list[dict[str, Any]]:
     """Score every variant through an EvalPool (made from cfg unless given); adds `status`,
     `message` and `feedback` (the environment's `render_feedback` text) to copies of the records."""
-    from kernels_env.judge.feedback import render_feedback
-    from kernels_env.schedule.pool import EvalPool, Job
     ecfg = env_config(cfg)
     own = pool is None
     if own:
@@ -122,8 +121,6 @@ def is_clean_correct(record: dict[str, Any]) -> bool:
 def build_examples(records: list[dict[str, Any]], cfg: CorpusCfg) -> list[dict[str, Any]]:
     """Chat examples (single-turn and multi-turn) from scored variant records; see the module doc.
     Variants whose status is env_error are never used (the environment, not the code, failed)."""
-    from kernels_env.tasks import get_task
-    from leap_jax.rollout.prompts import feedback_message, initial_messages
     by_task: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by_task.setdefault(r["task"], []).append(r)

@@ -23,14 +23,35 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterator, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
-from leap_jax.train.config import Config, ConfigError
+from kernels_env.schedule.pool import EvalPool
+from kernels_env.tasks import get_task, subsample
+from leap_jax.bootstrap.corpus import load_or_build
+from leap_jax.bootstrap.tokenizer_train import corpus_texts
+from leap_jax.models.bpe import train_tokenizer
+from leap_jax.models.chat import END_OF_TEXT, IM_END, render_turn
+from leap_jax.models.decoder import forward
+from leap_jax.models.hf import save_hf_checkpoint
+from leap_jax.models.logprobs import hidden_logprobs
+from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout
+from leap_jax.rollout.policy import SamplerPolicy
+from leap_jax.sampling.buckets import prompt_buckets
+from leap_jax.sampling.sampler import Sampler
+from leap_jax.train.config import Config, ConfigError, load_config, save_config, to_dict
+from leap_jax.train.metrics import MetricsWriter, truncate_metrics
+from leap_jax.train.trainer import build_model, build_tokenizer, env_config, select_tasks, validation_tasks
+from leap_jax.train.update import make_optimizer
+from leap_jax.train.update import pack_rows as first_fit
 
 MODEL_DIR = "model"
 EVAL_FILE = "sft_eval.json"
@@ -42,7 +63,6 @@ BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "mask")
 def render_example(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> tuple[list[int], list[bool]]:
     """ChatML ids of one corpus example and its loss mask: True exactly on the tokens of assistant
     messages with `train: true` that `render_chat` marks trainable (content + closing `<|im_end|>`)."""
-    from leap_jax.models.chat import render_turn
     ids: list[int] = []
     mask: list[bool] = []
     for i, m in enumerate(messages):
@@ -74,7 +94,6 @@ def pack_rows(seqs: Sequence[tuple[np.ndarray, np.ndarray]], seq_len: int, pad_i
     Each sequence gets its own segment id (1, 2, ... per row; 0 is padding) and positions 0..n-2.
     Raises ValueError for a sequence longer than a row.
     """
-    from leap_jax.train.update import pack_rows as first_fit
     rows = first_fit([len(ids) - 1 for ids, _ in seqs], seq_len, decreasing=False)  # next-token pairs
     b = len(rows)
     out = {"tokens": np.full((b, seq_len), pad_id, np.int32), "positions": np.zeros((b, seq_len), np.int32),
@@ -120,9 +139,6 @@ def batch_stream(seqs: Sequence[tuple[np.ndarray, np.ndarray]], seq_len: int, ba
 # ---- loss and step ------------------------------------------------------------------------------
 def masked_nll(params: Any, model_config: Any, batch: dict[str, Any]) -> tuple[Any, Any]:
     """(sum of -log p(target) over masked targets, number of masked targets), both fp32 scalars."""
-    import jax.numpy as jnp
-    from leap_jax.models.decoder import forward
-    from leap_jax.models.logprobs import hidden_logprobs
     hidden, _ = forward(params, model_config, batch["tokens"], batch["positions"],
                         segment_ids=batch["segment_ids"], return_hidden=True)
     logp, _ = hidden_logprobs(params, model_config, hidden, batch["targets"])
@@ -134,9 +150,6 @@ def make_sft_step(model_config: Any, tx: Any, micro_batch_size: int) -> Callable
     """Jitted `(params, opt_state, batch) -> (params, opt_state, metrics)`: the gradient of the
     token-mean masked NLL over the whole batch, accumulated over micro-batches in a `lax.scan`
     (each contributes grad(sum_k) / total count, so it equals the full-batch gradient)."""
-    import jax
-    import jax.numpy as jnp
-    import optax
     mb = int(micro_batch_size)
 
     def loss_fn(params, m, denom):
@@ -173,7 +186,6 @@ def make_sft_step(model_config: Any, tx: Any, micro_batch_size: int) -> Callable
 # ---- pieces of the run --------------------------------------------------------------------------
 def sft_tasks(cfg: Config) -> tuple[list[str], list[str]]:
     """(train, held_out) task names: the `tasks:` split (the corpus covers the training side)."""
-    from leap_jax.train.trainer import select_tasks
     return select_tasks(cfg)
 
 
@@ -187,12 +199,9 @@ def build_sft_tokenizer(cfg: Config, examples: Sequence[dict[str, Any]], tasks: 
     """kind=bpe: a BPE of tokenizer.vocab_size trained on the corpus and the training tasks' prompts
     (saved to out_path); kind=file|hf: the configured tokenizer, copied to out_path. `tasks`: Tasks
     or task names."""
-    from leap_jax.bootstrap.tokenizer_train import corpus_texts
-    from leap_jax.models.bpe import train_tokenizer
     t = cfg.tokenizer
     if t.kind == "bpe":
         return train_tokenizer(corpus_texts(examples, tasks), t.vocab_size, out_path)
-    from leap_jax.train.trainer import build_tokenizer
     tok = build_tokenizer(cfg, out_path.parent, [])
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tok.hf.save(str(out_path))
@@ -201,9 +210,6 @@ def build_sft_tokenizer(cfg: Config, examples: Sequence[dict[str, Any]], tasks: 
 
 def save_policy(model_dir: Path, model_config: Any, params: Any, tokenizer: Any) -> None:
     """HF checkpoint + tokenizer.json + tokenizer_config.json (ChatML EOS and pad) in model_dir."""
-    import jax
-    from leap_jax.models.chat import END_OF_TEXT, IM_END
-    from leap_jax.models.hf import save_hf_checkpoint
     model_dir.mkdir(parents=True, exist_ok=True)
     save_hf_checkpoint(str(model_dir), model_config, jax.device_get(params))
     tokenizer.hf.save(str(model_dir / "tokenizer.json"))
@@ -222,8 +228,6 @@ def _pass_rates(results_by_task: dict[str, list[str]]) -> dict[str, Any]:
 
 def make_eval_sampler(cfg: Config, model_config: Any, tokenizer: Any) -> Any:
     """The Sampler the pass-rate evaluations share (built once: one compilation per shape)."""
-    from leap_jax.sampling.buckets import prompt_buckets
-    from leap_jax.sampling.sampler import Sampler
     return Sampler(model_config, max_batch=cfg.sft.eval_batch,
                    prompt_buckets=prompt_buckets(cfg.rollout.max_context_tokens),
                    max_new_tokens=cfg.sampling.max_new_tokens, pad_id=tokenizer.pad_id)
@@ -234,8 +238,6 @@ def evaluate_first_turn(cfg: Config, model_config: Any, params: Any, tokenizer: 
                         sampler: Any = None) -> dict[str, Any]:
     """First-turn pass rate of the policy on `tasks`: `samples` rollouts per task (1 when greedy) with
     the real Sampler, every answer scored by `evaluator` (an EvalPool). Per-task statuses are kept."""
-    from leap_jax.rollout.multiturn import ChatStreams, MultiTurnRollout
-    from leap_jax.rollout.policy import SamplerPolicy
     if not tasks:
         return _pass_rates({})
     s = cfg.sampling
@@ -264,14 +266,6 @@ def evaluate_first_turn(cfg: Config, model_config: Any, params: Any, tokenizer: 
 # ---- the run ------------------------------------------------------------------------------------
 def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The whole SFT pipeline of the module docstring; returns the sft_eval.json content."""
-    import jax
-    import jax.numpy as jnp
-    from kernels_env.tasks import get_task
-    from leap_jax.bootstrap.corpus import load_or_build
-    from leap_jax.train.config import save_config, to_dict
-    from leap_jax.train.metrics import MetricsWriter, truncate_metrics
-    from leap_jax.train.trainer import build_model, env_config
-    from leap_jax.train.update import make_optimizer
 
     if cfg.mode != "sft":
         raise ConfigError(f"run_sft needs mode=sft, got mode={cfg.mode!r}")
@@ -286,7 +280,6 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
     own_pool = evaluator is None
     ecfg = env_config(cfg)
     if own_pool:
-        from kernels_env.schedule.pool import EvalPool
         evaluator = EvalPool(**cfg.env.pool_kwargs(), config=ecfg)
     try:
         # 1. corpus (scored through the same pool when the backends agree)
@@ -340,8 +333,6 @@ def run_sft(cfg: Config, *, evaluator: Any = None, log: Callable[[str], None] = 
         curve: list[dict[str, Any]] = []
         chosen: dict[str, Any] | None = None  # the latest snapshot whose greedy train pass rate is in band
 
-        from kernels_env.tasks import subsample
-        from leap_jax.train.trainer import validation_tasks
         eval_split = {"train": subsample(train_tasks, cfg.eval.max_tasks, cfg.tasks.split_seed),
                       "held_out": subsample(held_out, cfg.eval.max_tasks, cfg.tasks.split_seed),
                       "validation": subsample(validation_tasks(cfg), cfg.eval.max_tasks, cfg.tasks.split_seed)}
@@ -472,7 +463,6 @@ def _find_config(path: str) -> Path:
 
 def reusable(scfg: Config) -> bool:
     """True iff scfg's run dir holds a finished SFT policy made by exactly this (resolved) config."""
-    from leap_jax.train.config import to_dict
     run_dir = Path(scfg.train.run_dir)
     done, model_dir = run_dir / DONE_FILE, run_dir / MODEL_DIR
     if not (done.is_file() and (model_dir / "config.json").is_file() and (model_dir / "tokenizer.json").is_file()):
@@ -488,8 +478,6 @@ def resolve_sft_init(cfg: Config, log: Callable[[str], None] = print) -> Config:
     its run dir holds one made by exactly that config), copy its tokenizer to the RL run dir, and
     return `cfg` with `model.source: hf, model.path` at the policy and `tokenizer.kind: file` at
     RUN_DIR/tokenizer.json (the RL run dir stays self-describing)."""
-    import shutil
-    from leap_jax.train.config import load_config
     if cfg.model.source != "sft":
         return cfg
     if not cfg.model.sft_config:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Iterator, Sequence
 
+from kernels_env.tasks import list_tasks
+from leap_jax.bootstrap.corpus import EXAMPLES_FILE, read_jsonl
 from leap_jax.models.bpe import MIN_VOCAB, check_vocab, train_tokenizer
 from leap_jax.models.chat import render_text
 from leap_jax.rollout.prompts import prompt_texts
@@ -45,8 +47,6 @@ def tokenizer_texts(corpus_dir: str | Path | None, tasks: Iterable[Any]) -> Iter
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from kernels_env.tasks import list_tasks
-    from leap_jax.bootstrap.corpus import EXAMPLES_FILE, read_jsonl
     p = argparse.ArgumentParser(prog="python -m leap_jax.bootstrap.tokenizer_train",
                                 description="Train the byte-level BPE tokenizer on a bootstrap corpus "
                                             "and the suite's prompts.")

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Iterator
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from leap_jax.models.chat import END_OF_TEXT, IM_END, IM_START
 from leap_jax.models.tokenizer import Tokenizer
@@ -54,7 +57,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, out_path: str | Path 
     """Train a byte-level BPE of at most `vocab_size` ids (the 256 byte symbols, the ChatML special
     tokens, then merges) on `texts`; save it as tokenizer.json at `out_path` when given (atomically,
     parent directories created). Returns the wrapped tokenizer (EOS `<|im_end|>`, pad `<|endoftext|>`)."""
-    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
     vocab_size = check_vocab(vocab_size)
     tk = HFTokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -24,6 +24,8 @@ from typing import Any
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 _DTYPES = ("float32", "bfloat16", "float16")
+# the attention implementations (models.layers.attention); here, free of JAX, for config checks
+ATTN_IMPLS = ("einsum", "reduce", "dpa", "cudnn")
 
 
 @dataclass(frozen=True)

@@ -187,9 +187,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
             segment_ids: jax.Array | None = None, cache: KVCache | None = None,
             cache_index: jax.Array | int | None = None, return_hidden: bool = False,
             unroll: int | bool = 1, attn_impl: str = "einsum",
-            kv_window: int | None = None,
             write_padding: bool = True,
-            attention_lengths: bool = True,
             live_rows: jax.Array | None = None) -> tuple[jax.Array, KVCache | None]:
     """Run the decoder on tokens [B, L] at RoPE positions [B, L].
 
@@ -203,11 +201,9 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
     k / v is its own buffer, so decode steps update and read them in place without slicing a
     stacked array (a sampler-side performance option; results are identical).
     A Python-int `cache_index` (e.g. 0 for a prefill) limits attention to the statically known
-    slots < cache_index + L instead of the whole cache; with a traced index, a static `kv_window`
-    does the same (the caller guarantees every query slot is < kv_window).
-    attention_lengths (with a cache): pass each row's written length (its last query slot + 1) to the
-    attention, so the fused kernels ("dpa", "cudnn") skip the unwritten tail of the cache; the same
-    result either way (`layers.attention`'s kv_lengths).
+    slots < cache_index + L instead of the whole cache. With a cache, each row's written length (its
+    last query slot + 1) goes to the attention, so the fused kernels ("dpa", "cudnn") skip the
+    unwritten tail of the cache (`layers.attention`'s kv_lengths; the same result as the whole cache).
     live_rows [B] bool (with a cache; the fused attentions "dpa" / "cudnn" only): rows whose output the
     caller discards (a decode row that has stopped). Their attention output is zero and the fused
     kernel may skip their keys; live rows' results do not change. Their cache slots are written as
@@ -249,10 +245,6 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
             raise ValueError(f"forward: cache batch {cache.seg.shape[0]} != tokens batch {b}")
         max_len = cache.seg.shape[1]
         hi = max_len
-        if kv_window is not None:
-            if not 0 < kv_window <= max_len:
-                raise ValueError(f"forward: kv_window={kv_window}; expected 1..{max_len}")
-            hi = int(kv_window)
         if isinstance(cache_index, int):
             if not 0 <= cache_index <= max_len - t:
                 raise ValueError(f"forward: cache_index={cache_index} with {t} tokens does not fit "
@@ -270,7 +262,7 @@ def forward(params: Params, config: ModelConfig, tokens: jax.Array, positions: j
         kseg = new_seg[:, :hi]
         mask = ((kslot[None, None, :] <= qslot[:, :, None])
                 & (kseg[:, None, :] == seg[:, :, None]) & (kseg[:, None, :] != 0))
-        kv_lengths = qslot[:, -1] + 1 if attention_lengths else None
+        kv_lengths = qslot[:, -1] + 1
         if live_rows is not None:
             live = jnp.asarray(live_rows, bool)
             if live.shape != (b,):

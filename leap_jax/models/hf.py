@@ -14,14 +14,14 @@ import json
 import os
 from typing import Any
 
+import jax.numpy as jnp
+import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
 import numpy as np
 
 from leap_jax.models.config import ModelConfig
-from leap_jax.models.hf_names import (IGNORED_SUFFIXES, ParamSpec, param_specs,
-                                      zero_o_proj_bias_names)
-from leap_jax.models.safetensors_io import (PlannedTensor, SafetensorsReader, TensorInfo,
-                                            as_np_dtype, dtype_name, list_tensors,
-                                            write_safetensors)
+from leap_jax.models.hf_names import IGNORED_SUFFIXES, ParamSpec, param_specs, zero_o_proj_bias_names
+from leap_jax.models.safetensors_io import (PlannedTensor, SafetensorsReader, TensorInfo, as_np_dtype,
+                                            dtype_name, list_tensors, write_safetensors)
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -128,8 +128,6 @@ def load_hf_checkpoint(path: str, dtype: Any = None, *, compute_dtype: Any = Non
     arrays with `as_numpy=True`. Raises FileNotFoundError / CheckpointError naming the bad file,
     tensor, expected and found shapes.
     """
-    import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
-
     path = os.fspath(path)
     config = read_hf_config(path)
     tensors = find_tensors(path)
@@ -172,7 +170,6 @@ def _identity(x: np.ndarray) -> np.ndarray:
 
 
 def _to_jax(x: np.ndarray) -> Any:
-    import jax.numpy as jnp
     return jnp.asarray(x)
 
 
@@ -262,8 +259,6 @@ def save_hf_checkpoint(path: str, config: ModelConfig, params: dict[str, Any], *
     (written when any is set and `generation_config` is true).
     Previous model*.safetensors / index files in the directory are replaced.
     """
-    import ml_dtypes  # noqa: F401
-
     path = os.fspath(path)
     if max_shard_bytes <= 0:
         raise ValueError(f"save_hf_checkpoint max_shard_bytes={max_shard_bytes}; expected > 0")

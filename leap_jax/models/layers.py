@@ -14,6 +14,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from leap_jax.models.config import ATTN_IMPLS
+
 # Finite "minus infinity" for masked scores: a fully masked row (padding queries) gives a uniform
 # distribution instead of NaN, and its output is ignored by every caller.
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -50,7 +52,6 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return x * cos[:, :, None, :] + rotated * sin[:, :, None, :]
 
 
-ATTN_IMPLS = ("einsum", "reduce", "dpa", "cudnn")
 # head sizes the fused cuDNN kernel takes (multiples of 8 up to 128 on every GPU generation JAX supports)
 CUDNN_HEAD_DIMS = range(8, 129, 8)
 

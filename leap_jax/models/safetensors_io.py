@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterable
 
 import ml_dtypes
 import numpy as np
+from safetensors import safe_open
 
 # safetensors dtype code <-> numpy dtype.
 _CODE_TO_DTYPE: dict[str, np.dtype] = {
@@ -114,7 +115,6 @@ class SafetensorsReader:
     def _handle(self, file: str) -> Any:
         h = self._handles.get(file)
         if h is None:
-            from safetensors import safe_open
             h = safe_open(file, framework="numpy")
             h = h.__enter__() if hasattr(h, "__enter__") else h
             self._handles[file] = h

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any
 from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tokenizers import Tokenizer as HFTokenizer
 
 
 def _token_str(v: Any) -> str | None:
@@ -58,7 +60,6 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str, **kwargs: Any) -> Tokenizer:
         """Load a tokenizer.json file; kwargs as for the constructor."""
-        from tokenizers import Tokenizer as HFTokenizer
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"tokenizer file {path!r} does not exist; expected a tokenizer.json")

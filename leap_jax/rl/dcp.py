@@ -11,8 +11,8 @@ count as failures or successes; a group with no valid row is PAD.
 Thresholds: a Python int or an integer array is a count of failed rows; a Python float or a floating
 array is a fraction f of the group's valid rows n_valid, read as `n_fail >= f * n_valid` for t_min and
 `n_fail <= f * n_valid` for t_max (so t_min=0.5 means "at least half failed"). `t_max=None` means
-`n_valid - 1` (only all-failed groups are hopeless). For G = 8 the defaults (0.5, None) are the
-paper's t_min = 4, t_max = 7. Thresholds may be per-group arrays [num_groups] (used by history mode).
+`n_valid - 1` (only all-failed groups are hopeless). For G = 8 the defaults (rl.options.DEFAULT_T_MIN,
+DEFAULT_T_MAX: 0.5, None) are the paper's t_min = 4, t_max = 7. Thresholds may be per-group arrays [num_groups] (used by history mode).
 
 History mode (an extension beyond the paper): `DCPHistory` keeps per-task counts of rows that entered
 debugging and of those that recovered, carried across steps as an array state; `apply_history` can
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from leap_jax.rl._masks import Array, check_turn_shape, default_attempted, valid_rows
-from leap_jax.rl.options import check_threshold, max_failed_count, min_failed_count
+from leap_jax.rl.options import DEFAULT_T_MAX, DEFAULT_T_MIN, check_threshold, max_failed_count, min_failed_count
 
 EASY = 0       # few failures: single-turn only
 DEBUG = 1      # in the band: failed rows get debugging turns
@@ -79,8 +79,8 @@ def n_failures(correct_t1: Array, row_mask: Array | None = None,
     return n_fail, n_valid
 
 
-def dcp_decision(correct_t1: Array, group_mask: Array | None = None, t_min: Array = 0.5,
-                 t_max: Array | None = None, row_mask: Array | None = None, *,
+def dcp_decision(correct_t1: Array, group_mask: Array | None = None, t_min: Array = DEFAULT_T_MIN,
+                 t_max: Array | None = DEFAULT_T_MAX, row_mask: Array | None = None, *,
                  history: DCPHistory | None = None, task_ids: Array | None = None,
                  rule: HistoryRule | None = None) -> jnp.ndarray:
     """Per-group DCP decision int32 [num_groups]: EASY 0, DEBUG 1, HOPELESS 2, PAD -1.
@@ -108,7 +108,7 @@ def dcp_decision(correct_t1: Array, group_mask: Array | None = None, t_min: Arra
     return decision
 
 
-def decide_on_host(correct_t1: np.ndarray, t_min: Array = 0.5, t_max: Array | None = None,
+def decide_on_host(correct_t1: np.ndarray, t_min: Array = DEFAULT_T_MIN, t_max: Array | None = DEFAULT_T_MAX,
                    row_mask: np.ndarray | None = None) -> np.ndarray:
     """`dcp_decision` as a NumPy int32 array; for Python-scalar thresholds compiled once per
     thresholds and shape and run on the host's CPU device. The rollout decides one group at a time as

@@ -13,6 +13,10 @@ from typing import Any
 
 AGGREGATION_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")  # rl.losses.aggregate
 
+# DCP's default thresholds (rl.dcp, the `dcp:` config section, the rollout): debug a group when at least
+# half its valid rows failed turn 1 and not all did; for G = 8 the paper's t_min = 4, t_max = 7
+DEFAULT_T_MIN = 0.5
+DEFAULT_T_MAX = None
 FRACTION_SLACK = 1e-4  # absorbs float rounding in f * n (e.g. 0.3 * 10, or float32 in the jitted rule)
 
 

@@ -25,70 +25,28 @@ cache between turns) is told when a row takes no further turn, and at the end of
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from kernels_env.core.config import EnvConfig
 from kernels_env.core.result import Result
 from kernels_env.core.status import Status
+from kernels_env.judge.feedback import render_feedback
+from kernels_env.schedule.pool import Job
 from kernels_env.tasks import get_task
-from leap_jax.rollout.policy import GenRequest, GenResponse, Policy
+from leap_jax.models import chat
 from leap_jax.models.chat import Message
+from leap_jax.rl.dcp import decide_on_host
+from leap_jax.rl.options import DEFAULT_T_MAX, DEFAULT_T_MIN
+from leap_jax.rollout.pipelined import run_pipelined
+from leap_jax.rollout.policy import GenRequest, GenResponse, Policy
 from leap_jax.rollout.prompts import feedback_message, initial_messages
+from leap_jax.rollout.run_state import DEBUG, EASY, HOPELESS, PAD, Row, RunState, TurnRecord
 from leap_jax.sampling.params import check_preempt
-
-# DCP decision codes (leap_jax.rl.dcp)
-EASY, DEBUG, HOPELESS, PAD = 0, 1, 2, -1
-
-
-@dataclass
-class TurnRecord:
-    """One assistant turn of one row."""
-    turn: int  # 1-based
-    start: int  # index in the stream of the first response token
-    length: int  # number of response tokens (trainable)
-    text: str
-    result: Result
-    scripted: bool
-    finished: bool
-
-
-@dataclass
-class Row:
-    """One rollout: a conversation token stream plus per-token training annotations."""
-    task: str
-    group: int
-    index: int  # 0..G-1 within the group
-    tokens: list[int] = field(default_factory=list)
-    trainable: list[bool] = field(default_factory=list)  # the assistant mask of sampled tokens
-    logprobs: list[float] = field(default_factory=list)  # sampler log-probs; nan where unknown
-    turn_of: list[int] = field(default_factory=list)  # 1..T on trainable tokens, 0 elsewhere
-    turns: list[TurnRecord] = field(default_factory=list)
-    env_error: bool = False  # some turn's evaluation failed in the environment: excluded from rewards
-    context_limited: bool = False  # stopped because its next turn (or first prompt) would not fit max_context_tokens
-
-    def append(self, ids: Sequence[int], trainable: bool, logprobs: np.ndarray | None, turn: int) -> None:
-        self.tokens.extend(int(i) for i in ids)
-        self.trainable.extend([trainable] * len(ids))
-        if logprobs is None:
-            self.logprobs.extend([float("nan")] * len(ids))
-        else:
-            lp = np.asarray(logprobs, dtype=np.float64)
-            if lp.shape != (len(ids),):
-                raise ValueError(f"logprobs shape {lp.shape} does not match {len(ids)} response tokens")
-            self.logprobs.extend(lp.tolist())
-        self.turn_of.extend([turn if trainable else 0] * len(ids))
-
-    @property
-    def solved_turn(self) -> int | None:
-        for tr in self.turns:
-            if tr.result.status is Status.CORRECT:
-                return tr.turn
-        return None
 
 
 @dataclass
@@ -112,7 +70,7 @@ class StartedRollout:
     """A rollout whose generation is done; its last evaluations may still run (`MultiTurnRollout.start`).
     `start_times` are its phase seconds up to `start`'s return; `finish` collects the rest."""
     tasks: list[str]
-    state: _RunState
+    state: RunState
     release: Callable[[list], None] | None
     rest: Iterator[None] | None  # the pipelined loop, resumed by `finish`; None when nothing is left
     start_times: dict[str, float]
@@ -128,7 +86,6 @@ class ChatStreams:
     """
 
     def __init__(self, tokenizer: Any):
-        from leap_jax.models import chat
         self._chat = chat
         self.tokenizer = tokenizer
         self.end_ids = list(chat.stop_token_ids(tokenizer))
@@ -150,35 +107,12 @@ class ChatStreams:
                 + self._chat.generation_prompt(self.tokenizer))
 
 
-class _RunState:
-    """One run's rows, [P, G, T] outcome arrays, counters and phase times, filled turn by turn."""
-
-    def __init__(self, P: int, G: int, T: int, step: int):
-        self.step = step
-        self.run_id = object()  # conversation ids unique to this run: (run_id, row)
-        self.rows: list[Row] = []
-        self.correct = np.zeros((P, G, T), bool)
-        self.attempted = np.zeros((P, G, T), bool)
-        self.status_rank = np.full((P, G, T), -1, np.int32)
-        self.speedup = np.full((P, G, T), np.nan, np.float32)
-        self.row_mask = np.ones((P, G), bool)
-        self.decisions = np.full((P,), PAD, np.int32)
-        self.gen_rows = [0] * T
-        self.gen_tokens = [0] * T
-        self.env_evals = self.cache_hits = self.env_errors = self.scripted = 0
-        self.env_stage_s: dict[str, float] = {}  # the evaluations' stage seconds (worker time), summed
-        self.preempted = 0  # responses a generate call returned unfinished, continued in a later call
-        self.released_all = False  # every conversation released (a deferred rollout does so at its yield)
-        self.times = {k: 0.0 for k in ("generate", "evaluate_submit", "evaluate_wait", "evaluate_span",
-                                       "feedback")}
-
-
 class MultiTurnRollout:
     """Runs one step's rollouts; see the module docstring."""
 
     def __init__(self, streams: ChatStreams, evaluator: Any, env_config: EnvConfig, *,
-                 group_size: int, max_turns: int, dcp_mode: str = "dcp", t_min: Any = 0.5,
-                 t_max: Any = None, feedback_budget_chars: int = 800, max_new_tokens: int = 256,
+                 group_size: int, max_turns: int, dcp_mode: str = "dcp", t_min: Any = DEFAULT_T_MIN,
+                 t_max: Any = DEFAULT_T_MAX, feedback_budget_chars: int = 800, max_new_tokens: int = 256,
                  max_context_tokens: int = 4096, overlap_chunks: int = 1,
                  feedback_fn: Callable[[Result, int], str] | None = None, sizes: str = "eval",
                  pipeline_turns: bool = False, preempt: float = 0.0):
@@ -199,14 +133,12 @@ class MultiTurnRollout:
                              f"pipeline_turns=True (got {pipeline_turns})")
         self.sizes = sizes
         if feedback_fn is None:
-            from kernels_env.judge.feedback import render_feedback
             feedback_fn = lambda result, budget: render_feedback(result, budget)  # noqa: E731
         self.feedback_fn = feedback_fn
         self._prompt_cache: dict[str, list[int]] = {}
 
     # ---- evaluation -----------------------------------------------------------------------------
     def _submit(self, task: str, text: str) -> Future:
-        from kernels_env.schedule.pool import Job
         job = Job(task=task, text=text, config=self.env_config)
         submit = getattr(self.evaluator, "submit", None)
         if submit is not None:
@@ -264,14 +196,13 @@ class MultiTurnRollout:
     def _decide(self, correct_t1: np.ndarray, row_mask: np.ndarray) -> np.ndarray:
         if self.dcp_mode == "all":
             return np.where(row_mask.any(axis=1), DEBUG, PAD).astype(np.int32)
-        from leap_jax.rl.dcp import decide_on_host
         return decide_on_host(correct_t1, self.t_min, self.t_max, row_mask)
 
-    def _request(self, st: _RunState, r: int, t: int) -> GenRequest:
+    def _request(self, st: RunState, r: int, t: int) -> GenRequest:
         """Row r's turn-t request (the key and conversation id identify it in both rollouts)."""
         return GenRequest(list(st.rows[r].tokens), st.rows[r].task, t, (st.step, r, t), (st.run_id, r))
 
-    def _record(self, st: _RunState, r: int, t: int, resp: GenResponse, res: Result) -> None:
+    def _record(self, st: RunState, r: int, t: int, resp: GenResponse, res: Result) -> None:
         """Append row r's turn-t response to its stream and its result to the arrays and counters."""
         row, g, i = st.rows[r], r // self.G, r % self.G
         ids = list(resp.token_ids)
@@ -298,7 +229,7 @@ class MultiTurnRollout:
         if res.speedup is not None:
             st.speedup[g, i, t - 1] = res.speedup
 
-    def _continues(self, st: _RunState, r: int, t: int) -> bool:
+    def _continues(self, st: RunState, r: int, t: int) -> bool:
         """Whether row r (its group decided, its turn t < T recorded) takes turn t + 1; if so its
         feedback and the next assistant header are appended, if it would not fit it is context_limited."""
         row, g, i = st.rows[r], r // self.G, r % self.G
@@ -324,7 +255,7 @@ class MultiTurnRollout:
     def _begin(self, tasks: Sequence[str], policy: Policy, seed: int, step: int, defer: bool) -> StartedRollout:
         P, G, T = len(tasks), self.G, self.T
         t_start = time.perf_counter()
-        st = _RunState(P, G, T, step)
+        st = RunState(P, G, T, step)
         st.rows = [Row(task=tasks[r // G], group=r // G, index=r % G) for r in range(P * G)]
         for row in st.rows:
             row.append(self._prompt_ids(row.task), False, None, 0)
@@ -334,7 +265,6 @@ class MultiTurnRollout:
         release = getattr(policy, "release_conversations", None)
         rest: Iterator[None] | None = None
         if self.pipeline_turns:
-            from leap_jax.rollout.pipelined import run_pipelined
             rest = run_pipelined(self, st, active, policy, seed, release, defer=defer)
             if next(rest, StopIteration) is StopIteration:
                 rest = None
@@ -359,7 +289,7 @@ class MultiTurnRollout:
         return RolloutOutput(list(started.tasks), st.rows, G, T, st.decisions, st.correct, st.attempted,
                              st.status_rank, st.speedup, st.row_mask, stats)
 
-    def _run_sequential(self, st: _RunState, active: list[int], policy: Policy, seed: int,
+    def _run_sequential(self, st: RunState, active: list[int], policy: Policy, seed: int,
                         release: Callable[[list], None] | None) -> None:
         """Turn by turn: all of turn t's evaluations are in before DCP decides and turn t + 1 starts."""
         for t in range(1, self.T + 1):
@@ -381,7 +311,7 @@ class MultiTurnRollout:
             st.times["feedback"] += time.perf_counter() - t0
             active = nxt
 
-    def _stats(self, st: _RunState) -> dict[str, float]:
+    def _stats(self, st: RunState) -> dict[str, float]:
         rows, decisions, correct, row_mask = st.rows, st.decisions, st.correct, st.row_mask
         gen_rows, gen_tokens, env_evals = st.gen_rows, st.gen_tokens, st.env_evals
         P, G, T = correct.shape

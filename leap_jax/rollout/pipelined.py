@@ -52,14 +52,36 @@ import hashlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+import numpy as np
+
+from kernels_env.core.result import Result
 from leap_jax.rollout.policy import GenRequest, GenResponse, Policy, continue_request
-
-if TYPE_CHECKING:
-    from leap_jax.rollout.multiturn import MultiTurnRollout, _RunState
+from leap_jax.rollout.run_state import RunState
 
 _InFlight = tuple[int, int, GenRequest, GenResponse, cf.Future]  # row, turn, request, response, evaluation
+
+
+class TurnSteps(Protocol):
+    """The per-row steps and settings of the rollout that runs this loop (`MultiTurnRollout`): the
+    sequential loop uses the same steps, so both rollouts record, decide and continue rows alike."""
+    G: int
+    T: int
+    chunks: int
+    preempt: float
+
+    def _request(self, st: RunState, r: int, t: int) -> GenRequest: ...
+
+    def _record(self, st: RunState, r: int, t: int, resp: GenResponse, res: Result) -> None: ...
+
+    def _continues(self, st: RunState, r: int, t: int) -> bool: ...
+
+    def _decide(self, correct_t1: np.ndarray, row_mask: np.ndarray) -> np.ndarray: ...
+
+    def _submit(self, task: str, text: str) -> cf.Future: ...
+
+    def _collect(self, fut: cf.Future, task: str) -> Result: ...
 
 
 def call_seed(seed: int, call: int) -> int:
@@ -68,7 +90,7 @@ def call_seed(seed: int, call: int) -> int:
     return int.from_bytes(h[:4], "big") % 2 ** 31
 
 
-def run_pipelined(ro: MultiTurnRollout, st: _RunState, active: list[int], policy: Policy, seed: int,
+def run_pipelined(ro: TurnSteps, st: RunState, active: list[int], policy: Policy, seed: int,
                   release: Callable[[list], None] | None, defer: bool = False) -> Iterator[None]:
     """Fill `st` for the rows `active` on turn 1 (the module docstring says how) as the generator is
     run to its end; with `defer`, it yields once when only turn-T evaluations are left to collect."""

@@ -21,10 +21,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from collections.abc import Callable, Hashable, Iterable, Sequence
 
+import jax
 import numpy as np
 
 from kernels_env.tasks import get_task
@@ -190,7 +191,6 @@ class SamplerPolicy:
         that fraction of its rows still generate; those come back `preempted` (Sampler.generate).
         A request with a prefix continues it: prompt + prefix, the rest of the budget; its response
         is whole (prefix tokens and log-probs first)."""
-        import jax
         if not requests:
             return []
         if self.params is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+from kernels_env.tasks import get_task
 from kernels_env.tasks.spec import Task
 from leap_jax.models.chat import Message, render_text
 
@@ -73,7 +74,6 @@ def prompt_texts(tasks: Iterable[Task | str], sizes: str | Sequence[str] = ("eva
 
 
 def _prompt_texts(tasks: Iterable[Task | str], size_sets: tuple[str, ...]) -> Iterator[str]:
-    from kernels_env.tasks import get_task
     yield FEEDBACK_SUFFIX
     for t in tasks:
         task = get_task(t) if isinstance(t, str) else t

@@ -9,6 +9,7 @@ from leap_jax.support.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "params": ("SamplingParams", "check_preempt"),
-    "sampler": ("DecodeResult", "SampleOutput", "Sampler", "decode", "prefill"),
+    "decode_base": ("DecodeResult",),
+    "sampler": ("SampleOutput", "Sampler", "decode", "prefill"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

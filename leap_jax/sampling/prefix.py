@@ -20,7 +20,7 @@ prefills only the new tokens (the delta) on top of a copy of the kept K/V:
      copied K/V; a padding token writes nothing (`forward(write_padding=False)`), so the copied K/V
      under the block's padding stay. It returns each row's last-token logits. The cache then holds
      what a full prefill of the new prompts would have written, so the unchanged decode loop
-     follows (`sampler.decode`, or `continuous.decode_continuous` with a keep buffer).
+     follows (`sampler.decode`, or `speculative.decode_speculative`).
 
 A request falls back to the full prefill when it has no kept entry, when its prompt does not start
 with the kept tokens, when the params changed, when its delta is longer than the largest delta

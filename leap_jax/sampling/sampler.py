@@ -27,10 +27,6 @@ truncated behaviour distribution is not returned.
 Determinism: the same params, prompts, SamplingParams, rng (and Sampler buckets) give the same
 tokens; step i of a chunk uses `fold_in(chunk_rng, i)`.
 
-Opt-in: `DecodeImpl(batching="continuous")` replaces step 3 by continuous batching (a fixed number
-of decode slots, each taking the chunk's next prompt when its row stops; sampling/continuous.py):
-the same greedy tokens and log-probs, the same sampling distribution from another random stream.
-
 Opt-in: `DecodeImpl(kv_reuse=True)` keeps each conversation's cache between its turns
 (`generate(..., conversations=ids)`): a later turn prefills only its new tokens on top of a copy of
 the kept K/V, then decodes as above (sampling/prefix.py).
@@ -39,8 +35,8 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, NamedTuple
 from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -52,10 +48,11 @@ from leap_jax.models.decoder import (KVCache, Params, cast_for_compute, forward,
 from leap_jax.sampling.buckets import DEFAULT_PROMPT_BUCKETS, pick_bucket, validate_buckets
 from leap_jax.sampling.buckets import batch_buckets as default_batch_buckets
 from leap_jax.sampling.compact import compact_rows, compact_size, put_rows, take_rows
-from leap_jax.sampling.decode_impl import PADDINGS, RNG_IMPLS, DecodeImpl
+from leap_jax.sampling.decode_base import DecodeResult, gather_logprob, loop_inputs, sample_from_logits
+from leap_jax.sampling.decode_impl import PADDINGS, DecodeImpl
 from leap_jax.sampling.params import SamplingParams, check_preempt
-from leap_jax.sampling.prefix import (DEFAULT_DELTA_BUCKETS, Kept, KeptCaches, place_rows, prefill_delta,
-                                      reusable_prefix)
+from leap_jax.sampling.prefix import DEFAULT_DELTA_BUCKETS, Kept, KeptCaches, place_rows, prefill_delta, reusable_prefix
+from leap_jax.sampling.speculative import decode_speculative
 
 DEFAULT_SAMPLING = SamplingParams()  # frozen: one shared default is safe
 DEFAULT_IMPL = DecodeImpl()  # frozen too
@@ -68,77 +65,6 @@ class SampleOutput(NamedTuple):
     finished: list[bool]
 
 
-class DecodeResult(NamedTuple):
-    """Array-level result of `decode` (B rows, N = static max new tokens)."""
-    tokens: jax.Array    # [B, N] int32; pad_id after a row's end
-    logprobs: jax.Array  # [B, N] fp32; 0 after a row's end
-    lengths: jax.Array   # [B] int32 generated tokens per row (stop token included)
-    finished: jax.Array  # [B] bool: the row emitted a stop id
-
-
-# ------------------------------------------------------------------------------ token sampling
-def _filter_top_k_top_p(scaled: jax.Array, top_p: jax.Array, top_k: jax.Array) -> jax.Array:
-    """Mask (to -inf) logits outside the top-k set and then outside the top-p nucleus."""
-    v = scaled.shape[-1]
-    desc = jnp.flip(jnp.sort(scaled, axis=-1), axis=-1)
-    rank = jnp.arange(v, dtype=jnp.int32)[None, :]
-    k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)
-    keep_k = rank < k
-    probs = jax.nn.softmax(jnp.where(keep_k, desc, -jnp.inf), axis=-1)
-    before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each rank
-    keep = keep_k & (before < top_p)
-    n_keep = jnp.maximum(jnp.sum(keep, axis=-1), 1)
-    threshold = jnp.take_along_axis(desc, (n_keep - 1)[:, None], axis=-1)
-    return jnp.where(scaled >= threshold, scaled, -jnp.inf)
-
-
-def sample_from_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array,
-                       top_p: jax.Array, top_k: jax.Array, filtered: bool | None = None) -> jax.Array:
-    """One token per row from fp32 logits [B, V]; all settings may be traced scalars.
-
-    filtered: static choice of the top-k/top-p filter (True: always, False: never, the settings
-    must then be off); None decides at run time with a `lax.cond` on the traced settings."""
-    logits = logits.astype(jnp.float32)
-    temperature = jnp.asarray(temperature, jnp.float32)
-    # Greedy is selected with `where`, not a second `lax.cond` (each cond costs a device->host
-    # predicate read per decode step on GPU).
-    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    scaled = tempered_filtered(logits, temperature, top_p, top_k, filtered)
-    sampled = jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
-    return jnp.where(temperature <= 0.0, greedy, sampled)
-
-
-def tempered_filtered(logits: jax.Array, temperature: jax.Array | float, top_p: jax.Array | float,
-                      top_k: jax.Array | int, filtered: bool | None = None) -> jax.Array:
-    """fp32 logits [B, V] divided by the temperature, top-k/top-p filtered (masked to -inf): what
-    sampling draws from. `filtered` as in `sample_from_logits`; the sort-based filter sits behind a
-    cond when undecided because it is far more expensive than the draw and off by default."""
-    top_p = jnp.asarray(top_p, jnp.float32)
-    top_k = jnp.asarray(top_k, jnp.int32)
-    scaled = logits.astype(jnp.float32) / jnp.maximum(jnp.asarray(temperature, jnp.float32), 1e-6)
-    if filtered is None:
-        return jax.lax.cond((top_k > 0) | (top_p < 1.0),
-                            lambda s: _filter_top_k_top_p(s, top_p, top_k), lambda s: s, scaled)
-    return _filter_top_k_top_p(scaled, top_p, top_k) if filtered else scaled
-
-
-def decode_rng(rng: jax.Array, rng_impl: str) -> jax.Array:
-    """The decode loop's key for `rng_impl` (DecodeImpl.rng_impl): threefry as given, or an XLA
-    RngBitGenerator key derived from it (far cheaper than threefry for [B, V] draws)."""
-    if rng_impl == "rbg":
-        return jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="unsafe_rbg")
-    if rng_impl != "threefry":
-        raise ValueError(f"rng_impl={rng_impl!r}; expected one of {RNG_IMPLS}")
-    return rng
-
-
-def _gather_logprob(logits: jax.Array, tokens: jax.Array) -> jax.Array:
-    """log_softmax(logits)[token] per row, fp32."""
-    lse = jax.nn.logsumexp(logits, axis=-1)
-    return jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0] - lse
-
-
-# ------------------------------------------------------------------------------ array-level API
 def prefill(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Array,
             lengths: jax.Array, *, padding: str = "left", unroll: int | bool = 1,
             attn_impl: str = "einsum") -> tuple[jax.Array, KVCache]:
@@ -171,27 +97,13 @@ def prefill(params: Params, config: ModelConfig, cache: KVCache, tokens: jax.Arr
     return logits_from_hidden(params, config, last), filled
 
 
-def loop_inputs(b: int, n: int, prompt_lengths: jax.Array, prompt_slots: int, padding: str,
-                stop_ids: jax.Array, max_new: jax.Array | int, exit_live: jax.Array | int, rng: jax.Array,
-                rng_impl: str) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
-    """A static decode loop's inputs: prompt lengths, the slot of the first new token, stop ids, row
-    budgets (capped at the static n), the early-exit row count and the loop's key."""
-    lens = prompt_lengths.astype(jnp.int32)
-    # the slot of each row's first new token: one scalar with left padding (the cache writes then use
-    # one dynamic_update_slice, not a per-row scatter)
-    base = jnp.int32(prompt_slots) if padding == "left" else lens
-    max_new = jnp.minimum(jnp.broadcast_to(jnp.asarray(max_new, jnp.int32), (b,)), n)
-    return (lens, base, stop_ids.astype(jnp.int32), max_new, jnp.asarray(exit_live, jnp.int32),
-            decode_rng(rng, rng_impl))
-
-
 def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Array,
            prompt_lengths: jax.Array, active: jax.Array, rng: jax.Array, temperature: jax.Array,
            top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, max_new: jax.Array, *,
            max_new_tokens: int, prompt_slots: int, padding: str = "left", pad_id: int = 0,
            unroll: int | bool = 1, rng_impl: str = "threefry",
-           attn_impl: str = "einsum", attention_lengths: bool = True, skip_done_rows: bool = True,
-           segments: int = 1, filtered: bool | None = None, steps_per_iter: int = 1,
+           attn_impl: str = "einsum", skip_done_rows: bool = True,
+           filtered: bool | None = None, steps_per_iter: int = 1,
            exit_live: jax.Array | int = 0, compact_factor: int = 1) -> tuple[DecodeResult, KVCache]:
     """Sample up to `max_new` (traced, <= static `max_new_tokens`; a scalar or one budget per row)
     tokens per row after `prefill`.
@@ -202,11 +114,8 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     with `rng` as given (portable bit-exact streams); "rbg" derives an `unsafe_rbg` key from it
     (XLA's RngBitGenerator: much cheaper per [B, V] draw, deterministic on a given backend/version).
     attn_impl: the decode step's attention (one of layers.ATTN_IMPLS, see `layers.attention`).
-    attention_lengths / skip_done_rows: the fused attentions ("dpa", "cudnn") read only each row's
-    written cache / skip rows that have stopped (forward's `live_rows`); the same tokens either way.
-    segments: split the decode steps into this many consecutive `while_loop`s, each attending
-    only over the cache slots its steps can have written (a static window), so early steps do
-    not read the whole cache; the loop body is compiled once per segment.
+    skip_done_rows: the fused attentions ("dpa", "cudnn"), which read only each row's written cache,
+    also skip rows that have stopped (forward's `live_rows`); the same tokens either way.
     filtered: see `sample_from_logits` (static: no per-step `lax.cond`, whose predicate XLA:GPU
     reads back to the host every step).
     steps_per_iter: decode steps per `while_loop` iteration (each loop test is a device->host
@@ -214,7 +123,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
     exit_live (traced): the loop also ends once at most this many rows are still generating (0:
     only when every row stopped or used its budget). The rows it leaves are neither finished nor at
     their budget: a caller continues them from prompt + tokens so far (`Sampler.generate(preempt=)`).
-    compact_factor (static, one segment only): 1 = off; k >= 2: once at most ceil(B / k) rows still
+    compact_factor (static): 1 = off; k >= 2: once at most ceil(B / k) rows still
     generate, the loop continues with those rows alone in a batch of ceil(B / k) rows (its cache rows
     copied out and back, sampling/compact.py): cheaper steps for a long tail, one more compiled loop
     body; the same greedy tokens, the same sampling distribution from another random stream.
@@ -231,7 +140,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
         """Write column i of the [B, n] outputs: for every row, or (compacted) for rows `rows`."""
         live = ~state_done
         tok = jnp.where(live, tok, pad_id).astype(jnp.int32)
-        lp = jnp.where(live, _gather_logprob(lg, tok), 0.0)
+        lp = jnp.where(live, gather_logprob(lg, tok), 0.0)
         if rows is None:
             out_tok = jax.lax.dynamic_update_slice(out_tok, tok[:, None], (0, i))
             out_lp = jax.lax.dynamic_update_slice(out_lp, lp[:, None], (0, i))
@@ -256,7 +165,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
         i, _, _, _, _, done, _, _ = s
         return (i < n) & (jnp.sum((~done).astype(jnp.int32)) > exit_live)
 
-    def make_body(window, hi_step, rows=None):
+    def make_body(rows=None):
         """The loop body; `rows` (compacted loop): the full batch's row of each of the state's rows."""
         def pick(x):  # a per-row value of the full batch, for the state's rows
             return x if rows is None or jnp.ndim(x) == 0 else jnp.take(x, rows, axis=0)
@@ -267,8 +176,7 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
             slot = base_r + i - 1
             pos = (lens_r + i - 1)[:, None]
             lg, cache = forward(params, config, tok[:, None], pos, cache=cache, cache_index=slot,
-                                unroll=unroll, attn_impl=attn_impl, kv_window=window,
-                                attention_lengths=attention_lengths,
+                                unroll=unroll, attn_impl=attn_impl,
                                 live_rows=~done if skip_done_rows else None)
             lg = lg[:, 0]
             new = sample_from_logits(lg, jax.random.fold_in(rng, i), temperature, top_p, top_k,
@@ -285,43 +193,30 @@ def decode(params: Params, config: ModelConfig, cache: KVCache, logits: jax.Arra
         def body(s):
             s = step(s)
             for _ in range(int(steps_per_iter) - 1):
-                # A step past the segment, the budget or the last live row is discarded: its
-                # cache write lands on a slot no recorded step reads before rewriting it.
+                # A step past the budget or the last live row is discarded: its cache write
+                # lands on a slot no recorded step reads before rewriting it.
                 # The cache is taken as written (a select would copy it every step).
                 nxt = step(s)
-                ok = cond(s) & (s[0] < hi_step)
+                ok = cond(s)
                 s = tuple(n if k == 1 else jnp.where(ok, n, o)
                           for k, (n, o) in enumerate(zip(nxt, s, strict=False)))
             return s
         return body
 
-    max_len = cache.seg.shape[1]
-    segments = max(1, min(int(segments), n))
     small = compact_size(b, compact_factor)
     if small < b:  # the full batch while more than `small` rows generate, then the live rows alone
-        if segments != 1:
-            raise ValueError(f"decode compact_factor={compact_factor} needs segments=1, got {segments}")
-
         def wide_cond(s):
             return cond(s) & (jnp.sum((~s[5]).astype(jnp.int32)) > small)
 
-        state = jax.lax.while_loop(wide_cond, make_body(None, n), state)
+        state = jax.lax.while_loop(wide_cond, make_body(), state)
         i, full, tok, out_tok, out_lp, done, lengths, finished = state
         rows = compact_rows(done, small)
         state = (i, take_rows(full, rows), jnp.take(tok, rows), out_tok, out_lp, jnp.take(done, rows),
                  lengths, finished)
-        state = jax.lax.while_loop(cond, make_body(None, n, rows), state)
+        state = jax.lax.while_loop(cond, make_body(rows), state)
         _, part, _, out_tok, out_lp, _, lengths, finished = state
         return DecodeResult(out_tok, out_lp, lengths, finished), put_rows(full, rows, part)
-    bounds = [-(-n * j // segments) for j in range(segments + 1)]  # step ranges [lo, hi)
-    for hi_step in bounds[1:]:
-        # Steps i < hi_step write/read slots <= prompt_slots + hi_step - 2 (base <= prompt_slots).
-        window = None if hi_step == n else min(max_len, prompt_slots + hi_step)
-
-        def seg_cond(s, hi_step=hi_step):
-            return cond(s) & (s[0] < hi_step)
-
-        state = jax.lax.while_loop(seg_cond, make_body(window, hi_step), state)
+    state = jax.lax.while_loop(cond, make_body(), state)
     _, cache, _, out_tok, out_lp, _, lengths, finished = state
     return DecodeResult(out_tok, out_lp, lengths, finished), cache
 
@@ -342,10 +237,9 @@ class Sampler:
     cache_dtype: KV cache dtype (default: the compute dtype, i.e. bfloat16 for bf16 models).
     pad_id: the token of padding (default: the config's pad token, else 0).
     impl: how the decode loop is built (`DecodeImpl`: padding side, layer loop, RNG, attention,
-    fused projections, decode segments, steps per loop iteration); the default is the measured
-    fastest and every alternative samples the same greedy tokens (`batching="continuous"`: the
-    chunk's rows pass through `impl.slots` decode slots, see sampling/continuous.py; `kv_reuse=True`:
-    conversations keep their caches between turns, see sampling/prefix.py).
+    fused projections, steps per loop iteration, compaction, speculation); every alternative samples
+    the same greedy tokens (`kv_reuse=True`: conversations keep their caches between turns, see
+    sampling/prefix.py).
     delta_buckets: kv_reuse only: static lengths of a later turn's new tokens (a longer delta is
     prefilled in full).
     `trace_counts` counts traces (= compilations) of the jitted functions.
@@ -402,26 +296,12 @@ class Sampler:
                           top_p, top_k, stop_ids, max_new, max_new_tokens=self.max_new_tokens,
                           prompt_slots=prompt_slots, padding=impl.padding, pad_id=self.pad_id,
                           unroll=impl.unroll, rng_impl=impl.rng_impl, attn_impl=impl.attention,
-                          attention_lengths=impl.attention_lengths, skip_done_rows=impl.skip_done_rows,
-                          segments=impl.decode_segments, filtered=filtered,
+                          skip_done_rows=impl.skip_done_rows, filtered=filtered,
                           steps_per_iter=impl.steps_per_iter, exit_live=exit_live,
                           compact_factor=impl.compact_factor)
 
-        def decode_continuous_fn(params, cache, store, keep, logits, lengths, active, rng, temperature,
-                                 top_p, top_k, stop_ids, max_new, filtered=None):
-            from leap_jax.sampling.continuous import decode_continuous
-            self.trace_counts["decode"] += 1
-            return decode_continuous(prep(params), config, cache, store, logits, lengths, active, rng,
-                                     temperature, top_p, top_k, stop_ids, max_new,
-                                     max_new_tokens=self.max_new_tokens, pad_id=self.pad_id,
-                                     rng_impl=impl.rng_impl, attn_impl=impl.attention,
-                                     attention_lengths=impl.attention_lengths,
-                                     skip_done_rows=impl.skip_done_rows, filtered=filtered,
-                                     steps_per_iter=impl.steps_per_iter, keep=keep)
-
         def decode_speculative_fn(params, cache, logits, tokens, lengths, active, rng, temperature, top_p,
                                   top_k, stop_ids, max_new, exit_live, filtered=None):
-            from leap_jax.sampling.speculative import decode_speculative
             self.trace_counts["decode"] += 1
             prompt_slots = cache.seg.shape[1] - self.max_new_tokens - impl.speculate
             return decode_speculative(prep(params), config, cache, logits, tokens, lengths, active, rng,
@@ -429,8 +309,7 @@ class Sampler:
                                       max_new_tokens=self.max_new_tokens, prompt_slots=prompt_slots,
                                       ngrams=impl.draft_ngrams, k=impl.speculate, padding=impl.padding,
                                       pad_id=self.pad_id, unroll=impl.unroll, rng_impl=impl.rng_impl,
-                                      attn_impl=impl.attention, attention_lengths=impl.attention_lengths,
-                                      skip_done_rows=impl.skip_done_rows, filtered=filtered,
+                                      attn_impl=impl.attention, skip_done_rows=impl.skip_done_rows, filtered=filtered,
                                       exit_live=exit_live, compact_factor=impl.compact_factor)
 
         self.prefill_jit = jax.jit(prefill_fn, donate_argnums=(1,))
@@ -438,11 +317,6 @@ class Sampler:
         self.decode_speculative_jit = jax.jit(decode_speculative_fn, donate_argnums=(1,),
                                               static_argnames=("filtered",))
         self.decode_jit = jax.jit(decode_fn, donate_argnums=(1,), static_argnames=("filtered",))
-        # batching="continuous": the prompt store is read, the slot cache (and kv_reuse's keep
-        # cache, None without it) donated
-        self.decode_continuous_jit = jax.jit(decode_continuous_fn, donate_argnums=(1, 3),
-                                             static_argnames=("filtered",))
-        self._pool: dict[str, tuple[tuple[int, int], KVCache]] = {}  # continuous: store, slots
 
         # kv_reuse: kept caches by conversation id; copying kept rows into a new cache, and the
         # prefill of a later turn's new tokens on top of them (sampling/prefix.py)
@@ -461,7 +335,7 @@ class Sampler:
         self.place_jit = jax.jit(place_fn, donate_argnums=(0,), static_argnames=("reset",))
         self.prefill_delta_jit = jax.jit(prefill_delta_fn, donate_argnums=(1,),
                                          static_argnames=("prompt_slots",))
-        self._last_steps: int | None = None  # continuous: decode steps of the last call
+        self._last_steps: int | None = None  # speculative: loop iterations of the last call
 
     # -- helpers
     def _get_cache(self, batch: int, slots: int) -> KVCache:
@@ -475,16 +349,6 @@ class Sampler:
                 cache = unstack_cache(cache)
         self._cache = None
         return cache
-
-    def _pooled_cache(self, name: str, batch: int, slots: int) -> KVCache:
-        """`_get_cache` for the continuous path's two buffers (the prompt store, the slot cache):
-        taken out of the pool; the caller puts it back after the call."""
-        held = self._pool.pop(name, None)
-        if held is not None and held[0] == (batch, slots):
-            return held[1]
-        del held  # free the old shape's buffer before allocating the new one
-        cache = init_cache(self.config, batch, slots, self.cache_dtype)
-        return unstack_cache(cache) if self.impl.layer_loop == "unrolled" else cache
 
     def with_impl(self, impl: DecodeImpl) -> Sampler:
         """A new Sampler of the same model, buckets and budgets that decodes with `impl`."""
@@ -525,18 +389,13 @@ class Sampler:
         """Array-level generate for one already-padded chunk: tokens [B, P] (left- or
         right-padded to match `impl.padding`), lengths [B], active [B]; B and P must be buckets.
         budgets [B]: each row's new-token budget (None: the sampling's max_new_tokens for all);
-        exit_live: end the decode once at most this many rows still generate (static batching)."""
+        exit_live: end the decode once at most this many rows still generate."""
         b, p = tokens.shape
         if b not in self.batch_buckets or p not in self.prompt_buckets:
             raise ValueError(f"padded shape {(b, p)} must use a batch bucket {self.batch_buckets} "
                              f"and a prompt bucket {self.prompt_buckets}")
         max_new = self.call_budget(sampling)
         row_budgets = self._row_budgets(budgets, b, max_new)
-        if self.impl.batching == "continuous":
-            if exit_live:
-                raise ValueError(f"exit_live={exit_live} needs static batching (impl.batching="
-                                 f"{self.impl.batching!r})")
-            return self._generate_continuous(params, tokens, lengths, active, sampling, rng, row_budgets)
         speculate = self.impl.speculate_scope == "all"  # "continued": only kv_reuse's continued rows
         slots = self._static_slots(p, speculate)
         cache = self._get_cache(b, slots)
@@ -576,49 +435,9 @@ class Sampler:
         self.counters["draft_accepted"] += int(accepted)
         return res, cache
 
-    def _generate_continuous(self, params: Params, tokens: np.ndarray | None, lengths: np.ndarray,
-                             active: np.ndarray, sampling: SamplingParams, rng: jax.Array,
-                             max_new: np.ndarray,
-                             prefilled: tuple[jax.Array, KVCache] | None = None) -> DecodeResult:
-        """generate_padded with batching="continuous" (sampling/continuous.py): prefill every row
-        into the prompt store, then decode them through the slot cache. prefilled: (logits, store)
-        already made (kv_reuse's kept K/V + new tokens; tokens None). With kv_reuse the rows' final
-        caches are left in `_cache`, in the static loop's layout, for the caller to keep."""
-        from leap_jax.sampling.continuous import default_slots
-        if prefilled is None:
-            if tokens is None:
-                raise ValueError("_generate_continuous: tokens or prefilled")
-            b, p = tokens.shape
-            store = self._pooled_cache("store", b, p)
-        else:
-            logits, store = prefilled
-            b, p = store.seg.shape
-        cache = self._pooled_cache("slots", default_slots(b, self.impl.slots), p + self.max_new_tokens)
-        keep = self._get_cache(b, p + self.max_new_tokens) if self.impl.kv_reuse else None
-        t0 = time.perf_counter()
-        if prefilled is None:
-            logits, store = self.prefill_jit(params, store, jnp.asarray(tokens, jnp.int32),
-                                             jnp.asarray(lengths, jnp.int32))
-            logits.block_until_ready()
-        t1 = time.perf_counter()
-        res, cache, steps, keep = self.decode_continuous_jit(
-            params, cache, store, keep, logits, jnp.asarray(lengths, jnp.int32), jnp.asarray(active, bool),
-            rng, np.float32(sampling.temperature), np.float32(sampling.top_p),
-            np.int32(sampling.top_k), jnp.asarray(self._stop_array(sampling)), jnp.asarray(max_new),
-            filtered=(sampling.top_k > 0 or sampling.top_p < 1.0) if self.impl.static_filter else None)
-        res.tokens.block_until_ready()
-        t2 = time.perf_counter()
-        self._pool["store"] = ((b, p), store)
-        self._pool["slots"] = ((cache.seg.shape[0], cache.seg.shape[1]), cache)
-        if keep is not None:
-            self._cache = ((b, p + self.max_new_tokens), keep)
-        self._last_steps = int(steps)
-        self.last_timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1}
-        return res
-
     def _count(self, lengths: np.ndarray, finished: np.ndarray, budgets: np.ndarray) -> None:
-        """Add one decode call's rows to `counters` (the static loop ran max(lengths) iterations;
-        the continuous one reports its own decode steps): rows that used their budget without
+        """Add one decode call's rows to `counters` (the plain loop ran max(lengths) iterations;
+        the speculative one reports its own): rows that used their budget without
         stopping are truncated, those an early exit left (`preempt`) preempted."""
         self.counters["decode_calls"] += 1
         if self._last_steps is not None:
@@ -656,9 +475,6 @@ class Sampler:
 
     def _check_preempt(self, preempt: float) -> None:
         check_preempt(preempt)
-        if preempt and self.impl.batching != "static":
-            raise ValueError(f"preempt={preempt} needs static batching; this Sampler has "
-                             f"batching={self.impl.batching!r}")
 
     @staticmethod
     def _row_budgets(budgets: np.ndarray | None, b: int, max_new: int) -> np.ndarray:
@@ -697,7 +513,7 @@ class Sampler:
         kv_reuse they are ignored. `release_conversations` frees kept caches.
         budgets: one new-token budget per prompt, 1..max_new_tokens (None: max_new_tokens each).
         preempt in [0, 1): a chunk's decode ends once at most floor(preempt x its rows) rows still
-        generate (static batching only). Those rows come back neither finished nor at their budget
+        generate. Those rows come back neither finished nor at their budget
         (`preempted`); generating again from prompt + their tokens with the rest of the budget
         continues them, drawing from the same distribution as an uninterrupted decode."""
         max_new = self.call_budget(sampling)
@@ -836,9 +652,7 @@ class Sampler:
         dpad = max(int(plan[2]) for _, plan in rows)  # shorter deltas: more padding, which writes nothing
         # the bucket a full prefill would pick (unless the delta block is longer)
         p = pick_bucket(max(max(a.size for a, _ in rows), dpad), self.prompt_buckets, "prompt length")
-        static = self.impl.batching == "static"  # continuous: a prompt store of P slots
-        cache = (self._get_cache(b, self._static_slots(p, True)) if static
-                 else self._pooled_cache("store", b, p))
+        cache = self._get_cache(b, self._static_slots(p, True))
         t0 = time.perf_counter()
         by_buf: dict[int, list[int]] = collections.defaultdict(list)
         for r, (_, plan) in enumerate(rows):
@@ -865,14 +679,6 @@ class Sampler:
         self.counters["prefill_tokens"] += int(lens[active].sum())
         self.counters["kv_reused_tokens"] += int(offs[active].sum())
         row_budgets = self._row_budgets(budgets, b, max_new)
-        if not static:
-            res = self._generate_continuous(params, None, full, active, sampling, rng, row_budgets,
-                                            prefilled=(logits, cache))
-            if self._cache is None:
-                raise RuntimeError("kv_reuse: the continuous decode left no cache to keep")
-            cache, self._cache = self._cache[1], None
-            self.last_timings["prefill_s"] += t1 - t0
-            return res, cache, p
         context = None
         if self.impl.speculate:  # the drafts look up the whole conversation, not only the delta
             context = np.full((b, p), self.pad_id, np.int32)

@@ -33,9 +33,8 @@ import jax.numpy as jnp
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.decoder import KVCache, Params, forward
 from leap_jax.sampling.compact import compact_rows, compact_size, put_rows, take_rows
+from leap_jax.sampling.decode_base import DecodeResult, gather_logprob, loop_inputs, sample_from_logits, tempered_filtered
 from leap_jax.sampling.decode_impl import check_draft_settings
-from leap_jax.sampling.sampler import (DecodeResult, _gather_logprob, loop_inputs, sample_from_logits,
-                                       tempered_filtered)
 
 
 def lookup_drafts(history: jax.Array, length: jax.Array, ngrams: Sequence[int],
@@ -128,7 +127,7 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
                        stop_ids: jax.Array, max_new: jax.Array, *, max_new_tokens: int, prompt_slots: int,
                        ngrams: Sequence[int], k: int, padding: str = "left", pad_id: int = 0,
                        unroll: int | bool = 1, rng_impl: str = "threefry", attn_impl: str = "einsum",
-                       attention_lengths: bool = True, skip_done_rows: bool = True,
+                       skip_done_rows: bool = True,
                        filtered: bool | None = None, exit_live: jax.Array | int = 0,
                        compact_factor: int = 1) -> tuple[DecodeResult, KVCache, jax.Array, jax.Array]:
     """`sampler.decode` with prompt-lookup drafts verified k at a time (see the module docstring).
@@ -161,7 +160,7 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
     live0 = active
     stop0 = live0 & is_stop(tok0)
     out_tok = jnp.full((b, n), pad_id, jnp.int32).at[:, 0].set(jnp.where(live0, tok0, pad_id))
-    out_lp = jnp.zeros((b, n), jnp.float32).at[:, 0].set(jnp.where(live0, _gather_logprob(logits, tok0), 0.0))
+    out_lp = jnp.zeros((b, n), jnp.float32).at[:, 0].set(jnp.where(live0, gather_logprob(logits, tok0), 0.0))
     hist = hist.at[jnp.arange(b), jnp.minimum(lens, width - 1)].set(tok0)
     gen = live0.astype(jnp.int32)  # tokens generated (and recorded) per row
     done = ~active | stop0 | (max_new <= 1)
@@ -188,7 +187,7 @@ def decode_speculative(params: Params, config: ModelConfig, cache: KVCache, logi
             slot = base_r + gen - 1
             pos = (lens_r + gen - 1)[:, None] + cols
             lg, cache = forward(params, config, inp, pos, cache=cache, cache_index=slot, unroll=unroll,
-                                attn_impl=attn_impl, attention_lengths=attention_lengths,
+                                attn_impl=attn_impl,
                                 live_rows=~done if skip_done_rows else None)
             # accept_drafts reads the draft up to dlen only
             n_acc, nxt = accept_drafts(lg, draft, dlen, jax.random.fold_in(rng, it), temperature, top_p, top_k,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 
+from jax import monitoring
+
 COMPILE_EVENTS = frozenset({
     "/jax/core/compile/jaxpr_trace_duration",
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -30,7 +32,6 @@ def compile_seconds() -> float:
     """Total compile seconds seen since the first call (which registers the listener)."""
     with _lock:
         if not _state["registered"]:
-            from jax import monitoring
             monitoring.register_event_duration_secs_listener(_listener)
             _state["registered"] = True
         return _state["seconds"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from leap_jax.rl.options import AGGREGATION_MODES, check_threshold, dcp_band
+from leap_jax.rl.options import AGGREGATION_MODES, DEFAULT_T_MAX, DEFAULT_T_MIN, check_threshold, dcp_band
 from leap_jax.sampling.params import check_preempt
 from leap_jax.train.algorithms import ALGORITHMS
 from leap_jax.train.config_env import EnvCfg, TasksCfg
@@ -64,15 +64,16 @@ class RolloutCfg:
     feedback_budget_chars: int = 800
     max_context_tokens: int = 4096  # rows whose next prompt would exceed this stop early
     overlap: bool = True  # evaluate one chunk while the next generates
-    overlap_chunks: int = 2
-    # opt-in: a row's next turn generates as soon as its group's DCP decision (turn 1) or its own
-    # result (later turns) is in, next to other rows' earlier turns (leap_jax/rollout/pipelined.py);
-    # training rollouts only (evaluation stays turn by turn)
-    pipeline_turns: bool = False
-    # opt-in, with pipeline_turns and sampling.batching=static: a generate call ends once at most this
+    overlap_chunks: int = 1
+    # a row's next turn generates as soon as its group's DCP decision (turn 1) or its own result
+    # (later turns) is in, next to other rows' earlier turns (leap_jax/rollout/pipelined.py; the same
+    # distribution); training rollouts only (evaluation stays turn by turn). The defaults here are the
+    # measured-fast path (docs/options.md)
+    pipeline_turns: bool = True
+    # with pipeline_turns: a generate call ends once at most this
     # fraction of its rows still generate; those continue from their tokens so far in a later call,
     # next to newly ready turns, instead of holding back the rows that stopped (0 = off)
-    preempt: float = 0.0
+    preempt: float = 0.25
     # opt-in 1, with pipeline_turns: a step's turn-T evaluations finish while the next step generates,
     # and the update on its rollouts comes one step later, from a policy one update newer than the one
     # that sampled them (the loss's ratio to the sampler's log-probs, clipped, corrects for it); the
@@ -93,7 +94,8 @@ class RolloutCfg:
             raise ConfigError(str(e)) from None
         if self.preempt and not self.pipeline_turns:
             raise ConfigError(f"rollout.preempt={self.preempt} continues cut rows in later calls of the "
-                              "pipelined rollout; it needs rollout.pipeline_turns=true")
+                              "pipelined rollout; it needs rollout.pipeline_turns=true (without pipelining, "
+                              "set rollout.preempt=0)")
         choice(self.update_lag, (0, 1), "rollout.update_lag")
         if self.update_lag and not self.pipeline_turns:
             raise ConfigError(f"rollout.update_lag={self.update_lag} lets the next step generate while the "
@@ -124,10 +126,11 @@ class AlgorithmCfg:
 @dataclass
 class DCPCfg:
     """Debug a group iff t_min <= n_fail <= t_max (leap_jax.rl.dcp): an int is a count of failed
-    rows, a float in [0, 1] a fraction of the group's valid rows; t_max=None means G-1 (only
-    all-failed groups are hopeless). Defaults are the paper's t_min=4, t_max=7 for G=8."""
-    t_min: int | float = 0.5
-    t_max: int | float | None = None
+    rows, a float in [0, 1] a fraction of the group's valid rows; t_max=None means one fewer than the
+    group's valid rows (G-1 when none is masked: only all-failed groups are hopeless). The defaults
+    (rl.options) are the paper's t_min=4, t_max=7 for G=8."""
+    t_min: int | float = DEFAULT_T_MIN
+    t_max: int | float | None = DEFAULT_T_MAX
     history: bool = False  # per-task recovery-rate history (extension; off keeps paper behaviour)
 
     def check(self, group_size: int, uses_dcp: bool) -> None:
@@ -192,7 +195,7 @@ class OptimizerCfg:
     # the update's (and old log-probs') attention: einsum (fp32 scores in query chunks), cudnn (the
     # fused GPU kernel, bf16/fp16 models), dpa (jax.nn.dot_product_attention's XLA form) or auto
     # (cudnn where it runs, einsum elsewhere: `layers.resolve_attention`)
-    attention: str = "einsum"
+    attention: str = "auto"
 
     def check(self) -> None:
         positive(self.lr, "optimizer.lr")
@@ -265,9 +268,6 @@ def validate(cfg: Config) -> None:
     cfg.sampling.check()
     r, a = cfg.rollout, cfg.algorithm
     r.check()
-    if r.preempt and cfg.sampling.batching != "static":
-        raise ConfigError(f"rollout.preempt={r.preempt} ends a static decode loop early; it needs "
-                          f"sampling.batching=static (got {cfg.sampling.batching!r})")
     a.check()
     spec = ALGORITHMS[a.name]
     if spec.needs_group and r.group_size < 2:

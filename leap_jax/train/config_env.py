@@ -9,6 +9,7 @@ from kernels_env.core.config import BACKENDS, POOL_MODES, RAY_MIN_HEARTBEAT_S, S
 from kernels_env.tasks.generated.grammar import CURRENT_FAMILY_VERSION, FAMILY_VERSIONS
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
+_ENV = EnvConfig()  # the environment's defaults: the `env:` section's judging fields default to them
 
 @dataclass
 class EnvCfg:
@@ -18,29 +19,39 @@ class EnvCfg:
     exec_workers_per_gpu: int | None = None  # evaluation processes per GPU (None: the pool's default, 3)
     compile_workers: int | None = None
     cache: bool = True
-    sizes: str = "eval"  # eval | small
-    correctness_trials: int = 5
+    # kernels_env's EnvConfig, field by field (its docstrings say what each does); `seed` is train.seed,
+    # `timing` the trainer's choice below, the stage limits the *_timeout fields
+    sizes: str = _ENV.sizes  # eval | small
+    correctness_trials: int = _ENV.correctness_trials
     # draw correctness trials over each input buffer's declared domain, edges and a structured trial
     # (EnvConfig.input_domains); false reproduces the legacy draws bit for bit
-    input_domains: bool = True
+    input_domains: bool = _ENV.input_domains
     # judge a trial's inputs by a keyed checksum read back with its other checks (EnvConfig.input_checksums,
     # CuPy only); false draws them again and compares: same results, more host round trips
-    input_checksums: bool = True
+    input_checksums: bool = _ENV.input_checksums
     # score on a GPU whose kernels can read the process's host memory (HMM/ATS; EnvConfig's field of the
     # same name): false refuses such a host, true accepts the risk (trusted kernels only)
-    allow_host_memory_access: bool = False
+    allow_host_memory_access: bool = _ENV.allow_host_memory_access
     # "auto": training rollouts are timed only when the algorithm's reward reads speedups
     # (algorithms.reward_reads_speedup); evaluations are always timed (fast_p). true/false: all
     timing: bool | str = "auto"
-    warmup_runs: int = 3
-    min_timed_runs: int = 10
-    timed_runs: int = 500  # the most timed runs; timing stops earlier once the median is tight
-    timing_ci_rel_width: float = 0.03
-    timing_budget_s: float = 1.0
-    arch: str | None = None
-    compile_timeout: float = 30.0
-    correctness_timeout: float = 30.0
-    timing_timeout: float = 60.0
+    warmup_runs: int = _ENV.warmup_runs
+    min_timed_runs: int = _ENV.min_timed_runs
+    timed_runs: int = _ENV.timed_runs  # the most timed runs; timing stops earlier once the median is tight
+    timing_ci_rel_width: float = _ENV.timing_ci_rel_width
+    timing_budget_s: float = _ENV.timing_budget_s
+    arch: str | None = _ENV.arch
+    flush_l2: bool = _ENV.flush_l2
+    suspicious_speedup: float = _ENV.suspicious_speedup
+    max_log_chars: int = _ENV.max_log_chars
+    cpu_compiler: str = _ENV.cpu_compiler
+    cpu_opt_level: str = _ENV.cpu_opt_level
+    cache_expected: bool = _ENV.cache_expected
+    expected_cache_bytes: int = _ENV.expected_cache_bytes
+    parse_timeout: float = _ENV.limits.parse
+    compile_timeout: float = _ENV.limits.compile
+    correctness_timeout: float = _ENV.limits.correctness
+    timing_timeout: float = _ENV.limits.timing
     jax_mem_fraction: float = 0.5  # XLA_PYTHON_CLIENT_MEM_FRACTION, leaves room for CuPy workers
     jax_preallocate: bool = False
     # pool_mode=ray (kernels_env/schedule/ray_pool.py): the cluster ("HEAD:6379", "ray://HEAD:10001";
@@ -85,6 +96,10 @@ class EnvCfg:
         if self.ray_address is not None and self.pool_mode != "ray":
             raise ConfigError(f"env.ray_address={self.ray_address!r} is set but env.pool_mode={self.pool_mode!r}: "
                               "set env.pool_mode=ray to evaluate on the cluster, or drop env.ray_address")
+        try:  # the judging fields' values and how they combine are EnvConfig's rules; named as config keys
+            self.env_config(timing=self.timing is not False, seed=0)
+        except ValueError as e:
+            raise ConfigError("env." + str(e).removeprefix("EnvConfig.")) from e
 
     def pool_kwargs(self) -> dict[str, Any]:
         """EvalPool's arguments of these settings (all but `config`): the one place pools are built from."""
@@ -107,7 +122,11 @@ class EnvCfg:
                          allow_host_memory_access=self.allow_host_memory_access, timing=timing, warmup_runs=self.warmup_runs,
                          min_timed_runs=self.min_timed_runs, timed_runs=self.timed_runs,
                          timing_ci_rel_width=self.timing_ci_rel_width, timing_budget_s=self.timing_budget_s,
-                         seed=seed, limits=StageLimits(compile=self.compile_timeout,
+                         flush_l2=self.flush_l2, suspicious_speedup=self.suspicious_speedup,
+                         max_log_chars=self.max_log_chars, cpu_compiler=self.cpu_compiler,
+                         cpu_opt_level=self.cpu_opt_level, cache_expected=self.cache_expected,
+                         expected_cache_bytes=self.expected_cache_bytes,
+                         seed=seed, limits=StageLimits(parse=self.parse_timeout, compile=self.compile_timeout,
                                                        correctness=self.correctness_timeout,
                                                        timing=self.timing_timeout))
 

@@ -2,22 +2,14 @@
 range checks of its own fields (`check()`); rules across sections live in `config.validate`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+from leap_jax.sampling.decode_impl import TRAINER_DECODE, DecodeImpl
+from leap_jax.sampling.params import SamplingParams
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
-if TYPE_CHECKING:
-    from leap_jax.sampling.decode_impl import DecodeImpl
-    from leap_jax.sampling.params import SamplingParams
-
 DTYPES = ("float32", "bfloat16", "float16")
-# = leap_jax.sampling.decode_impl.BATCHINGS, spelled out so config checks import no JAX
-# (tests/leap_jax/test_continuous_batching.py checks they agree)
-BATCHINGS = ("static", "continuous")
-# = ("auto", *leap_jax.models.layers.ATTN_IMPLS), spelled out for the same reason (same test)
-ATTENTIONS = ("auto", "einsum", "reduce", "dpa", "cudnn")
 
 
 @dataclass
@@ -81,48 +73,27 @@ class SamplingCfg:
     max_new_tokens: int = 256
     # sampler shape buckets (each (batch, prompt) bucket pair compiles prefill + decode once):
     # "coarse" = batch sizes max_batch/4, /2, /1 and prompt lengths 512, 1024, ... (few compilations,
-    # padding rows are inactive); "fine" = every power of two (the former behaviour, less padding)
+    # padding rows are inactive); "fine" = every power of two (less padding, more compilations)
     buckets: str = "coarse"
     batch_buckets: list[int] = field(default_factory=list)  # explicit batch buckets (overrides `buckets`)
     prompt_buckets: list[int] = field(default_factory=list)  # explicit prompt buckets (overrides `buckets`)
-    # decode loop options of the Sampler (leap_jax.sampling.sampler.decode): consecutive while_loops
-    # with growing static KV windows, and decode steps per loop test; tokens are the same either way
-    decode_segments: int = 1
-    steps_per_iter: int = 4  # H200, 26M policy, batch 64: 0.49 ms/step vs 0.58 with 1 (decode_profile.py)
-    # opt-in continuous batching (DecodeImpl.batching / .slots, leap_jax/sampling/continuous.py):
-    # "continuous" decodes each generate call's rows through `slots` decode slots (0 = half the
-    # batch bucket), a slot taking the next row when its row stops (the trainer's Sampler reads
-    # `decode_impl()`)
-    batching: str = "static"
-    slots: int = 0
-    # opt-in KV reuse across turns (DecodeImpl.kv_reuse, leap_jax/sampling/prefix.py): the sampler
-    # keeps each rollout conversation's KV cache between its turns and a debugging turn prefills only
-    # its feedback (not the prompt and earlier turns again); costs the kept caches' memory between
-    # turns (at most every row's cache of the previous turn; with batching=continuous also a cache of
-    # every row of a call, which continuous batching alone does not allocate).
-    kv_reuse: bool = False
-    # the decode step's attention (models.layers.attention): einsum, reduce, dpa, cudnn (the fused
-    # GPU kernel) or auto (cudnn where it runs, einsum elsewhere); the tokens are the same up to rounding
-    attention: str = "einsum"
-    # the prefills' attention (whole prompts and kv_reuse's deltas): einsum, dpa, cudnn or auto
-    prefill_attention: str = "einsum"
-    # with attention dpa / cudnn: skip each row's unwritten cache tail, and rows that have stopped
-    # (the same tokens; off to compare)
-    attention_lengths: bool = True
-    skip_done_rows: bool = True
-    # static batching: once at most 1/compact_factor of a decode call's rows still generate, the loop
-    # continues with those rows alone in a batch that much smaller (leap_jax/sampling/compact.py;
-    # one more compiled loop body per batch bucket); 1 = off
-    compact_factor: int = 1
-    # opt-in speculative decoding (DecodeImpl.speculate, leap_jax/sampling/speculative.py): up to
-    # `speculate` tokens a row drafted by prompt lookup (n-gram sizes `draft_ngrams`) and verified in
-    # one forward pass; the same tokens (greedy) and distribution. Needs steps_per_iter 1 and static
-    # batching; combines with kv_reuse and compaction; 0 = off
-    speculate: int = 0
-    draft_ngrams: list[int] = field(default_factory=lambda: [4, 3, 2])
-    # which decode calls speculate: all, or continued (with kv_reuse: debugging turns and preempted
-    # rows only; first turns run the plain loop with steps_per_iter)
-    speculate_scope: str = "all"
+    # The Sampler's decode (DecodeImpl, leap_jax/sampling/decode_impl.py, where each switch is described):
+    # its defaults are TRAINER_DECODE's, the measured-fast path (docs/options.md), written once there.
+    # steps_per_iter: decode steps per loop test; kv_reuse: a later turn prefills only its new tokens on
+    # the conversation's kept cache; attention / prefill_attention: einsum, reduce (decode only), dpa,
+    # cudnn or auto (cudnn where it runs, einsum elsewhere); skip_done_rows: the fused attentions skip
+    # stopped rows; compact_factor: the live rows continue alone in a batch that much smaller (1 = off);
+    # speculate: prompt-lookup drafts verified in one pass (0 = off), for all calls or only the rows
+    # that continue a kept conversation (speculate_scope: all | continued)
+    steps_per_iter: int = TRAINER_DECODE.steps_per_iter
+    kv_reuse: bool = TRAINER_DECODE.kv_reuse
+    attention: str = TRAINER_DECODE.attention
+    prefill_attention: str = TRAINER_DECODE.prefill_attention
+    skip_done_rows: bool = TRAINER_DECODE.skip_done_rows
+    compact_factor: int = TRAINER_DECODE.compact_factor
+    speculate: int = TRAINER_DECODE.speculate
+    draft_ngrams: list[int] = field(default_factory=lambda: list(TRAINER_DECODE.draft_ngrams))
+    speculate_scope: str = TRAINER_DECODE.speculate_scope
 
     def check(self) -> None:
         positive(self.temperature, "sampling.temperature", allow_zero=True)
@@ -131,8 +102,6 @@ class SamplingCfg:
         positive(self.top_k, "sampling.top_k", allow_zero=True)
         positive(self.max_new_tokens, "sampling.max_new_tokens")
         choice(self.buckets, ("coarse", "fine"), "sampling.buckets")
-        choice(self.batching, BATCHINGS, "sampling.batching")
-        choice(self.attention, ATTENTIONS, "sampling.attention")
         try:  # the decode options' values and how they combine are DecodeImpl's rules; named as config keys
             self.decode_impl()
         except ValueError as e:
@@ -140,18 +109,14 @@ class SamplingCfg:
 
     def decode_impl(self) -> DecodeImpl:
         """The Sampler's DecodeImpl of this section."""
-        from leap_jax.sampling.decode_impl import DecodeImpl
-        return DecodeImpl(decode_segments=self.decode_segments, steps_per_iter=self.steps_per_iter,
-                          batching=self.batching, slots=self.slots, kv_reuse=self.kv_reuse,
+        return TRAINER_DECODE.replace(steps_per_iter=self.steps_per_iter, kv_reuse=self.kv_reuse,
                           attention=self.attention, prefill_attention=self.prefill_attention,
-                          attention_lengths=self.attention_lengths,
                           skip_done_rows=self.skip_done_rows, compact_factor=self.compact_factor,
                           speculate=self.speculate, draft_ngrams=tuple(self.draft_ngrams),
                           speculate_scope=self.speculate_scope)
 
     def params(self, stop_token_ids: Sequence[int], temperature: float | None = None) -> SamplingParams:
         """The Sampler's per-call SamplingParams of this section (`temperature` overrides its own)."""
-        from leap_jax.sampling.params import SamplingParams  # imports numpy: only when sampling
         return SamplingParams(temperature=self.temperature if temperature is None else temperature,
                               top_p=self.top_p, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
                               stop_token_ids=tuple(stop_token_ids))

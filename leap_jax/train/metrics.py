@@ -15,6 +15,7 @@ from typing import Any
 METRICS_FILE = "metrics.jsonl"
 EVAL_FILE = "eval.json"
 FINAL_EVAL_FILE = "final_eval.json"  # eval.final_turns: the finished policy with turns of real feedback
+START_EVAL_FILE = "start_eval.json"  # the evaluation before the first update, reusable by eval.start_metrics
 
 
 def _clean(v: Any) -> Any:

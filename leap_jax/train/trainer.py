@@ -12,35 +12,47 @@ import json
 import signal
 import time
 from collections import deque
-from pathlib import Path
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from kernels_env.core.config import EnvConfig
+from kernels_env.schedule.pool import EvalPool
+from kernels_env.tasks import get_task, list_tasks, split_tasks, subsample, task_names
+from kernels_env.tasks.generated import generated_task_names, validation_task_names
+from leap_jax.models import decoder
+from leap_jax.models.bpe import load_trained, train_tokenizer
+from leap_jax.models.chat import stop_token_ids
 from leap_jax.models.config import ModelConfig
+from leap_jax.models.hf import load_hf_checkpoint
+from leap_jax.models.tokenizer import Tokenizer
 from leap_jax.parallel.placement import MeshPlacement
+from leap_jax.rl.dcp import DCPHistory, init_history, update_history
 from leap_jax.rollout.multiturn import (ChatStreams, MultiTurnRollout, RolloutOutput, StartedRollout,
                                         outcome_metrics, select_groups, solved_turns_by_task)
 from leap_jax.rollout.policy import MixedPolicy, Policy, SamplerPolicy, ScriptedPolicy
+from leap_jax.rollout.prompts import prompt_texts
 from leap_jax.sampling.buckets import batch_buckets, prompt_buckets
+from leap_jax.sampling.sampler import Sampler
 from leap_jax.train import algorithms, stopping
 from leap_jax.train.checkpoint import Checkpointer
 from leap_jax.train.compile_clock import compile_seconds
 from leap_jax.train.config import Config, ConfigError, save_config, to_dict
 from leap_jax.train.env_health import check_env_errors, pool_counter_deltas
-from leap_jax.train.metrics import EVAL_FILE, FINAL_EVAL_FILE, MetricsWriter, read_metrics, truncate_metrics
+from leap_jax.train.metrics import EVAL_FILE, FINAL_EVAL_FILE, START_EVAL_FILE, MetricsWriter, read_metrics, truncate_metrics
 from leap_jax.train.update import (build_batch, fill_old_logprobs, init_value_head, make_logprob_fn,
                                    make_optimizer, make_update, make_value_fn, prepare_ppo)
 
-if TYPE_CHECKING:
-    from leap_jax.sampling.sampler import Sampler
+try:  # private JAX API: only to re-read a compilation cache whose dir was set after first use
+    from jax._src import compilation_cache as _jax_compilation_cache
+except ImportError:  # pragma: no cover - the private module moved
+    _jax_compilation_cache = None  # type: ignore[assignment]
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-START_EVAL_FILE = "start_eval.json"  # the evaluation before the first update, reusable by eval.start_metrics
 FINISHED_FILE = "finished.json"  # written when a run reaches train.steps, train.time_budget_s or its plateau
 
 
@@ -49,7 +61,6 @@ def build_tokenizer(cfg: Config, run_dir: Path, tasks: Sequence[Any]):
     """The run's tokenizer. kind=bpe trains a byte-level BPE on the suite's chat-templated prompts and
     solutions (`leap_jax.models.bpe`, ChatML special tokens included) once and caches
     it as RUN_DIR/tokenizer.json."""
-    from leap_jax.models.tokenizer import Tokenizer
     t = cfg.tokenizer
     if t.kind == "hf":
         hf_dir = t.path or cfg.model.path
@@ -60,8 +71,6 @@ def build_tokenizer(cfg: Config, run_dir: Path, tasks: Sequence[Any]):
         if not t.path:
             raise ConfigError("tokenizer.kind=file needs tokenizer.path (a tokenizer.json)")
         return Tokenizer.from_file(t.path, eos_token="<|im_end|>")
-    from leap_jax.models.bpe import load_trained, train_tokenizer
-    from leap_jax.rollout.prompts import prompt_texts
     path = run_dir / "tokenizer.json"
     if not path.is_file():
         return train_tokenizer(prompt_texts(list(tasks), cfg.env.sizes), t.vocab_size, path)
@@ -70,11 +79,8 @@ def build_tokenizer(cfg: Config, run_dir: Path, tasks: Sequence[Any]):
 
 def build_model(cfg: Config, tokenizer: Any, rng: jax.Array) -> tuple[ModelConfig, Any]:
     """(ModelConfig, decoder params): a fresh random decoder, or a local HF checkpoint."""
-    from leap_jax.models import decoder
-    from leap_jax.models.chat import stop_token_ids
     m = cfg.model
     if m.source == "hf":
-        from leap_jax.models.hf import load_hf_checkpoint
         if not m.path:
             raise ConfigError("model.source=hf needs model.path (the local HF model folder)")
         # Master weights in model.param_dtype (float32 by default) whatever the file's dtype: a bf16
@@ -118,9 +124,7 @@ def env_config(cfg: Config, purpose: str = "eval") -> EnvConfig:
 def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
     """(train, held_out) task names from config: generated tasks split by composition, or suite tasks
     (explicit names, else every task of `levels`) or a folder's problem files split by name hash."""
-    from kernels_env.tasks import get_task, split_tasks, task_names
     if cfg.tasks.source == "generated":
-        from kernels_env.tasks.generated import generated_task_names
         t = cfg.tasks
         return (generated_task_names(t.generated_train, seed=t.split_seed, split="train", version=t.generated_version),
                 generated_task_names(t.generated_held_out, seed=t.split_seed, split="held_out",
@@ -150,7 +154,6 @@ def validation_tasks(cfg: Config) -> list[str]:
     t = cfg.tasks
     if t.source != "generated" or not t.generated_validation:
         return []
-    from kernels_env.tasks.generated import validation_task_names
     return validation_task_names(t.generated_validation, t.generated_held_out, seed=t.split_seed,
                                  version=t.generated_version)
 
@@ -194,11 +197,8 @@ def enable_compile_cache(cfg: Config, run_dir: Path) -> str | None:
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    try:  # a cache first used (and found disabled) before the dir was set must be re-read
-        from jax._src import compilation_cache as _cc
-        _cc.reset_cache()
-    except Exception:  # pragma: no cover - private API moved
-        pass
+    if _jax_compilation_cache is not None:  # a cache first used (and found disabled) before the dir was set
+        _jax_compilation_cache.reset_cache()  # must be re-read
     return str(path)
 
 
@@ -233,7 +233,6 @@ class Trainer:
         save_config(cfg, self.run_dir / "config.yaml")
         self.train_tasks, self.held_out = select_tasks(cfg)
         self.validation = validation_tasks(cfg)  # what the plateau rule may read; never reported
-        from kernels_env.tasks import get_task
         all_tasks = [get_task(n) for n in sorted(set(self.train_tasks) | set(self.held_out))]
         self.tokenizer = build_tokenizer(cfg, self.run_dir, all_tasks)
         key = jax.random.key(cfg.train.seed)
@@ -263,7 +262,6 @@ class Trainer:
         self.cursor = {"epoch": 0, "pos": 0}
         self.dcp_history: dict[str, Any] | None = None
         if cfg.dcp.history:
-            from leap_jax.rl.dcp import init_history
             h = init_history(max(len(self.train_tasks), 1))
             self.dcp_history = {"debugged": h.debugged, "recovered": h.recovered}
         self.env_config = env_config(cfg, "train")  # training rollouts
@@ -297,12 +295,10 @@ class Trainer:
     # -- components built lazily (eval and train need different ones) --
     def _pool(self) -> Any:
         if self.evaluator is None:
-            from kernels_env.schedule.pool import EvalPool
             self.evaluator = EvalPool(**self.cfg.env.pool_kwargs(), config=self.env_config)
         return self.evaluator
 
     def _sampler_policy(self, sampling: Any) -> SamplerPolicy:
-        from leap_jax.sampling.sampler import Sampler
         r = self.cfg.rollout
         if self._sampler is None:
             max_batch = max(r.prompts_per_step * r.group_size, 1)
@@ -517,7 +513,6 @@ class Trainer:
         return m
 
     def _update_history(self, out: RolloutOutput, tasks: list[str]) -> None:
-        from leap_jax.rl.dcp import DCPHistory, update_history
         if self.dcp_history is None:
             raise RuntimeError("_update_history: no DCP history (the algorithm does not use DCP)")
         ids = np.asarray([self.train_tasks.index(t) for t in tasks], np.int32)
@@ -698,7 +693,6 @@ class Trainer:
 
     def eval_tasks(self, names: Sequence[str]) -> list[str]:
         """The tasks an evaluation of a split measures: all, or eval.max_tasks of them (fixed sample)."""
-        from kernels_env.tasks import subsample
         return subsample(names, self.cfg.eval.max_tasks, self.cfg.tasks.split_seed)
 
     def final_evaluation(self) -> dict[str, Any] | None:
@@ -729,7 +723,6 @@ class Trainer:
     def _final_splits(self) -> list[tuple[str, list[str]]]:
         splits = [("heldout", self.eval_tasks(self.held_out)), ("train_eval", self.eval_tasks(self.train_tasks))]
         if self.cfg.eval.final_suite:
-            from kernels_env.tasks import list_tasks
             splits.append(("suite", [t.name for t in list_tasks()]))
         return [(name, tasks) for name, tasks in splits if tasks]
 

@@ -55,6 +55,25 @@ def test_score_format_error_and_json(tmp_path):
     assert code == 1 and d["status"] == "format_error" and d["task"] == t.name
 
 
+def test_feedback_chars_and_timing_budget(capsys, tmp_path):
+    """--feedback-chars cuts the printed feedback; --timing-budget sets EnvConfig.timing_budget_s; the old
+    --budget (which meant feedback characters) is refused with both new names."""
+    from kernels_env.cli import _config, build_parser
+    t = list_tasks()[0]
+    f = tmp_path / "answer.md"
+    f.write_text("I could not write it. " * 20)
+    _, full = run(["score", "--task", t.name, str(f), "--backend", "cpu", "--inline"])
+    _, cut = run(["score", "--task", t.name, str(f), "--backend", "cpu", "--inline", "--feedback-chars", "40"])
+    printed = [text.split("\n[status=")[0].rstrip("\n") for text in (cut, full)]
+    assert len(printed[0]) <= 40 < len(printed[1]) and printed[0].endswith("[... feedback truncated]")
+    args = build_parser().parse_args(["score", "--task", t.name, "x.md", "--timing-budget", "2.5"])
+    assert _config(args).timing_budget_s == 2.5
+    assert _config(build_parser().parse_args(["score", "--task", t.name, "x.md"])).timing_budget_s == 1.0
+    code, _ = run(["score", "--task", t.name, str(f), "--budget", "40"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--feedback-chars" in err and "--timing-budget" in err
+
+
 def test_score_missing_file(capsys, tmp_path):
     code, _ = run(["score", "--task", list_tasks()[0].name, str(tmp_path / "nope.md")])
     assert code == 2 and "cannot read submission file" in capsys.readouterr().err

@@ -15,8 +15,8 @@ from leap_jax.sampling import compact
 from leap_jax.sampling.decode_impl import DecodeImpl
 from leap_jax.sampling.params import SamplingParams
 from leap_jax.train.config import ConfigError, load_config
-from tests.leap_jax.test_continuous_batching import (TEMP, TOP_K, assert_pairs_follow, assert_same, make,
-                                                     stop_settings, top_k_dist)
+from tests.leap_jax.decode_helpers import (TEMP, TOP_K, assert_pairs_follow, assert_same, make,
+                                           stop_settings, top_k_dist)
 from tests.leap_jax.test_decoder import CFG, random_params
 # _fp32_matmuls: the static sampler tests' autouse fixture (fp32 matmuls on every backend)
 from tests.leap_jax.test_sampler import _fp32_matmuls, ref_logits  # noqa: F401
@@ -147,17 +147,11 @@ def test_sampled_pairs_follow_the_model_distribution(params, prompts):
 
 
 def test_validation_and_config():
-    assert DecodeImpl().compact_factor == 1  # off by default
+    assert DecodeImpl().compact_factor == 1  # off in the library's Sampler, on in the trainer's config
+    assert load_config(None, []).sampling.compact_factor == 4
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="compact_factor="):
             DecodeImpl(compact_factor=bad)
-    with pytest.raises(ValueError, match="compact_factor=2 needs batching='static' and decode_segments=1"):
-        DecodeImpl(compact_factor=2, decode_segments=2)
-    with pytest.raises(ValueError, match="compact_factor=2 needs batching='static'"):
-        DecodeImpl(compact_factor=2, batching="continuous")
     assert load_config(None, ["sampling.compact_factor=4"]).sampling.decode_impl().compact_factor == 4
-    with pytest.raises(ConfigError, match="sampling.compact_factor=2 needs batching='static' and decode_segments=1, "
-                                          "got batching='continuous'"):
-        load_config(None, ["sampling.compact_factor=2", "sampling.batching=continuous"])
     with pytest.raises(ConfigError, match="sampling.compact_factor"):
         load_config(None, ["sampling.compact_factor=0"])

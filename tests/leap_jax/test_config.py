@@ -99,6 +99,43 @@ def test_base_inheritance(tmp_path):
         load_config(tmp_path / "c.yaml")
 
 
+def _flat(d: dict, prefix: str = "") -> dict[str, object]:
+    """{"a.b": value} of a nested mapping's leaves."""
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+@pytest.mark.parametrize("setting", ["experiment", "generated", "presets/headline_2026-12"])
+def test_a_settings_arm_changes_only_what_its_arm_file_names(setting):
+    """Setting x arm: each <setting>/<arm>.yaml is the setting's common.yaml with arms/<arm>.yaml over
+    it, so the arm file (plus the few keys the setting's arm file sets itself) shows all an arm changes."""
+    folder = CONFIG_DIR / setting
+    common = _flat(to_dict(load_config(folder / "common.yaml")))
+    for arm in EXPERIMENT_ARMS:
+        raw = yaml.safe_load((folder / f"{arm}.yaml").read_text())
+        arm_file = (CONFIG_DIR / "arms" / f"{arm}.yaml")
+        assert [(folder / b).resolve() for b in raw.pop("base")] == [folder / "common.yaml", arm_file]
+        named = set(_flat(yaml.safe_load(arm_file.read_text()))) | set(_flat(raw))
+        resolved = _flat(to_dict(load_config(folder / f"{arm}.yaml")))
+        changed = {k for k, v in resolved.items() if common.get(k) != v}
+        assert resolved["algorithm.name"] == arm
+        assert changed <= named, f"{setting}/{arm}.yaml changes {sorted(changed - named)} that no arm file names"
+
+
+def test_defaults_take_the_measured_fast_path():
+    """The code's defaults are the fast path wherever it samples the same tokens or distribution
+    (docs/options.md); the headline preset keeps the settings that page ran with."""
+    cfg = load_config(None)
+    s, r = cfg.sampling, cfg.rollout
+    assert (s.kv_reuse, s.attention, s.prefill_attention, s.compact_factor, s.speculate, s.speculate_scope) == \
+        (True, "auto", "auto", 4, 8, "continued")
+    assert (r.pipeline_turns, r.preempt, r.overlap_chunks, cfg.optimizer.attention) == (True, 0.25, 1, "auto")
+    preset = load_config(CONFIG_DIR / "presets" / "headline_2026-12" / "leap.yaml")
+    assert (preset.sampling.kv_reuse, preset.sampling.speculate, preset.rollout.pipeline_turns) == (False, 0, False)
+
+
 def test_experiment_arms_differ_only_in_the_algorithm():
     """Every arm of configs/experiment starts from the same policy, samples, splits, evaluates and
     trains for the same time; only the algorithm (and its DCP / reward settings) differs."""
@@ -113,3 +150,25 @@ def test_experiment_arms_differ_only_in_the_algorithm():
         assert d["train"]["time_budget_s"] == ref["train"]["time_budget_s"]
     assert ref["model"]["remat"] is True  # the update of 8 x 4096-token rows needs it (32 GiB without)
     assert {d["algorithm"]["name"] for d in arms.values()} >= {"leap", "multiturn", "grpo", "trloo"}
+
+
+def test_the_env_section_sets_every_field_of_the_environments_config():
+    """`env:` builds kernels_env's EnvConfig in one place: each of its fields is settable (seed from
+    train.seed, timing resolved by the trainer, the stage limits from *_timeout), defaults are EnvConfig's
+    own, and EnvConfig's rules reject a bad value under its config key."""
+    import dataclasses
+
+    from kernels_env.core.config import EnvConfig, StageLimits
+    assert load_config(None, []).env.env_config(True, 0) == EnvConfig()
+    values = {"flush_l2": False, "suspicious_speedup": 5.0, "max_log_chars": 100, "cpu_opt_level": "-O2",
+              "cache_expected": False, "expected_cache_bytes": 1024, "timing_budget_s": 2.0, "arch": "sm_80"}
+    cfg = load_config(None, [f"env.{k}={v}" for k, v in values.items()]
+                      + ["env.parse_timeout=3", "env.timing_timeout=9"])
+    env = cfg.env.env_config(False, 7)
+    assert {k: getattr(env, k) for k in values} == values and (env.seed, env.timing) == (7, False)
+    assert env.limits == StageLimits(parse=3.0, timing=9.0)
+    mapped = {"seed", "timing", "limits", "backend"}
+    settable = {f.name for f in dataclasses.fields(type(cfg.env))}
+    assert {f.name for f in dataclasses.fields(EnvConfig)} - mapped <= settable
+    with pytest.raises(ConfigError, match=r"env.expected_cache_bytes=-1; expected an integer >= 0"):
+        load_config(None, ["env.expected_cache_bytes=-1"])

@@ -13,8 +13,8 @@ import pytest
 from leap_jax.sampling.decode_impl import DecodeImpl
 from leap_jax.sampling.params import SamplingParams
 from leap_jax.sampling.sampler import Sampler
-from tests.leap_jax.test_continuous_batching import (assert_pairs_follow, assert_same, assert_same_rollouts,
-                                                     exact_pair_probs, tiny_chat_policy)
+from tests.leap_jax.decode_helpers import (assert_pairs_follow, assert_same, assert_same_rollouts,
+                                           exact_pair_probs, tiny_chat_policy)
 from tests.leap_jax.test_decoder import CFG, random_params
 # _fp32_matmuls: the static sampler tests' autouse fixture (fp32 matmuls on every backend)
 from tests.leap_jax.test_sampler import _fp32_matmuls  # noqa: F401
@@ -66,8 +66,7 @@ def multi_turn(samplers, params, prompts, sp, turns=3, stop_after_1=(0, 3, 6), s
 
 
 @pytest.mark.parametrize("kw", [{}, dict(layer_loop="scan", fuse=False, steps_per_iter=3),
-                                dict(batching="continuous", slots=2, steps_per_iter=2),
-                                dict(batching="continuous", slots=2, attention="dpa"),
+                                dict(steps_per_iter=2, attention="dpa"),
                                 dict(speculate=4, compact_factor=2, draft_ngrams=(2, 1)),
                                 dict(speculate=4, speculate_scope="continued", steps_per_iter=3),
                                 dict(prefill_attention="dpa")])
@@ -153,10 +152,9 @@ def test_default_is_unchanged_and_validation():
     from leap_jax.train.config import load_config
     from leap_jax.train.config_loader import ConfigError
     cfg = load_config(None, [])
-    assert cfg.sampling.kv_reuse is False and cfg.sampling.decode_impl().kv_reuse is False
-    assert load_config(None, ["sampling.kv_reuse=true"]).sampling.decode_impl().kv_reuse is True
-    impl = load_config(None, ["sampling.kv_reuse=true", "sampling.batching=continuous"]).sampling.decode_impl()
-    assert (impl.kv_reuse, impl.batching) == (True, "continuous")
+    assert cfg.sampling.kv_reuse is True and cfg.sampling.decode_impl().kv_reuse is True  # the trainer's default
+    off = load_config(None, ["sampling.kv_reuse=false", "sampling.speculate_scope=all", "sampling.steps_per_iter=1"])
+    assert off.sampling.decode_impl().kv_reuse is False
     with pytest.raises(ConfigError, match="kv_reuse"):
         load_config(None, ["sampling.kv_reuse=maybe"])
 
@@ -165,7 +163,7 @@ def test_default_is_unchanged_and_validation():
 def test_sampled_pairs_after_reuse_follow_the_model_distribution(params):
     """Turn 2 sampled on a kept cache: chi-square of its (first, second) token pairs against the
     exact distribution, next to the plain path (the control), and the two samples against each other."""
-    from tests.leap_jax.test_continuous_batching import TEMP, TOP_K
+    from tests.leap_jax.decode_helpers import TEMP, TOP_K
     prompt = [11, 42, 7, 80]
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4, stop_token_ids=())
     sp = SamplingParams(temperature=TEMP, top_k=TOP_K, max_new_tokens=2, stop_token_ids=())
@@ -250,11 +248,10 @@ def relu_debug_rollouts(tmp_path, arms, evaluator=_ReluCorrect, max_batch=4):
 
 def test_multiturn_rollout_same_with_kv_reuse(tmp_path):
     """A greedy 3-turn rollout through SamplerPolicy: the same conversations, log-probs and outcomes
-    with the plain static loop and with KV reuse (on continuous batching, whose slots hand their rows'
-    caches to the keep buffer); rows that pass turn 1 stop, the others are debugged, some until the
+    with the plain static loop and with KV reuse; rows that pass turn 1 stop, the others are debugged, some until the
     context limit stops them."""
     outs, samplers = relu_debug_rollouts(tmp_path, [(DecodeImpl(), False),
-                                                    (REUSE.replace(batching="continuous", slots=3), False)])
+                                                    (REUSE.replace(steps_per_iter=2), False)])
     a, b = outs
     turns = a.attempted.sum(axis=-1)
     assert list(turns[:, 0]) == [1, 3, 2]  # relu passes turn 1, tanh is debugged twice, sigmoid once

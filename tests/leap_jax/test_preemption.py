@@ -12,8 +12,8 @@ import pytest
 from leap_jax.sampling.decode_impl import DecodeImpl
 from leap_jax.sampling.params import SamplingParams
 from leap_jax.sampling.sampler import SampleOutput, Sampler, exit_rows
-from tests.leap_jax.test_continuous_batching import (TEMP, TOP_K, assert_pairs_follow, assert_same,
-                                                     exact_pair_probs, stop_settings)
+from tests.leap_jax.decode_helpers import (TEMP, TOP_K, assert_pairs_follow, assert_same,
+                                           exact_pair_probs, stop_settings)
 from tests.leap_jax.test_decoder import CFG, random_params
 # _fp32_matmuls: the static sampler tests' autouse fixture (fp32 matmuls on every backend)
 from tests.leap_jax.test_sampler import _fp32_matmuls  # noqa: F401
@@ -67,7 +67,7 @@ def run_to_the_end(sampler, params, prompts, sp, preempt, kv_reuse=False):
     return SampleOutput(toks, lps, fin), cuts, calls
 
 
-@pytest.mark.parametrize("kw", [{}, dict(steps_per_iter=3), dict(decode_segments=2),
+@pytest.mark.parametrize("kw", [{}, dict(steps_per_iter=3), dict(compact_factor=2),
                                 dict(padding="right"), dict(layer_loop="scan", fuse=False)])
 def test_greedy_cut_rows_continue_to_the_uninterrupted_output(params, prompts, kw):
     ref_sampler = make()
@@ -119,7 +119,7 @@ def test_row_budgets(params, prompts):
     sp = SamplingParams(temperature=0.0, stop_token_ids=())
     ref = make().generate(params, prompts, sp)
     budgets = [1 + (j * 3) % NEW for j in range(len(prompts))]
-    for impl in (DecodeImpl(), DecodeImpl(batching="continuous", slots=3), DecodeImpl(steps_per_iter=4)):
+    for impl in (DecodeImpl(), DecodeImpl(compact_factor=3), DecodeImpl(steps_per_iter=4)):
         s = make(impl)
         out = s.generate(params, prompts, sp, budgets=budgets)
         for j, b in enumerate(budgets):
@@ -156,8 +156,6 @@ def test_validation(params, prompts):
     for bad in (1.0, -0.1, "half", True):
         with pytest.raises(ValueError, match="expected a fraction in"):
             s.generate(params, prompts[:2], sp, preempt=bad)
-    with pytest.raises(ValueError, match="needs static batching"):
-        make(DecodeImpl(batching="continuous")).generate(params, prompts[:2], sp, preempt=0.5)
     assert [exit_rows(0.5, r) for r in (0, 1, 2, 3, 8)] == [0, 0, 1, 1, 4]
     assert exit_rows(0.99, 4) == 3  # always below the chunk's rows: a call generates something
 
@@ -250,7 +248,7 @@ def test_sampler_policy_continues_cut_responses(tmp_path):
     """SamplerPolicy with preempt on the tiny chat policy: cut responses continued with
     `continue_request` end as the uninterrupted responses (tokens, log-probs, text, stop flag)."""
     from leap_jax.rollout.policy import GenRequest, SamplerPolicy, continue_request
-    from tests.leap_jax.test_continuous_batching import tiny_chat_policy
+    from tests.leap_jax.decode_helpers import tiny_chat_policy
     tok, cfg, params, streams, sampling = tiny_chat_policy(tmp_path, ["relu"])
     rng = np.random.default_rng(0)
     requests = [GenRequest(rng.integers(5, tok.vocab_size, int(n)).tolist(), "relu", 1, (0, r, 1))
@@ -333,15 +331,13 @@ def test_config(tmp_path):
     from leap_jax.train.trainer import Trainer
     from tests.leap_jax._trainer_helpers import OracleEvaluator
     from tests.leap_jax.test_trainer import TINY
-    assert load_config(None, []).rollout.preempt == 0.0
+    assert load_config(None, []).rollout.preempt == 0.25  # the default, with turn pipelining
     on = ["rollout.pipeline_turns=true", "rollout.preempt=0.25"]
     assert load_config(None, on).rollout.preempt == 0.25
     with pytest.raises(ConfigError, match="needs rollout.pipeline_turns=true"):
-        load_config(None, ["rollout.preempt=0.25"])
+        load_config(None, ["rollout.pipeline_turns=false", "rollout.preempt=0.25"])
     with pytest.raises(ConfigError, match=r"rollout.preempt=1.0: expected a fraction in \[0, 1\)"):
         load_config(None, ["rollout.pipeline_turns=true", "rollout.preempt=1.0"])
-    with pytest.raises(ConfigError, match="needs sampling.batching=static"):
-        load_config(None, on + ["sampling.batching=continuous"])
     cfg = load_config(None, TINY + [f"train.run_dir={tmp_path}", "sampling.max_new_tokens=8",
                                     "rollout.scripted_mix.enabled=true"] + on)
     tr = Trainer(cfg, evaluator=OracleEvaluator())

@@ -235,8 +235,11 @@ def test_pipelining_overlaps_turns(streams):
 
 
 def test_config_opt_in():
-    assert load_config(None, []).rollout.pipeline_turns is False
-    assert load_config(None, ["rollout.pipeline_turns=true"]).rollout.pipeline_turns is True
+    assert load_config(None, []).rollout.pipeline_turns is True  # the default
+    off = ["rollout.pipeline_turns=false", "rollout.preempt=0"]
+    assert load_config(None, off).rollout.pipeline_turns is False
+    with pytest.raises(ConfigError, match="set rollout.preempt=0"):
+        load_config(None, ["rollout.pipeline_turns=false"])
     with pytest.raises(ConfigError, match="rollout.pipeline_turns=true .* needs rollout.overlap=true"):
         load_config(None, ["rollout.pipeline_turns=true", "rollout.overlap=false"])
     with pytest.raises(ConfigError, match="expected a bool"):
@@ -254,7 +257,7 @@ def test_greedy_rollouts_on_a_tiny_model_are_the_same(tmp_path):
     (to rounding: its calls batch other rows), outcomes and stats, with early stops, truncation and
     context limits."""
     from leap_jax.sampling.decode_impl import DecodeImpl
-    from tests.leap_jax.test_continuous_batching import assert_same_rollouts
+    from tests.leap_jax.decode_helpers import assert_same_rollouts
     from tests.leap_jax.test_kv_reuse import _ReluCorrect, relu_debug_rollouts
 
     arms = [(DecodeImpl(), False), (DecodeImpl(), True), (DecodeImpl(kv_reuse=True), True)]
@@ -275,7 +278,8 @@ def test_the_trainer_pipelines_training_rollouts_only(tmp_path):
     from tests.leap_jax._trainer_helpers import OracleEvaluator
     from tests.leap_jax.test_trainer import TINY
     for on in (False, True):
-        cfg = load_config(None, TINY + [f"train.run_dir={tmp_path / str(on)}", f"rollout.pipeline_turns={on}"])
+        cfg = load_config(None, TINY + [f"train.run_dir={tmp_path / str(on)}", f"rollout.pipeline_turns={on}",
+                                        f"rollout.preempt={0.25 if on else 0}"])
         tr = Trainer(cfg, evaluator=OracleEvaluator())
         assert tr._rollout(4, 3, "dcp").pipeline_turns is on
         assert tr._rollout(4, 3, "all", evaluation=True).pipeline_turns is False

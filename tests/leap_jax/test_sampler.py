@@ -12,7 +12,8 @@ from leap_jax.models.logprobs import token_logprobs
 from leap_jax.sampling.buckets import batch_buckets, pick_bucket, prompt_buckets
 from leap_jax.sampling.decode_impl import DecodeImpl
 from leap_jax.sampling.params import SamplingParams
-from leap_jax.sampling.sampler import Sampler, _filter_top_k_top_p, sample_from_logits
+from leap_jax.sampling.decode_base import _filter_top_k_top_p, sample_from_logits
+from leap_jax.sampling.sampler import Sampler
 from tests.leap_jax.test_decoder import CFG, random_params
 
 NEW = 6
@@ -77,13 +78,6 @@ def test_greedy_equals_repeated_full_forward_argmax(params, sampler, prompts):
     for p, toks, lps, fin in zip(prompts, out.tokens, out.logprobs, out.finished, strict=False):
         assert toks == ref_greedy(params, p, NEW)
         assert len(lps) == NEW and lps.dtype == np.float32 and not fin
-    # Decode split into 4 loops with growing static KV windows: same tokens and log-probs.
-    seg = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, batch_buckets=(4,),
-                  impl=DecodeImpl(decode_segments=4))
-    out4 = seg.generate(params, prompts, GREEDY, rng=0)
-    assert out4.tokens == out.tokens
-    for a, b in zip(out4.logprobs, out.logprobs, strict=False):
-        np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_logprobs_equal_forward_logprobs(params, sampler, prompts):
@@ -140,7 +134,7 @@ def test_changing_sampling_values_does_not_recompile(params, sampler, prompts):
     assert before == {"prefill": 1, "decode": 2}
 
 
-@pytest.mark.parametrize("kw", [dict(steps_per_iter=4), dict(steps_per_iter=3, decode_segments=2),
+@pytest.mark.parametrize("kw", [dict(steps_per_iter=4), dict(steps_per_iter=3),
                                 dict(static_filter=False)])
 def test_loop_variants_give_identical_samples(params, sampler, prompts, kw):
     """Several steps per loop iteration (past-the-end steps discarded) and the per-step cond
@@ -203,7 +197,7 @@ def test_split_batches_and_right_padding(params, prompts):
     many = prompts + [prompts[1][:6], prompts[2][::-1]]  # 6 prompts > max_batch 4
     s = Sampler(CFG, max_batch=4, prompt_buckets=(4, 8), max_new_tokens=NEW,
                 impl=DecodeImpl(padding="right", layer_loop="scan", rng_impl="rbg", attention="reduce",
-                                fuse=False, decode_segments=3))
+                                fuse=False))
     out = s.generate(params, many, GREEDY, 0)
     assert s.trace_counts["decode"] == 2  # two buckets were used (2 and 4 rows, P=8)
     for p, toks in zip(many, out.tokens, strict=False):
@@ -276,10 +270,9 @@ def test_buckets_and_validation(params, sampler):
         sampler.generate(params, [[1]], SamplingParams(stop_token_ids=tuple(range(9))))
 
 
-@pytest.mark.parametrize("attention,lengths", [("dpa", True), ("dpa", False), ("auto", True)])
-def test_dot_product_attention_decode_matches_the_model(params, prompts, attention, lengths):
-    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW,
-                impl=DecodeImpl(attention=attention, attention_lengths=lengths))
+@pytest.mark.parametrize("attention", ["dpa", "auto"])
+def test_dot_product_attention_decode_matches_the_model(params, prompts, attention):
+    s = Sampler(CFG, max_batch=4, prompt_buckets=(8,), max_new_tokens=NEW, impl=DecodeImpl(attention=attention))
     out = s.generate(params, prompts, GREEDY, 0)
     for p, toks in zip(prompts, out.tokens, strict=False):
         assert toks == ref_greedy(params, p, NEW)
@@ -335,7 +328,7 @@ def test_bf16_sampler_on_gpu_variants_agree():
     rng = np.random.default_rng(9)
     prompts = [rng.integers(1, 97, n).tolist() for n in (5, 30, 17, 64, 2)]
     outs = {}
-    variants = {"unrolled": {}, "scan": {"layer_loop": "scan", "decode_segments": 3},
+    variants = {"unrolled": {}, "scan": {"layer_loop": "scan"},
                 "cudnn": {"attention": "cudnn"},  # the fused cuDNN decode attention
                 "cudnn-prefill": {"attention": "cudnn", "prefill_attention": "cudnn"},  # and prefill
                 "auto": {"attention": "auto", "steps_per_iter": 4}}  # what sampling.attention=auto runs
@@ -386,3 +379,37 @@ def test_counters_record_iterations_rows_and_truncation(params, prompts):
     assert c["decode_calls"] == 1 and c["decode_rows"] == 4
     assert c["decode_iterations"] == max(lengths) and c["generated_tokens"] == sum(lengths)
     assert c["truncated_rows"] == sum(not f for f in out.finished) and lengths[0] == 1 and out.finished[0]
+
+
+def test_the_sampling_section_builds_the_decode_impl():
+    """`sampling:`'s decode defaults are TRAINER_DECODE's; every decode knob reaches DecodeImpl, and a bad
+    value is named by its config key."""
+    from leap_jax.sampling.decode_impl import TRAINER_DECODE
+    from leap_jax.train.config import load_config
+    from leap_jax.train.config_loader import ConfigError
+    assert load_config(None, []).sampling.decode_impl() == TRAINER_DECODE  # one default per knob
+    assert TRAINER_DECODE == DecodeImpl(steps_per_iter=4, kv_reuse=True, attention="auto", prefill_attention="auto",
+                                        compact_factor=4, speculate=8, speculate_scope="continued")
+    assert load_config(None, ["sampling.attention=cudnn"]).sampling.decode_impl().attention == "cudnn"
+    with pytest.raises(ConfigError, match="sampling.attention"):
+        load_config(None, ["sampling.attention=flash"])
+    with pytest.raises(ConfigError, match="sampling.prefill_attention='reduce'; expected one of"):
+        load_config(None, ["sampling.prefill_attention=reduce"])
+    with pytest.raises(ConfigError, match="sampling.speculate_scope='continued' needs kv_reuse=True"):
+        load_config(None, ["sampling.kv_reuse=false"])
+    for gone in ("sampling.batching=continuous", "sampling.decode_segments=2", "sampling.attention_lengths=false"):
+        with pytest.raises(ConfigError, match=gone.split("=")[0].split(".")[1]):
+            load_config(None, [gone])
+
+
+def test_the_trainer_builds_its_sampler_from_the_sampling_section(tmp_path):
+    """sampling.* reaches the trainer's Sampler (no knob that does nothing)."""
+    from leap_jax.train.config import load_config
+    from leap_jax.train.trainer import Trainer
+    from tests.leap_jax._trainer_helpers import OracleEvaluator
+    from tests.leap_jax.test_trainer import TINY
+    cfg = load_config(None, TINY + [f"train.run_dir={tmp_path}", "sampling.compact_factor=2", "sampling.speculate=3"])
+    tr = Trainer(cfg, evaluator=OracleEvaluator())
+    impl = tr._sampler_policy(tr._sampling()).sampler.impl
+    assert (impl.compact_factor, impl.speculate, impl.steps_per_iter) == (2, 3, cfg.sampling.steps_per_iter)
+    tr.close()

@@ -12,8 +12,8 @@ import pytest
 from leap_jax.models import decoder
 from leap_jax.sampling.decode_impl import DecodeImpl
 from leap_jax.sampling.params import SamplingParams
-from tests.leap_jax.test_continuous_batching import (TEMP, TOP_K, assert_pairs_follow, assert_same, make,
-                                                     sample_prompts, stop_settings)
+from tests.leap_jax.decode_helpers import (TEMP, TOP_K, assert_pairs_follow, assert_same, make,
+                                           sample_prompts, stop_settings)
 from tests.leap_jax.test_decoder import CFG, random_params
 # _fp32_matmuls: the static sampler tests' autouse fixture (fp32 matmuls on every backend)
 from tests.leap_jax.test_sampler import _fp32_matmuls  # noqa: F401
@@ -123,9 +123,8 @@ def test_validation():
     for bad_ngrams in ((), (0,), (2, "3"), 3):
         with pytest.raises(ValueError, match="DecodeImpl draft_ngrams="):
             DecodeImpl(speculate=4, draft_ngrams=bad_ngrams)
-    for other in (dict(batching="continuous"), dict(decode_segments=2), dict(steps_per_iter=2)):
-        with pytest.raises(ValueError, match="speculate=4 needs batching='static'"):
-            DecodeImpl(speculate=4, **other)
+    with pytest.raises(ValueError, match="speculate=4 with speculate_scope='all' needs steps_per_iter=1"):
+        DecodeImpl(speculate=4, steps_per_iter=2)
     DecodeImpl(speculate=4, kv_reuse=True, compact_factor=4)  # both combine with drafts
     DecodeImpl(speculate=4, kv_reuse=True, speculate_scope="continued", steps_per_iter=4)  # first turns: plain
     with pytest.raises(ValueError, match="speculate_scope='continued' needs kv_reuse=True"):
@@ -143,7 +142,7 @@ def test_multiturn_rollout_same_with_speculative_decoding(tmp_path):
     from leap_jax.rollout.policy import SamplerPolicy
     from leap_jax.sampling.sampler import Sampler
     from tests.leap_jax._trainer_helpers import OracleEvaluator
-    from tests.leap_jax.test_continuous_batching import assert_same_rollouts, tiny_chat_policy
+    from tests.leap_jax.decode_helpers import assert_same_rollouts, tiny_chat_policy
 
     tasks = ["relu", "tanh"]
     tok, cfg, params, streams, sampling = tiny_chat_policy(tmp_path, tasks)
@@ -170,12 +169,13 @@ def test_config():
     impl = load_config(None, ["sampling.speculate=8", "sampling.steps_per_iter=1",
                               "sampling.draft_ngrams=[3,2]"]).sampling.decode_impl()
     assert (impl.speculate, impl.draft_ngrams) == (8, (3, 2))
-    assert load_config(None, []).sampling.decode_impl().speculate == 0
+    assert load_config(None, []).sampling.decode_impl().speculate == 8  # on continued rows by default
     scoped = load_config(None, ["sampling.speculate=8", "sampling.kv_reuse=true",
                                 "sampling.speculate_scope=continued"]).sampling.decode_impl()
     assert (scoped.speculate_scope, scoped.steps_per_iter) == ("continued", 4)
-    with pytest.raises(ConfigError, match="sampling.speculate=8 needs .* steps_per_iter=1, got .* steps_per_iter=4"):
-        load_config(None, ["sampling.speculate=8"])
+    with pytest.raises(ConfigError, match="sampling.speculate=8 with speculate_scope='all' needs steps_per_iter=1, "
+                                          "got steps_per_iter=4"):
+        load_config(None, ["sampling.speculate_scope=all"])
     with pytest.raises(ConfigError, match=r"sampling.draft_ngrams=\(0,\)"):
         load_config(None, ["sampling.speculate=8", "sampling.steps_per_iter=1", "sampling.draft_ngrams=[0]"])
 

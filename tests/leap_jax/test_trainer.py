@@ -94,11 +94,11 @@ def test_sigterm_saves_and_stops(tmp_path):
     class Interrupting:
         sent = False
 
-        def generate(self, requests, seed):
+        def generate(self, requests, seed, preempt=0.0):
             if not self.sent:  # one SIGTERM, arriving mid-step
                 self.sent = True
                 os.kill(os.getpid(), signal.SIGTERM)
-            return base.generate(requests, seed)
+            return base.generate(requests, seed, preempt=preempt)
 
         def set_params(self, params):  # the Policy interface (rollout.policy.Policy)
             base.set_params(params)

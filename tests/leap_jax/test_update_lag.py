@@ -70,9 +70,9 @@ def test_start_returns_before_the_last_evaluations(streams):
 
 def test_config_rules():
     assert load_config(None, []).rollout.update_lag == 0
-    assert load_config(None, ["rollout.pipeline_turns=true", "rollout.update_lag=1"]).rollout.update_lag == 1
+    assert load_config(None, ["rollout.update_lag=1"]).rollout.update_lag == 1  # pipelining is the default
     with pytest.raises(ConfigError, match="rollout.update_lag=1 .* needs rollout.pipeline_turns=true"):
-        load_config(None, ["rollout.update_lag=1"])
+        load_config(None, ["rollout.pipeline_turns=false", "rollout.preempt=0", "rollout.update_lag=1"])
     with pytest.raises(ConfigError, match="rollout.update_lag=2: expected one of 0, 1"):
         load_config(None, ["rollout.pipeline_turns=true", "rollout.update_lag=2"])
 
