@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in summary_lines(records, cfg.rollout.max_turns):
             print("[leap_jax] " + line)
         if cfg.logging.report:
-            from leap_jax.report import write_report
+            from leap_jax.experiment.runs_report import write_report
             out = write_report([trainer.run_dir], trainer.run_dir / "report")
             print(f"[leap_jax] report: {', '.join(str(p) for p in out)}")
         if trainer.checkpointer.latest_step() is not None:

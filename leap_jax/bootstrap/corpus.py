@@ -30,10 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kernels_env.core.config import EnvConfig
-from kernels_env.judge.feedback import render_feedback
-from kernels_env.schedule.pool import EvalPool, Job
-from kernels_env.tasks import get_task, list_tasks
+from kernels_env import EnvConfig, EvalPool, Job, get_task, list_tasks, render_feedback
 from leap_jax.bootstrap.mutations import MUTATIONS, join_blocks, mutate, split_blocks
 from leap_jax.rollout.prompts import feedback_message, initial_messages
 from leap_jax.train.config import CorpusCfg

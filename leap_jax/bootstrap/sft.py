@@ -34,8 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from kernels_env.schedule.pool import EvalPool
-from kernels_env.tasks import get_task, subsample
+from kernels_env import EvalPool, get_task, subsample
 from leap_jax.bootstrap.corpus import load_or_build
 from leap_jax.bootstrap.tokenizer_train import corpus_texts
 from leap_jax.models.bpe import train_tokenizer

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernels_env.tasks import list_tasks
+from kernels_env import list_tasks
 from leap_jax.bootstrap.corpus import EXAMPLES_FILE, read_jsonl
 from leap_jax.models.bpe import MIN_VOCAB, check_vocab, train_tokenizer
 from leap_jax.models.chat import render_text
@@ -36,7 +36,6 @@ def corpus_texts(examples: Iterable[dict[str, Any]], tasks: Iterable[Any],
 def tokenizer_texts(corpus_dir: str | Path | None, tasks: Iterable[Any]) -> Iterator[str]:
     """`corpus_texts` of CORPUS_DIR/examples.jsonl and the tasks' prompts; with no corpus directory,
     the prompts alone (`prompt_texts`)."""
-    from leap_jax.bootstrap.corpus import EXAMPLES_FILE, read_jsonl
     if corpus_dir is None:
         return iter(prompt_texts(tasks))
     ex_path = Path(corpus_dir) / EXAMPLES_FILE

@@ -10,6 +10,8 @@ train on: `leap_jax.rollout.prompts.prompt_texts` (the prompts a policy sees) an
 """
 from __future__ import annotations
 
+import json
+
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -83,7 +85,6 @@ def pad_vocab(tokenizer: Tokenizer, vocab_size: int, out_path: str | Path) -> To
     entries, saved as tokenizer.json at `out_path`: a trained BPE for a model whose embedding has
     more rows than the training text yields merges (e.g. a 151,936-row Qwen2 vocabulary). No merge
     produces a reserved entry, so encoding is unchanged; decoding one gives its name."""
-    import json
     vocab_size = check_vocab(vocab_size)
     have = tokenizer.vocab_size
     if have > vocab_size:

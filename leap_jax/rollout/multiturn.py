@@ -32,12 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels_env.core.config import EnvConfig
-from kernels_env.core.result import Result
-from kernels_env.core.status import Status
-from kernels_env.judge.feedback import render_feedback
-from kernels_env.schedule.pool import Job
-from kernels_env.tasks import get_task
+from kernels_env import EnvConfig, Job, Result, Status, get_task, render_feedback
 from leap_jax.models import chat
 from leap_jax.models.chat import Message
 from leap_jax.rl.dcp import decide_on_host

@@ -56,7 +56,7 @@ from typing import Protocol
 
 import numpy as np
 
-from kernels_env.core.result import Result
+from kernels_env import Result
 from leap_jax.rollout.policy import GenRequest, GenResponse, Policy, continue_request
 from leap_jax.rollout.run_state import RunState
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from kernels_env.tasks import get_task
+from kernels_env import get_task
 
 
 @dataclass(frozen=True)

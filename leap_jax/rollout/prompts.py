@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from kernels_env.tasks import get_task
-from kernels_env.tasks.spec import Task
+from kernels_env import Task, get_task
 from leap_jax.models.chat import Message, render_text
 
 SYSTEM_PROMPT = (

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels_env.core.result import Result
-from kernels_env.core.status import Status
+from kernels_env import Result, Status
 
 # DCP decision codes (leap_jax.rl.dcp)
 EASY, DEBUG, HOPELESS, PAD = 0, 1, 2, -1

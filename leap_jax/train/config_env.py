@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels_env.core.config import BACKENDS, POOL_MODES, RAY_MIN_HEARTBEAT_S, SIZE_SETS, EnvConfig, StageLimits
-from kernels_env.tasks.generated.grammar import CURRENT_FAMILY_VERSION, FAMILY_VERSIONS
+from kernels_env import (BACKENDS, CURRENT_FAMILY_VERSION, EnvConfig, FAMILY_VERSIONS, POOL_MODES,
+                         RAY_MIN_HEARTBEAT_S, SIZE_SETS, StageLimits)
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
 _ENV = EnvConfig()  # the environment's defaults: the `env:` section's judging fields default to them

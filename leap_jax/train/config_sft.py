@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernels_env.core.config import BACKENDS, POOL_MODES, SIZE_SETS
+from kernels_env import BACKENDS, POOL_MODES, SIZE_SETS
 from leap_jax.train.config_loader import ConfigError, choice, positive
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kernels_env.core.status import Status
+from kernels_env import Status
 
 
 class EnvironmentFailure(RuntimeError):

@@ -20,10 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels_env.core.config import EnvConfig
-from kernels_env.schedule.pool import EvalPool
-from kernels_env.tasks import get_task, list_tasks, split_tasks, subsample, task_names
-from kernels_env.tasks.generated import generated_task_names, validation_task_names
+from kernels_env import (EnvConfig, EvalPool, ProblemError, generated_task_names, get_task, list_tasks,
+                         register_problems, split_tasks, subsample, task_names, validation_task_names)
 from leap_jax.models import decoder
 from leap_jax.models.bpe import load_trained, train_tokenizer
 from leap_jax.models.chat import stop_token_ids
@@ -130,7 +128,6 @@ def select_tasks(cfg: Config) -> tuple[list[str], list[str]]:
                 generated_task_names(t.generated_held_out, seed=t.split_seed, split="held_out",
                                      version=t.generated_version) if t.generated_held_out else [])
     if cfg.tasks.source == "problems":
-        from kernels_env.problems import ProblemError, register_problems
         try:
             names = register_problems(cfg.tasks.problems_dir)
         except ProblemError as e:

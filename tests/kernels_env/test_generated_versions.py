@@ -21,7 +21,7 @@ def _digest(names):
 
 
 def test_the_headline_version_draws_its_256_held_out_and_2000_training_tasks():
-    """The lists docs/results/headline_2026-12-04 trained and reported on (their digests, taken from
+    """The lists docs/results/headline/2026-12-04_h200 trained and reported on (their digests, taken from
     the names in its runs' final_eval.json and the grammar before degenerate chains were left out)."""
     held = generated_task_names(256, 0, "held_out", HEADLINE_VERSION)
     train = generated_task_names(2000, 0, "train", HEADLINE_VERSION)

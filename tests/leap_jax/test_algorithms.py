@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from leap_jax import experiment, experiment_report
+from leap_jax.experiment import driver as experiment
+from leap_jax.experiment import report as experiment_report
 from leap_jax.train import algorithms
 from leap_jax.train.algorithms import ALGORITHMS
 from leap_jax.train.config import ConfigError, load_config

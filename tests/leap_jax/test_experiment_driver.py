@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from leap_jax import experiment
+from leap_jax.experiment import driver as experiment
 from leap_jax.models import decoder
 from leap_jax.models.config import ModelConfig
 from leap_jax.models.hf import find_tensors, load_hf_checkpoint, save_hf_checkpoint

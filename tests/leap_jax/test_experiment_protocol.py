@@ -7,8 +7,8 @@ import json
 
 import yaml
 
-from leap_jax import experiment
-from leap_jax import experiment_protocol as ep
+from leap_jax.experiment import driver as experiment
+from leap_jax.experiment import protocol as ep
 from leap_jax.train.metrics import METRICS_FILE
 
 BASE = {"algorithm": {"name": "leap", "credit": "trajectory"}, "rollout": {"max_turns": 3},

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from leap_jax import experiment_report as er
+from leap_jax.experiment import report as er
 from leap_jax.train.metrics import MetricsWriter
 
 
@@ -129,7 +129,7 @@ def _run(evals, tokens=1000.0, step_s=10.0, groups=(2, 1, 1)):
 
 
 def test_targets_table_and_ratios_in_seconds_steps_and_tokens():
-    from leap_jax import experiment_sections as es
+    from leap_jax.experiment import sections as es
     m = "heldout/acc@1"
     runs = {"multiturn": {0: _run([0.2, 0.3, 0.4, 0.5], tokens=2000.0, step_s=20.0),
                           1: _run([0.2, 0.25, 0.3, 0.3], tokens=2000.0, step_s=20.0)},
@@ -154,7 +154,7 @@ def test_targets_table_and_ratios_in_seconds_steps_and_tokens():
 
 
 def test_final_accuracy_table_from_final_evals_with_the_start_policy(tmp_path):
-    from leap_jax import experiment_sections as es
+    from leap_jax.experiment import sections as es
 
     def fin(h1, h2, h3, t1, t3, suite=None):
         splits = {"heldout": {"acc@1": h1, "acc@2": h2, "acc@3": h3, "tasks": 256},
@@ -184,7 +184,7 @@ def test_final_accuracy_table_from_final_evals_with_the_start_policy(tmp_path):
 
 
 def test_dcp_shares_per_step_and_over_seeds():
-    from leap_jax import experiment_sections as es
+    from leap_jax.experiment import sections as es
     rows = _run([0.1, 0.2, 0.3], groups=(2, 1, 1))
     rows[2].update({"dcp/easy_groups": 0, "dcp/debug_groups": 4, "dcp/hopeless_groups": 0})
     d = es.dcp_shares(rows)
@@ -198,8 +198,8 @@ def test_dcp_shares_per_step_and_over_seeds():
 
 
 def test_experiment_page_holds_every_section_and_the_seed_plot(tmp_path):
-    from leap_jax import experiment_plots as ep
-    from leap_jax import experiment_sections as es
+    from leap_jax.experiment import plots as ep
+    from leap_jax.experiment import sections as es
     runs = {"multiturn": {0: _run([0.2, 0.3, 0.4])}, "leap": {0: _run([0.2, 0.4, 0.4])}}
     page = es.experiment_page(runs, "heldout/acc@1", {}, None)
     for heading in ("# LEAP against the baselines", "## Time, steps and generated tokens to the target",
@@ -212,7 +212,7 @@ def test_experiment_page_holds_every_section_and_the_seed_plot(tmp_path):
 
 def test_experiment_page_compares_the_named_pair():
     """--compare grpo_lag/grpo: the target is grpo's best, the ratio grpo's time over grpo_lag's."""
-    from leap_jax import experiment_sections as es
+    from leap_jax.experiment import sections as es
     m = "heldout/acc@1"
     runs = {"grpo": {0: _run([0.2, 0.3, 0.4, 0.5], step_s=12.0)},  # 0.5 (its best) at step 3: 36 s
             "grpo_lag": {0: _run([0.2, 0.3, 0.5], step_s=10.0)}}    # 0.5 at step 2: 20 s
@@ -230,7 +230,7 @@ def test_experiment_page_compares_the_named_pair():
 
 def test_lower_targets_compare_below_the_baselines_best():
     """At best - d the crossing moves: each row's ratio and who got there first, per seed."""
-    from leap_jax import experiment_sections as es
+    from leap_jax.experiment import sections as es
     m = "heldout/acc@1"
     runs = {"multiturn": {0: _run([0.2, 0.3, 0.4, 0.5], step_s=20.0),    # 0.4 at 40 s, 0.5 at 60 s
                           1: _run([0.2, 0.3, 0.3, 0.4], step_s=20.0)},   # 0.3 at 20 s, 0.4 at 60 s

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from leap_jax import experiment_stats as es
+from leap_jax.experiment import stats as es
 
 M = "heldout/acc@1"
 
@@ -133,7 +133,7 @@ def test_pooled_test_adds_the_seeds_discordant_pairs():
 
 
 def test_the_page_sections_state_the_curve_and_the_pooled_test():
-    from leap_jax.experiment_claims import paired_tests_markdown, target_curve_markdown
+    from leap_jax.experiment.claims import paired_tests_markdown, target_curve_markdown
     base = _curve([0.4, 0.45, 0.5, 0.55, 0.6, 0.6, 0.6])
     arm = _curve([0.4, 0.5, 0.6, 0.6, 0.6])
     page = target_curve_markdown({"b": {0: base, 1: base}, "a": {0: arm, 1: arm}}, M, "b", "a", fractions=(0.5,))
@@ -145,7 +145,7 @@ def test_the_page_sections_state_the_curve_and_the_pooled_test():
 
 
 def test_the_page_gives_the_curve_on_acc3_when_the_runs_logged_it():
-    from leap_jax.experiment_sections import curve_metrics
+    from leap_jax.experiment.sections import curve_metrics
     rows = _curve([0.4, 0.5, 0.6])
     assert curve_metrics({"a": {0: rows}}, M) == [M]
     rows[0]["heldout/acc@3"] = rows[0]["heldout/acc@2"] = 0.5

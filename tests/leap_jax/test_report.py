@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from leap_jax import report
+from leap_jax.experiment import runs_report as report
 from leap_jax.train.metrics import MetricsWriter, read_metrics, truncate_metrics
 
 

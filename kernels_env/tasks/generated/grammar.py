@@ -15,7 +15,7 @@ Chains whose output hardly depends on their inputs (a constant, a cancelling ope
 op) are left out: degenerate.py lists the rules.
 
 The family is versioned (`FAMILY_VERSIONS`, oldest first): "v1" has every well-formed chain (the
-headline of docs/results/headline_2026-12-04 drew from it), "v2" (2026-12-05) leaves the degenerate
+headline of docs/results/headline/2026-12-04_h200 drew from it), "v2" (2026-12-05) leaves the degenerate
 ones out. A version fixes which chains exist, hence every seeded ordering and split; a run records
 the version it drew from (tasks.generated_version), so an older page can be re-run at a newer tree.
 

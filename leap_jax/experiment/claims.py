@@ -2,15 +2,15 @@
 (with intervals over seeds) and the paired per-task tests of the final accuracies, for the headline
 arm against every other arm, each stated the same way.
 
-The numbers come from leap_jax.experiment_stats; this module only lays them out.
+The numbers come from leap_jax.experiment.stats; this module only lays them out.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from leap_jax.experiment_report import _fmt, headline
-from leap_jax.experiment_stats import (GAIN_FRACTIONS, MEASURES, PLATEAU_LAST, paired_test, pooled_paired_test,
+from leap_jax.experiment.report import _fmt, headline
+from leap_jax.experiment.stats import (GAIN_FRACTIONS, MEASURES, PLATEAU_LAST, paired_test, pooled_paired_test,
                                        ratio_summary, target_curve)
 
 Runs = dict[str, dict[int, list[dict[str, Any]]]]

@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
-from leap_jax.experiment_report import parse_run_name
+from kernels_env import FAMILY_VERSIONS
+from leap_jax.experiment.report import parse_run_name
+from leap_jax.train.algorithms import spec
 
 # the only settings arms of one seed may differ in: the algorithm's own section, the turns a
 # single-turn algorithm must have, and where each run writes / how long one launch may go on
@@ -88,12 +90,10 @@ def family_version(config: Mapping[str, Any]) -> str | None:
     predate the setting); None for runs on the hand-written suite."""
     if config.get("tasks.source") != "generated":
         return None
-    from kernels_env.tasks.generated import FAMILY_VERSIONS
     return str(config.get(FAMILY_VERSION_KEY) or FAMILY_VERSIONS[0])
 
 
 def _single_turn(config: Mapping[str, Any]) -> bool:
-    from leap_jax.train.algorithms import spec
     return spec(str(config.get("algorithm.name"))).single_turn
 
 

@@ -16,12 +16,12 @@
    cannot read, e.g. one still being written, as a miss and compiles). `--parallel N` runs up to
    N at once on the same machine (when GPU time is short): each run's wall-clock then includes the
    others' contention, which OUT/launch.json records and the report states.
-3. Report: `leap_jax.report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
-   (leap_jax.experiment_report: per-arm accuracies over seeds, time per phase, time to the
+3. Report: `leap_jax.experiment.runs_report` over every run (OUT/report: plots, summary.md) and OUT/report/experiment.md
+   (leap_jax.experiment.report: per-arm accuracies over seeds, time per phase, time to the
    baseline arm's best accuracy, and the headline ratio; `--compare ARM/BASELINE` picks the pair,
    leap/multiturn by default), opened by the protocol check of docs/protocol.md
-   (leap_jax.experiment_protocol) and followed by the ratio as a curve over target levels and the
-   paired tests (leap_jax.experiment_claims). A report alone refuses runs that break the protocol
+   (leap_jax.experiment.protocol) and followed by the ratio as a curve over target levels and the
+   paired tests (leap_jax.experiment.claims). A report alone refuses runs that break the protocol
    unless `--accept-protocol-breaks`, which lists the breaches on the page.
 """
 from __future__ import annotations
@@ -39,10 +39,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from leap_jax.experiment_plots import seed_curves_plot
-from leap_jax.experiment_report import DEFAULT_METRIC, load_experiment
-from leap_jax.experiment_sections import experiment_page, load_final_evals, read_final_eval
-from leap_jax.report import max_turn, write_report
+from leap_jax.experiment.plots import seed_curves_plot
+from leap_jax.experiment.report import DEFAULT_METRIC, load_experiment
+from leap_jax.experiment.sections import experiment_page, load_final_evals, read_final_eval
+from leap_jax.experiment.runs_report import max_turn, write_report
 from leap_jax.train.algorithms import ALGORITHMS, HEADLINE_ARM, HEADLINE_BASELINE
 from leap_jax.train.config import load_config
 from leap_jax.train.metrics import START_EVAL_FILE, read_metrics
@@ -50,7 +50,7 @@ from leap_jax.train.metrics import START_EVAL_FILE, read_metrics
 ARMS = tuple(name for name, spec in ALGORITHMS.items() if spec.experiment_arm)  # in the table's order
 MAX_SHARD_BYTES = 15 * 2 ** 20  # under the GPU machine's 16 MiB per returned file
 POLICY_FILES = ("tokenizer.json", "tokenizer_config.json")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ExperimentError(RuntimeError):
@@ -501,7 +501,7 @@ def write_reports(out: Path, arms: Sequence[str], seeds: Sequence[int], metric: 
     dirs = [out / f"{a}-s{s}" for s in seeds for a in arms if read_metrics(out / f"{a}-s{s}")]
     if not dirs:
         return []
-    from leap_jax.experiment_protocol import check_protocol, protocol_markdown
+    from leap_jax.experiment.protocol import check_protocol, protocol_markdown
     protocol = check_protocol(dirs, arm_settings)
     if protocol.refusals:
         raise ExperimentError("no report of these runs can be written:\n- " + "\n- ".join(protocol.refusals))

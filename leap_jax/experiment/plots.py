@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from leap_jax.experiment_report import eval_points
+from leap_jax.experiment.report import eval_points
 
 
 def _step_points(rows: list[dict[str, Any]], metric: str) -> list[tuple[float, float]]:

@@ -1,4 +1,4 @@
-"""`python -m leap_jax.report RUN_DIR [RUN_DIR ...] [--out DIR]`: plots and a summary table of runs.
+"""`python -m leap_jax.experiment.runs_report RUN_DIR [RUN_DIR ...] [--out DIR]`: plots and a summary table of runs.
 
 Reads each run's metrics.jsonl (and config.yaml for its algorithm) and writes, with matplotlib's
 Agg backend: accuracy (Acc@t for every t) against wall-clock and against step, one panel per
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import yaml
 
-from leap_jax.experiment_report import step_records, train_clock
+from leap_jax.experiment.report import step_records, train_clock
 from leap_jax.train.metrics import read_metrics
 
 EVAL_PREFIXES = (("train_eval", "training tasks"), ("heldout", "held-out tasks"))
@@ -181,7 +181,7 @@ def _eval_plot(runs: list[tuple[str, Path, list[dict[str, Any]]]], path: Path, p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m leap_jax.report", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m leap_jax.experiment.runs_report", description=__doc__.splitlines()[0])
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", help="output folder (default: RUN_DIR/report for one run, ./report for several)")
     args = p.parse_args(argv)

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from leap_jax.experiment_report import (eval_points, start_value, steps_to_target, time_to_target,
+from leap_jax.experiment.report import (eval_points, start_value, steps_to_target, time_to_target,
                                         tokens_to_target)
 
 GAIN_FRACTIONS = (0.25, 0.5, 0.75, 0.9, 1.0)

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from leap_jax.experiment_report import (_fmt, _fmt_ms, _mean_std, best_value, experiment_markdown, headline,
+from leap_jax.experiment.report import (_fmt, _fmt_ms, _mean_std, best_value, experiment_markdown, headline,
                                         parse_run_name, step_records)
+from leap_jax.experiment.claims import paired_tests_markdown, target_curve_markdown
 from leap_jax.train.algorithms import HEADLINE_ARM, HEADLINE_BASELINE
 from leap_jax.train.metrics import FINAL_EVAL_FILE
 
@@ -213,7 +214,6 @@ def experiment_page(runs: Runs, metric: str, finals: Finals | None = None, start
     per-seed targets with the ratios in seconds, steps and tokens (and at `lower_targets` below
     the baseline's best), the final accuracy with feedback, and DCP's shares. `compare` =
     (arm, baseline): the headline's pair (default leap, multiturn)."""
-    from leap_jax.experiment_claims import paired_tests_markdown, target_curve_markdown
     arm, baseline = compare or (HEADLINE_ARM, HEADLINE_BASELINE)
     order = (arm, baseline)
     others = [baseline] + sorted(a for a in runs if a not in order)
