@@ -159,7 +159,7 @@ def _score_task(args: argparse.Namespace, text: bytes) -> Result:
     cfg = _config(args)
     gpu_workers, cpu_workers = (1, None) if args.backend == "cupy" else (None, 1)
     # process mode (default): a hang or crash of the kernel is contained and time-limited
-    with EvalPool(**_pool_mode(args), backend=args.backend, config=cfg, cache=False,
+    with EvalPool(**_pool_mode(args), config=cfg, cache=False,
                   compile_workers=1, gpu_workers=gpu_workers, cpu_workers=cpu_workers) as pool:
         return pool.map([Job(task.name, text, cfg)])[0]
 
@@ -209,7 +209,7 @@ def cmd_check_suite(args: argparse.Namespace, out: Any) -> int:
     kw: dict[str, Any] = {}
     if args.workers:
         kw = {"gpu_workers": args.workers} if args.backend == "cupy" else {"cpu_workers": args.workers}
-    with EvalPool(**_pool_mode(args), backend=args.backend, config=cfg, cache=False, **kw) as pool:
+    with EvalPool(**_pool_mode(args), config=cfg, cache=False, **kw) as pool:
         progress = len(jobs) > 3 and sys.stderr.isatty() and not args.json
         results = pool.map(jobs, progress=progress)
     if args.json:

@@ -20,7 +20,7 @@ from kernels_env.execute.result_cache import ResultCache
 __all__ = ["EvalPool", "Evaluator", "Job", "PoolBase", "ProcessEvalPool"]
 
 
-def EvalPool(mode: str = "process", backend: str = "auto", gpu_workers: int | None = None,
+def EvalPool(mode: str = "process", backend: str | None = None, gpu_workers: int | None = None,
              compile_workers: int | None = None, cache: bool | ResultCache = True,
              config: EnvConfig | None = None, evaluator: Evaluator | None = None,
              cpu_workers: int | None = None, worker_env: dict[str, str] | None = None,
@@ -28,7 +28,13 @@ def EvalPool(mode: str = "process", backend: str = "auto", gpu_workers: int | No
              **ray_options: Any) -> PoolBase:
     """The pool of `mode` (see the module docstring). The process-pool arguments configure the local
     pool (process, inline) or each Ray host's (ray); `ray_options` are RayEvalPool's own (address,
-    hosts, batch_jobs, ...) and only mode="ray" takes them."""
+    hosts, batch_jobs, ...) and only mode="ray" takes them. The backend is `config.backend` unless
+    `backend` names one for a config left at "auto" (or a pool without a config); a pool and a
+    config that name two backends are refused."""
+    if config is not None and backend is not None and config.backend not in ("auto", backend):
+        raise ValueError(f"EvalPool(backend={backend!r}) disagrees with its config's backend={config.backend!r}; "
+                         "name the backend once, in EnvConfig")
+    backend = backend or (config.backend if config is not None else "auto")
     kw: dict[str, Any] = dict(backend=backend, gpu_workers=gpu_workers, compile_workers=compile_workers,
                               cache=cache, config=config, evaluator=evaluator, cpu_workers=cpu_workers,
                               worker_env=worker_env, exec_workers_per_gpu=exec_workers_per_gpu,

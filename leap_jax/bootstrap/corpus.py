@@ -92,7 +92,7 @@ def score_variants(variants: list[dict[str, Any]], cfg: CorpusCfg, pool: Any = N
     ecfg = env_config(cfg)
     own = pool is None
     if own:
-        pool = EvalPool(mode=cfg.pool_mode, backend=cfg.backend, config=ecfg, cache=True,
+        pool = EvalPool(mode=cfg.pool_mode, config=ecfg, cache=True,
                         compile_workers=cfg.workers, cpu_workers=cfg.workers)
     try:
         results = pool.map([Job(v["task"], v["text"], ecfg) for v in variants])

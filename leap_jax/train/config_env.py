@@ -19,7 +19,8 @@ class EnvCfg:
     exec_workers_per_gpu: int | None = None  # evaluation processes per GPU (None: the pool's default, 3)
     compile_workers: int | None = None
     cache: bool = True
-    # kernels_env's EnvConfig, field by field (its docstrings say what each does); `seed` is train.seed,
+    # kernels_env's EnvConfig, field by field (its docstrings say what each does); no `seed` (fresh inputs
+    # every evaluation; env_config takes one for tests),
     # `timing` the trainer's choice below, the stage limits the *_timeout fields
     sizes: str = _ENV.sizes  # eval | small
     correctness_trials: int = _ENV.correctness_trials
@@ -102,8 +103,9 @@ class EnvCfg:
             raise ConfigError("env." + str(e).removeprefix("EnvConfig.")) from e
 
     def pool_kwargs(self) -> dict[str, Any]:
-        """EvalPool's arguments of these settings (all but `config`): the one place pools are built from."""
-        kw: dict[str, Any] = {"mode": self.pool_mode, "backend": self.backend, "gpu_workers": self.gpu_workers,
+        """EvalPool's arguments of these settings (all but `config`, which carries the backend): the one
+        place pools are built from."""
+        kw: dict[str, Any] = {"mode": self.pool_mode, "gpu_workers": self.gpu_workers,
                               "exec_workers_per_gpu": self.exec_workers_per_gpu,
                               "compile_workers": self.compile_workers, "cache": self.cache}
         if self.pool_mode == "ray":

@@ -192,3 +192,11 @@ def test_worker_start_failure_is_env_error_not_a_hang():
         r = p.submit(Job(t.name, t.solution)).result(timeout=120)
     assert r.status is Status.ENV_ERROR and r.message.startswith("exec worker unavailable: the exec worker failed to start")
     assert "Traceback" in r.details
+
+
+def test_pool_takes_its_backend_from_the_config_and_refuses_two():
+    """The backend is named once: a pool without `backend` uses config.backend; two that disagree are refused."""
+    with pytest.raises(ValueError, match="disagrees with its config's backend='cupy'"):
+        EvalPool(mode="inline", backend="cpu", config=EnvConfig(backend="cupy"))
+    with EvalPool(mode="inline", config=EnvConfig(backend="cpu", sizes="small"), cache=False) as pool:
+        assert pool.backend == "cpu"

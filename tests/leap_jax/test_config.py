@@ -153,13 +153,13 @@ def test_experiment_arms_differ_only_in_the_algorithm():
 
 
 def test_the_env_section_sets_every_field_of_the_environments_config():
-    """`env:` builds kernels_env's EnvConfig in one place: each of its fields is settable (seed from
-    train.seed, timing resolved by the trainer, the stage limits from *_timeout), defaults are EnvConfig's
-    own, and EnvConfig's rules reject a bad value under its config key."""
+    """`env:` builds kernels_env's EnvConfig in one place: each of its fields is settable (no seed unless
+    asked: fresh inputs every evaluation; timing resolved by the trainer, the stage limits from
+    *_timeout), defaults are EnvConfig's own, and EnvConfig's rules reject a bad value under its key."""
     import dataclasses
 
     from kernels_env.core.config import EnvConfig, StageLimits
-    assert load_config(None, []).env.env_config(True, 0) == EnvConfig()
+    assert load_config(None, []).env.env_config(True) == EnvConfig()
     values = {"flush_l2": False, "suspicious_speedup": 5.0, "max_log_chars": 100, "cpu_opt_level": "-O2",
               "cache_expected": False, "expected_cache_bytes": 1024, "timing_budget_s": 2.0, "arch": "sm_80"}
     cfg = load_config(None, [f"env.{k}={v}" for k, v in values.items()]
