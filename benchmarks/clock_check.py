@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clock_check: unknown tasks {unknown}; expected suite task names", file=sys.stderr)
         return 2
     cfg = EnvConfig(backend="cupy", sizes=args.sizes, warmup_runs=args.warmup, timed_runs=ENV_TIMED_RUNS,
-                    flush_l2=not args.no_l2_flush)
+                    flush_l2=not args.no_l2_flush, seed=0)  # one draw for every clock
     device = CupyDevice()
     rows = []
     t0 = time.monotonic()

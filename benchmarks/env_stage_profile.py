@@ -125,7 +125,7 @@ def correctness_breakdown(prep: Any, device: Any, config: Any, task: Any) -> dic
 def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     """Score the task's solution, then time each harness step of one trial (ms)."""
     from kernels_env.execute import harness, launching
-    from kernels_env.execute.inputs import make_inputs
+    from kernels_env.execute.inputs import evaluation_seed, make_inputs
     from kernels_env.judge.compare import compare_output
     from kernels_env.execute.score import execute, prepare
     prep = prepare(task, task.solution, config, arch=getattr(device, "arch", None))
@@ -138,6 +138,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     if result.timing is None and (config.timing or result.status.value != "correct"):
         return {"task": task.name, "error": f"{result.status}: {result.message}"}
     program = device.load(prep.compiled, config)
+    seed = evaluation_seed(config.seed)  # one trial's draws, as one evaluation's
     kernels = dict(getattr(program, "kernels", {}) or {})
     kernels.update(prep.submission.kernels)
     plan = launching.bind_plan(prep.submission, task, prep.sizes, kernels)
@@ -145,7 +146,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
     state: dict[str, Any] = {}
 
     def inputs() -> None:
-        made = make_inputs(task, prep.sizes, 0, config.seed, xp)
+        made = make_inputs(task, prep.sizes, 0, seed, xp)
         if device.name == "cpu":  # kernels there take only the backend's shared buffers (as fresh_arrays)
             made = {k: device.to_device(v) for k, v in made.items()}
         state["inputs"] = made
@@ -182,7 +183,7 @@ def profile_task(task: Any, device: Any, config: Any) -> dict[str, Any]:
                      for on in (False, True)}
 
     def check(on: bool) -> None:
-        runs_by_cache[on].check_outputs(0, config.seed, state["pristine"], state["arrays"], "")
+        runs_by_cache[on].check_outputs(0, seed, state["pristine"], state["arrays"], "")
 
     row: dict[str, Any] = {"task": task.name, "status": result.status.value, "total": total_ms}
     for name, fn in (("inputs", inputs), ("inputs_rng", inputs_rng), ("copy", copy), ("kernel", kernel), ("reference", reference),
