@@ -9,6 +9,7 @@ torch; the environment's side (client.py) never does.
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import inspect
 import os
@@ -82,6 +83,8 @@ class Problem:
         self.args = self._argument_names(len(self.inputs))
         self.params = {n.replace(".", "_"): p for n, p in self.model.named_parameters()}
         self.timed: dict[str, Any] | None = None
+        self.float64 = True  # the reference runs in float64 until the model refuses it
+        self.out_dtypes: list[Any] | None = None  # the dtypes of forward's outputs in the model's precision
 
     def _argument_names(self, count: int) -> list[str]:
         params = list(inspect.signature(self.model.forward).parameters.values())
@@ -119,7 +122,31 @@ class Problem:
                 for n, t in zip(self.args, self.inputs, strict=True)]
 
     def forward(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return [t.detach().cpu().numpy().reshape(t.shape or (1,)) for t in self.call(self.load(arrays))]
+        """The reference outputs for `arrays`: computed in float64 and cast once to the outputs' own
+        dtypes, the judge's rule for every task's expected values (a float32 reference is itself off by
+        the rounding a kernel is judged against); in the model's own precision where it cannot run in
+        float64."""
+        inputs = self.load(arrays)
+        outs = self._call_float64(inputs) if self.float64 else None
+        if outs is None:
+            outs = self.call(inputs)
+        return [t.detach().cpu().numpy().reshape(t.shape or (1,)) for t in outs]
+
+    def _call_float64(self, inputs: list[Any]) -> list[Any] | None:
+        """`call` on a float64 copy of the model and of the floating inputs, each output cast back to the
+        dtype the model gives it; None (and float64 off from then on) when the model fails in float64."""
+        torch = self.torch
+        try:
+            if self.out_dtypes is None:
+                self.out_dtypes = [t.dtype for t in self.call(inputs)]
+            model64 = copy.deepcopy(self.model).double()
+            wide = [t.double() if t.is_floating_point() else t for t in inputs]
+            with torch.no_grad():
+                out = _tensors(torch, model64(*wide), "forward()'s output")
+            return [t.to(d) for t, d in zip(out, self.out_dtypes, strict=True)]
+        except Exception:
+            self.float64 = False
+            return None
 
     def time(self, arrays: dict[str, np.ndarray], budget_s: float, flush_bytes: int) -> dict[str, Any]:
         """Run times (ms) of torch eager and of torch.compile on these inputs, measured once per size
