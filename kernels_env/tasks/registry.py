@@ -11,16 +11,18 @@ from collections.abc import Iterable
 
 from kernels_env.tasks.spec import Task
 
-_REGISTRY: dict[str, Task] = {}
+_REGISTRY: dict[str, Task] = {}  # the hand-written suite: what list_tasks lists
+_UNLISTED: dict[str, Task] = {}  # tasks get_task finds by name but list_tasks never lists (problem files)
 
 
-def register(task: Task) -> Task:
-    """Add `task` to the registry (returns it, so it can wrap a factory call). Duplicates are an error."""
+def register(task: Task, listed: bool = True) -> Task:
+    """Add `task` to the registry (returns it, so it can wrap a factory call). Duplicates are an error.
+    `listed=False`: found by get_task, never listed (the suite stays the suite)."""
     if not isinstance(task, Task):
         raise TypeError(f"register expects a Task, got {type(task).__name__}")
-    if task.name in _REGISTRY:
+    if task.name in _REGISTRY or task.name in _UNLISTED:
         raise ValueError(f"task {task.name!r} is registered twice; task names must be unique")
-    _REGISTRY[task.name] = task
+    (_REGISTRY if listed else _UNLISTED)[task.name] = task
     return task
 
 
@@ -28,7 +30,7 @@ def get_task(name: str) -> Task:
     """The task called `name`; unknown names raise KeyError with the closest known names. Generated
     names (`gen_...`, kernels_env.tasks.generated) are built on first use and cached, not registered."""
     try:
-        return _REGISTRY[name]
+        return _REGISTRY[name] if name in _REGISTRY else _UNLISTED[name]
     except KeyError:
         if isinstance(name, str) and name.startswith("gen_"):
             from kernels_env.tasks.generated import get_generated_task

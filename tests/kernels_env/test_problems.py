@@ -269,3 +269,13 @@ def test_training_selects_a_folder_of_problems_by_name(tmp_path):
         load_config(None, ["tasks.source=problems"])
     with pytest.raises(ConfigError, match="not a directory"):
         select_tasks(load_config(None, ["tasks.source=problems", f"tasks.problems_dir={tmp_path / 'nope'}"]))
+
+
+def test_registered_problems_are_found_by_name_but_never_listed_with_the_suite(tmp_path):
+    """A training run registers its problem files; list_tasks (the hand-written suite) stays as it was."""
+    from kernels_env.problems import register_problems
+    before = [t.name for t in T.list_tasks()]
+    shutil.copy(os.path.join(ROOT, "level1", "mse_loss.py"), tmp_path / "mse_loss.py")
+    names = register_problems(str(tmp_path))
+    assert len(names) == 1 and T.get_task(names[0]).name == names[0]
+    assert [t.name for t in T.list_tasks()] == before
